@@ -1,0 +1,43 @@
+# Two commands for a fresh Debian bookworm machine (see README "Quick start"):
+#   make test   install missing packages, build with ASan+UBSan, run every test; build the
+#               libFuzzer targets with clang and run each one briefly
+#   make demo   install missing packages, build release, show this machine
+# Other targets: make build (release), make bench, make format, make tidy, make clean.
+
+.PHONY: all deps test test-unit test-fuzz demo build bench format tidy clean
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+test: test-fuzz test-unit
+
+test-unit: deps
+	cmake --preset asan
+	cmake --build --preset asan
+	ctest --preset asan
+
+test-fuzz: deps
+	cmake --preset fuzz
+	cmake --build --preset fuzz
+	ctest --preset fuzz
+
+build: deps
+	cmake --preset release
+	cmake --build --preset release
+
+demo: build
+	./build/release/cmd/topodra topology
+
+bench: build
+	./build/release/test/bench/topology_bench ../shared/topologies
+
+format:
+	git ls-files '*.cc' '*.h' | xargs clang-format -i
+
+tidy: deps
+	cmake --preset debug
+	git ls-files 'topology/*.cc' 'cmd/*.cc' | xargs clang-tidy -p build/debug --quiet
+
+clean:
+	rm -rf build

@@ -1,0 +1,131 @@
+// The machine as plain values: no hwloc types, no I/O. Everything above the discoverer
+// (slice building, allocation, validation) works on this model, so it can be built by hand in
+// tests or loaded from any hwloc source.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "topology/cpuset.h"
+
+namespace topodra::topology {
+
+inline constexpr int kNone = -1;
+
+// How a core was classified from hwloc CPU kinds. Machines without kind information (most servers)
+// report kUnknown for every CPU.
+enum class CoreType { kUnknown, kPerformance, kEfficiency };
+const char* CoreTypeName(CoreType t);
+
+struct Package {
+  int id = 0;  // OS index (physical package id)
+  CpuSet cpus;
+};
+
+struct NumaNode {
+  int id = 0;  // OS index, as in /sys/devices/system/node/nodeN
+  // CPUs whose home node this is (what Linux lists in nodeN/cpulist). Memory-only nodes such as
+  // MCDRAM or CXL expanders have none even though hwloc gives them a locality.
+  CpuSet cpus;
+  CpuSet local_cpus;    // locality reported by hwloc; a superset of cpus
+  std::string subtype;  // "MCDRAM", "HBM", "GPUMemory", ... ; empty for ordinary DRAM
+  uint64_t memory_bytes = 0;
+};
+
+struct Cache {
+  int level = 0;
+  int id = 0;  // index among the caches of this level, in topology order
+  uint64_t size_bytes = 0;
+  CpuSet cpus;
+};
+
+struct Core {
+  int id = 0;     // index in Topology::cores, in topology order (unique machine-wide)
+  int os_id = 0;  // core id as the OS reports it; repeats across packages
+  int package = kNone;
+  int numa = kNone;  // NUMA node id of the core's CPUs
+  int l3 = kNone;    // index into Topology::l3, kNone if the machine has no L3 above this core
+  int l2 = kNone;
+  CoreType type = CoreType::kUnknown;
+  CpuSet cpus;  // online hardware threads
+};
+
+struct CpuKind {
+  int efficiency = kNone;  // hwloc ranking: higher is more performant; kNone when unknown
+  CoreType type = CoreType::kUnknown;
+  CpuSet cpus;
+  std::map<std::string, std::string> infos;  // e.g. CoreType, FrequencyMaxMHz
+};
+
+struct OsDevice {
+  std::string name;     // "card0", "renderD128", "nvml0", "cuda0", "opencl0d0"
+  std::string kind;     // "gpu", "coproc", "dma", ... (hwloc OS device type)
+  std::string subtype;  // "CUDA", "NVML", "OpenCL", ... when hwloc knows it
+};
+
+struct Gpu {
+  std::string pci_bus_id;  // dddd:bb:dd.f
+  uint16_t vendor_id = 0;
+  uint16_t device_id = 0;
+  uint16_t class_id = 0;  // 0x0300 VGA, 0x0302 3D, 0x0380 display
+  std::string vendor_name;
+  std::string device_name;
+  std::string model;  // marketing name from an OS device (e.g. GPUModel), if any
+  std::string uuid;
+  int numa = kNone;  // kNone when the device is not attached below a single NUMA node
+  CpuSet local_cpus;
+  std::string pcie_root;      // "pci0000:00": domain and bus of the host bridge above it
+  uint64_t memory_bytes = 0;  // 0 when unknown
+  std::vector<OsDevice> os_devices;
+};
+
+struct Cpu {
+  int id = 0;
+  int core = kNone;  // index into Topology::cores
+};
+
+struct Topology {
+  std::vector<Package> packages;
+  std::vector<NumaNode> numa_nodes;
+  std::vector<Cache> l3;
+  std::vector<Cache> l2;
+  std::vector<Core> cores;
+  std::vector<Cpu> cpus;  // online CPUs, sorted by id
+  std::vector<CpuKind> cpu_kinds;
+  std::vector<Gpu> gpus;  // sorted by PCI bus id
+  CpuSet online;
+  CpuSet offline;  // present but offline CPUs
+  // NUMA latency matrix indexed by position in numa_nodes; empty when unknown.
+  std::vector<std::vector<uint64_t>> numa_distances;
+  std::string source;  // "live", "xml:<path>", "synthetic:<desc>"
+
+  // Lookups. Unknown ids give kNone / empty sets rather than failing, so callers can pass values
+  // from outside (claims, flags) without a separate existence check.
+  const Cpu* FindCpu(int cpu) const;
+  const Core* CoreOf(int cpu) const;
+  int NumaOf(int cpu) const;
+  int PackageOf(int cpu) const;
+  int L3Of(int cpu) const;
+  CpuSet SmtSiblings(int cpu) const;  // all threads of the CPU's core, the CPU included
+  CpuSet CpusOfNuma(int numa_id) const;
+  CpuSet CpusOfPackage(int package_id) const;
+  CpuSet CpusOfL3(int l3_index) const;
+  const NumaNode* FindNuma(int numa_id) const;
+  const Package* FindPackage(int package_id) const;
+  // Distance between two NUMA nodes by OS id, if the machine reported distances.
+  std::optional<uint64_t> NumaDistance(int from_id, int to_id) const;
+  // Largest number of hardware threads on any core.
+  int MaxThreadsPerCore() const;
+
+  // Rebuilds derived indexes after the vectors were filled; the discoverer and hand-built test
+  // topologies both call it.
+  void Finalize();
+
+ private:
+  std::vector<int> cpu_index_;  // cpu id -> position in cpus, -1 where absent
+};
+
+}  // namespace topodra::topology
