@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <system_error>
 #include <tuple>
 #include <utility>
 
@@ -45,6 +46,9 @@ CpuSet ToCpuSet(hwloc_const_bitmap_t bitmap) {
   }
   return out;
 }
+
+// strerror is not thread-safe and discovery may run beside the daemon's other threads.
+std::string ErrnoText(int err) { return std::error_code(err, std::generic_category()).message(); }
 
 int IdOf(hwloc_obj_t obj) {
   return obj->os_index == HWLOC_UNKNOWN_INDEX ? static_cast<int>(obj->logical_index)
@@ -132,8 +136,8 @@ absl::Status HwlocDiscoverer::Load(hwloc_topology_t t) const {
       // so the operator learns which one it is.
       std::ifstream probe(source_.value);
       if (!probe) {
-        return absl::NotFoundError(absl::StrCat("cannot read topology file \"", source_.value,
-                                                "\": ", std::strerror(errno)));
+        return absl::NotFoundError(
+            absl::StrCat("cannot read topology file \"", source_.value, "\": ", ErrnoText(errno)));
       }
       if (hwloc_topology_set_xml(t, source_.value.c_str()) != 0) {
         return absl::InvalidArgumentError(
@@ -151,7 +155,7 @@ absl::Status HwlocDiscoverer::Load(hwloc_topology_t t) const {
   }
   if (hwloc_topology_load(t) != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("cannot load topology from ", source_.Describe(), ": ", std::strerror(errno)));
+        absl::StrCat("cannot load topology from ", source_.Describe(), ": ", ErrnoText(errno)));
   }
   return absl::OkStatus();
 }
@@ -182,7 +186,8 @@ struct Builder {
               [](const NumaNode& a, const NumaNode& b) { return a.id < b.id; });
   }
 
-  void Caches(hwloc_obj_type_t type, int level, std::vector<Cache>& out) {
+  static void Caches(hwloc_topology_t t, hwloc_obj_type_t type, int level,
+                     std::vector<Cache>& out) {
     for (hwloc_obj_t o = nullptr; (o = hwloc_get_next_obj_by_type(t, type, o)) != nullptr;) {
       out.push_back(Cache{level, static_cast<int>(o->logical_index), o->attr->cache.size,
                           ToCpuSet(o->cpuset)});
@@ -390,8 +395,8 @@ absl::StatusOr<Topology> HwlocDiscoverer::Discover() {
   b.topo.source = source_.Describe();
   b.NumaNodes();
   b.Packages();
-  b.Caches(HWLOC_OBJ_L3CACHE, 3, b.topo.l3);
-  b.Caches(HWLOC_OBJ_L2CACHE, 2, b.topo.l2);
+  Builder::Caches(h.get(), HWLOC_OBJ_L3CACHE, 3, b.topo.l3);
+  Builder::Caches(h.get(), HWLOC_OBJ_L2CACHE, 2, b.topo.l2);
   b.CoresAndCpus();
   b.Gpus();
   b.Distances();
