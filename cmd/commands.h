@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "driver/publish/device_builder.h"
 #include "topology/discoverer.h"
 
 namespace topodra::cmd {
@@ -29,5 +30,35 @@ struct TopologyCommand {
 };
 
 int RunTopology(const TopologyCommand& cmd, std::ostream& out, std::ostream& err);
+
+// Flags that decide what the node publishes; shared by `slices` and `run`.
+struct PublishFlags {
+  std::string node_name;  // empty: $NODE_NAME, else the host name
+  std::string cpu_driver = "dra.cpu";
+  std::string gpu_driver = "gpu.topodra.io";
+  std::string cpu_device_mode = "grouped";
+  std::string group_by = "numa";
+  std::string reserved_cpus;
+  std::string gpus = "auto";  // auto | none
+};
+
+// Resolves and checks the flags against the machine; errors name the flag and value.
+absl::StatusOr<publish::PublishOptions> PublishOptionsFromFlags(const PublishFlags& flags,
+                                                                const topology::Topology& topo);
+std::string DefaultNodeName();
+
+struct SlicesCommand {
+  TopologyFlags topology;
+  PublishFlags publish;
+  bool flatten = false;
+  std::string output = "json";  // json | yaml
+};
+int RunSlices(const SlicesCommand& cmd, std::ostream& out, std::ostream& err);
+
+struct FlattenCommand {
+  std::string file;  // path or "-" for stdin
+  std::string output = "json";
+};
+int RunFlatten(const FlattenCommand& cmd, std::istream& in, std::ostream& out, std::ostream& err);
 
 }  // namespace topodra::cmd

@@ -30,6 +30,28 @@ void AddTopologyFlags(CLI::App* app, topodra::cmd::TopologyFlags* flags) {
   file->excludes(synth);
 }
 
+void AddPublishFlags(CLI::App* app, topodra::cmd::PublishFlags* f) {
+  app->add_option("--node-name", f->node_name,
+                  "Node (and pool) name; default $NODE_NAME, else the host name");
+  app->add_option("--cpu-driver-name", f->cpu_driver, "Driver name of the CPU devices")
+      ->capture_default_str();
+  app->add_option("--gpu-driver-name", f->gpu_driver, "Driver name of the GPU devices")
+      ->capture_default_str();
+  app->add_option("--cpu-device-mode", f->cpu_device_mode,
+                  "grouped: one device per group with consumable CPU capacity; individual: one "
+                  "device per CPU")
+      ->check(CLI::IsMember({"grouped", "individual"}))
+      ->capture_default_str();
+  app->add_option("--group-by", f->group_by, "Grouping in grouped mode: numa, socket or machine")
+      ->check(CLI::IsMember({"numa", "numanode", "socket", "machine"}))
+      ->capture_default_str();
+  app->add_option("--reserved-cpus", f->reserved_cpus,
+                  "CPUs never published or handed out (Linux list format, e.g. \"0-1,32-33\")");
+  app->add_option("--gpus", f->gpus, "auto: publish the node's GPUs; none: publish no GPUs")
+      ->check(CLI::IsMember({"auto", "none"}))
+      ->capture_default_str();
+}
+
 bool IsKnownSubcommand(const CLI::App& app, const std::string& name) {
   for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
     if (sub->get_name() == name) return true;
@@ -47,6 +69,28 @@ int Main(int argc, char** argv) {
   AddTopologyFlags(topology, &topology_cmd.topology);
   topology->add_option("-o,--output", topology_cmd.output, "Output format: text or json")
       ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+
+  topodra::cmd::SlicesCommand slices_cmd;
+  CLI::App* slices = app.add_subcommand(
+      "slices", "Print the ResourceSlices this node would publish (no API server needed)");
+  AddTopologyFlags(slices, &slices_cmd.topology);
+  AddPublishFlags(slices, &slices_cmd.publish);
+  slices->add_flag("--flatten", slices_cmd.flatten,
+                   "Print flat slices (no KEP-5234 mixins), as servers without mixins need");
+  slices->add_option("-o,--output", slices_cmd.output, "Output format: json or yaml")
+      ->check(CLI::IsMember({"json", "yaml"}))
+      ->capture_default_str();
+
+  topodra::cmd::FlattenCommand flatten_cmd;
+  CLI::App* flatten = app.add_subcommand(
+      "flatten", "Expand the mixins of ResourceSlices read from a file (JSON or YAML) or -");
+  flatten
+      ->add_option("FILE", flatten_cmd.file,
+                   "ResourceSlice, List or ResourceSliceList; - for stdin")
+      ->required();
+  flatten->add_option("-o,--output", flatten_cmd.output, "Output format: json or yaml")
+      ->check(CLI::IsMember({"json", "yaml"}))
       ->capture_default_str();
 
   CLI::App* version = app.add_subcommand("version", "Print the version");
@@ -71,6 +115,10 @@ int Main(int argc, char** argv) {
   }
 
   if (topology->parsed()) return topodra::cmd::RunTopology(topology_cmd, std::cout, std::cerr);
+  if (slices->parsed()) return topodra::cmd::RunSlices(slices_cmd, std::cout, std::cerr);
+  if (flatten->parsed()) {
+    return topodra::cmd::RunFlatten(flatten_cmd, std::cin, std::cout, std::cerr);
+  }
   if (version->parsed()) {
     std::cout << "topodra " << TOPODRA_VERSION << "\n";
     return kExitOk;

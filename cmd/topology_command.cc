@@ -1,6 +1,7 @@
 #include <ostream>
 
 #include "cmd/commands.h"
+#include "topology/json_text.h"
 #include "topology/topology_format.h"
 
 namespace topodra::cmd {
@@ -20,7 +21,7 @@ int RunTopology(const TopologyCommand& cmd, std::ostream& out, std::ostream& err
     return source.kind == topology::TopologySource::Kind::kLive ? kExitFailure : kExitUsage;
   }
   if (cmd.output == "json") {
-    out << topology::TopologyToJson(*topo).dump(2) << "\n";
+    out << DumpJson(topology::TopologyToJson(*topo), 2) << "\n";
   } else {
     out << topology::TopologyToText(*topo);
   }

@@ -115,3 +115,97 @@ TEST(CliTest, BadInputIsOneLineAndExitCodeTwo) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(CliTest, SlicesOnEveryFixtureAndMode) {
+  for (const char* fixture : {"16em64t-4s2c2t-offlines.xml", "power8gpudistances.xml",
+                              "nvidiaDGX2.xml", "192em64t-24n8c2t.xml"}) {
+    for (const char* mode : {"--cpu-device-mode individual", "--group-by numa", "--group-by socket",
+                             "--group-by machine"}) {
+      SCOPED_TRACE(std::string(fixture) + " " + mode);
+      const Result r =
+          RunTopodra("slices --node-name n1 --topology-file " + Fixture(fixture) + " " + mode);
+      ASSERT_EQ(r.code, 0) << r.err;
+      const nlohmann::json j = nlohmann::json::parse(r.out);
+      EXPECT_EQ(j["kind"], "List");
+      ASSERT_GE(j["items"].size(), 1u);
+      EXPECT_EQ(j["items"][0]["spec"]["nodeName"], "n1");
+    }
+  }
+}
+
+TEST(CliTest, SlicesFlattenAndFlattenCommandAgree) {
+  const std::string dir = ::testing::TempDir();
+  const std::string args = "slices --node-name n1 --cpu-device-mode individual --topology-file " +
+                           Fixture("power8gpudistances.xml");
+  const Result mixed = RunTopodra(args + " -o yaml");
+  ASSERT_EQ(mixed.code, 0) << mixed.err;
+  std::ofstream(dir + "/mixed.yaml") << mixed.out;
+  const Result flat = RunTopodra(args + " --flatten");
+  ASSERT_EQ(flat.code, 0);
+  const Result flattened = RunTopodra("flatten " + dir + "/mixed.yaml");
+  ASSERT_EQ(flattened.code, 0) << flattened.err;
+  EXPECT_EQ(nlohmann::json::parse(flattened.out), nlohmann::json::parse(flat.out));
+  EXPECT_EQ(flat.out.find("\"mixins\""), std::string::npos);
+  EXPECT_NE(mixed.out.find("mixins:"), std::string::npos);
+  // Strings that YAML 1.1 would read as numbers stay quoted.
+  EXPECT_NE(mixed.out.find("\"0002:01:00.0\""), std::string::npos);
+}
+
+TEST(CliTest, FlattenErrors) {
+  const std::string dir = ::testing::TempDir();
+  std::ofstream(dir + "/missing-mixin.json")
+      << R"({"apiVersion":"resource.k8s.io/v1","kind":"ResourceSlice","metadata":{"name":"s1"},
+            "spec":{"driver":"d.example.com","pool":{"name":"n1","generation":1,
+            "resourceSliceCount":1},"nodeName":"n1",
+            "devices":[{"name":"gpu-0","includes":["common"]}]}})";
+  std::ofstream(dir + "/dup.yaml") << R"(kind: List
+items:
+- kind: ResourceSlice
+  metadata: {name: a}
+  spec: {driver: d.example.com, pool: {name: n1}, nodeName: n1, devices: [{name: x}]}
+- kind: ResourceSlice
+  metadata: {name: b}
+  spec: {driver: d.example.com, pool: {name: n1}, nodeName: n1, devices: [{name: x}]}
+)";
+  std::ofstream(dir + "/garbage.yaml") << "kind: [unclosed";
+  struct Case {
+    std::string args;
+    std::string message;
+  };
+  const Case cases[] = {
+      {"flatten " + dir + "/missing-mixin.json",
+       "device \"gpu-0\" includes unknown mixin \"common\""},
+      {"flatten " + dir + "/dup.yaml", "duplicate device name \"x\""},
+      {"flatten " + dir + "/garbage.yaml", "neither JSON nor YAML"},
+      {"flatten /nonexistent.yaml", "cannot read"},
+      {"flatten", "FILE is required"},
+      {"slices --group-by core", "core"},
+      {"slices --reserved-cpus 1-", "--reserved-cpus: invalid cpuset \"1-\""},
+      {"slices --reserved-cpus 4096", "reserved CPUs 4096 do not exist"},
+      {"slices --node-name Bad_Name", "invalid node name \"Bad_Name\""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.args);
+    const Result r = RunTopodra(c.args);
+    EXPECT_EQ(r.code, 2);
+    EXPECT_EQ(Lines(r.err), 1) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.message));
+  }
+}
+
+TEST(CliTest, FlattenFromStdin) {
+  const std::string dir = ::testing::TempDir();
+  const Result mixed =
+      RunTopodra("slices --node-name n1 --topology-file " + Fixture("nvidiaDGX2.xml"));
+  ASSERT_EQ(mixed.code, 0);
+  std::ofstream(dir + "/dgx.json") << mixed.out;
+  const std::string cmd =
+      std::string(TOPODRA_BINARY) + " flatten - < " + dir + "/dgx.json > " + dir + "/flat.json";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  const nlohmann::json j = nlohmann::json::parse(ReadFile(dir + "/flat.json"));
+  EXPECT_EQ(j["items"][1]["spec"]["devices"][0]["attributes"]["vendorID"]["string"], "0x10de");
+}
+
+}  // namespace

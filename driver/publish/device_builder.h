@@ -1,0 +1,53 @@
+// What this node publishes: the devices of each driver's pool, as a pure function of the topology
+// and the publishing options. Names and attributes follow kubernetes-sigs/dra-driver-cpu (spec
+// §4.3) so DeviceClasses and claims written for it work unchanged.
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "driver/publish/slice_model.h"
+#include "topology/topology.h"
+
+namespace topodra::publish {
+
+enum class CpuDeviceMode { kGrouped, kIndividual };
+enum class GroupBy { kNuma, kSocket, kMachine };
+
+struct PublishOptions {
+  std::string node_name;
+  std::string cpu_driver = "dra.cpu";
+  std::string gpu_driver = "gpu.topodra.io";
+  CpuDeviceMode cpu_mode = CpuDeviceMode::kGrouped;
+  GroupBy group_by = GroupBy::kNuma;
+  CpuSet reserved_cpus;
+  bool gpus = true;  // --gpus=auto (true) | none
+  // PCI bus ids of GPUs currently unhealthy: left out until they recover.
+  std::set<std::string> unhealthy_gpus;
+};
+
+// Parsers for flag values; errors name the bad value and the accepted ones.
+absl::StatusOr<CpuDeviceMode> ParseCpuDeviceMode(const std::string& s);
+absl::StatusOr<GroupBy> ParseGroupBy(const std::string& s);  // numa | numanode | socket | machine
+const char* CpuDeviceModeName(CpuDeviceMode m);
+const char* GroupByName(GroupBy g);
+
+// Checks the options against the API's name rules (driver names, node name) and the topology
+// (reserved CPUs must exist); a bad flag is reported before anything is published.
+absl::Status ValidateOptions(const PublishOptions& opts, const topology::Topology& topo);
+
+// The CPU pool (always) and the GPU pool (when GPUs are enabled and the node has any).
+// A pool may have no devices (everything reserved): it is still published, empty, so stale
+// slices are replaced.
+std::vector<Pool> BuildPools(const topology::Topology& topo, const PublishOptions& opts);
+
+// Device names are stable for a machine: CPU devices are numbered over every online CPU (SMT
+// siblings adjacent), GPUs are named from their PCI bus id.
+std::string GpuDeviceName(const topology::Gpu& gpu);
+
+// True for display controllers that are not compute GPUs (server BMC framebuffers).
+bool IsBmcDisplay(const topology::Gpu& gpu);
+
+}  // namespace topodra::publish

@@ -1,0 +1,311 @@
+#include "driver/publish/slice_builder.h"
+#include "topology/json_text.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "driver/publish/names.h"
+#include "driver/publish/slice_json.h"
+
+namespace topodra::publish {
+namespace {
+
+bool UsesTaintsOrCounters(const Device& d) {
+  return d.extra.contains("taints") || d.extra.contains("consumesCounters");
+}
+
+int DeviceLimit(const std::vector<Device>& devices, const SliceLimits& limits) {
+  for (const Device& d : devices) {
+    if (UsesTaintsOrCounters(d)) return limits.max_devices_with_taints;
+  }
+  return limits.max_devices;
+}
+
+// One attribute or capacity of one device, identified by key and value, so identical entries of
+// different devices compare equal.
+struct Field {
+  bool capacity = false;
+  std::string key;
+  std::string value_json;
+  bool operator<(const Field& o) const {
+    return std::tie(capacity, key, value_json) < std::tie(o.capacity, o.key, o.value_json);
+  }
+};
+
+std::vector<Field> FieldsOf(const Device& d) {
+  std::vector<Field> out;
+  for (const auto& [k, v] : d.attributes) out.push_back({false, k, DumpJson(AttributeToJson(v))});
+  for (const auto& [k, c] : d.capacity) out.push_back({true, k, DumpJson(CapacityToJson(c))});
+  return out;
+}
+
+// Fields shared by exactly the same devices form one candidate mixin. It is worth having when
+// it saves bytes: the fields written once instead of n times, minus the mixin's own envelope and
+// one include reference per device.
+struct Group {
+  std::vector<size_t> devices;  // sorted
+  std::vector<Field> fields;
+  long Saving() const {
+    long field_bytes = 0;
+    for (const Field& f : fields)
+      field_bytes += static_cast<long>(f.key.size() + f.value_json.size()) + 4;
+    const long n = static_cast<long>(devices.size());
+    constexpr long kMixinEnvelope = 32;  // {"name":"m12","attributes":{}},
+    constexpr long kIncludeRef = 6;      // ,"m12"
+    return (n - 1) * field_bytes - kMixinEnvelope - n * kIncludeRef;
+  }
+};
+
+bool Nested(const std::vector<size_t>& a, const std::vector<size_t>& b) {
+  if (std::includes(a.begin(), a.end(), b.begin(), b.end())) return true;
+  if (std::includes(b.begin(), b.end(), a.begin(), a.end())) return true;
+  std::vector<size_t> common;
+  std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(common));
+  return common.empty();
+}
+
+DeviceMixin MixinOf(std::string name, const std::vector<const Group*>& parts) {
+  DeviceMixin mixin;
+  mixin.name = std::move(name);
+  for (const Group* g : parts) {
+    for (const Field& f : g->fields) {
+      // The grouping key is the value itself, so it parses back into the mixin's value.
+      const nlohmann::json v = nlohmann::json::parse(f.value_json);
+      if (f.capacity) {
+        mixin.capacity[f.key] = *CapacityFromJson(v);
+      } else {
+        mixin.attributes[f.key] = *AttributeFromJson(v);
+      }
+    }
+  }
+  return mixin;
+}
+
+// Moves fields shared by several devices of the slice into mixins. Groups that nest (machine,
+// socket, NUMA node, L3: a laminar family) are merged per device into one mixin, so a device
+// includes one mixin for its place in the hierarchy; groups that cut across it (e.g. the same
+// per-socket core id in several sockets) get a mixin of their own as a further include.
+void CompactSlice(Slice& slice, const SliceLimits& limits) {
+  std::map<Field, std::vector<size_t>> holders;
+  for (size_t i = 0; i < slice.devices.size(); ++i) {
+    for (Field& f : FieldsOf(slice.devices[i])) holders[std::move(f)].push_back(i);
+  }
+  std::map<std::vector<size_t>, Group> by_devices;
+  for (auto& [field, devs] : holders) {
+    if (devs.size() < 2) continue;
+    Group& g = by_devices[devs];
+    g.devices = devs;
+    g.fields.push_back(field);
+  }
+  std::vector<Group> groups;
+  for (auto& [devs, g] : by_devices) {
+    if (g.Saving() > 0) groups.push_back(std::move(g));
+  }
+  // Largest device sets first, so enclosing groups are seen before the ones inside them; ties
+  // broken by content for a deterministic result.
+  std::sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {
+    if (a.devices.size() != b.devices.size()) return a.devices.size() > b.devices.size();
+    return a.devices < b.devices;
+  });
+  std::vector<const Group*> laminar, cross;
+  for (const Group& g : groups) {
+    const bool nests = std::all_of(laminar.begin(), laminar.end(),
+                                   [&](const Group* h) { return Nested(h->devices, g.devices); });
+    (nests ? laminar : cross).push_back(&g);
+  }
+
+  std::vector<std::vector<std::string>> includes(slice.devices.size());
+  auto add_mixin = [&](DeviceMixin mixin, const std::vector<size_t>& devs) {
+    if (static_cast<int>(slice.mixins.size()) >= limits.max_mixins) return;
+    std::vector<size_t> users;
+    for (size_t di : devs) {
+      // A device past the include limit keeps these fields inline.
+      if (static_cast<int>(includes[di].size()) < limits.max_includes_per_device)
+        users.push_back(di);
+    }
+    if (users.size() < 2) return;
+    for (size_t di : users) {
+      Device& d = slice.devices[di];
+      for (const auto& [k, v] : mixin.attributes) d.attributes.erase(k);
+      for (const auto& [k, c] : mixin.capacity) d.capacity.erase(k);
+      includes[di].push_back(mixin.name);
+    }
+    slice.mixins.push_back(std::move(mixin));
+  };
+
+  std::map<std::vector<const Group*>, std::vector<size_t>> by_signature;
+  {
+    std::vector<std::vector<const Group*>> signature(slice.devices.size());
+    for (const Group* g : laminar) {
+      for (size_t di : g->devices) signature[di].push_back(g);
+    }
+    for (size_t di = 0; di < slice.devices.size(); ++di) {
+      if (!signature[di].empty()) by_signature[signature[di]].push_back(di);
+    }
+  }
+  std::vector<std::pair<std::vector<const Group*>, std::vector<size_t>>> ordered(
+      by_signature.begin(), by_signature.end());
+  // Mixins appear in the order of their first device, so they read top-down like the devices.
+  std::sort(ordered.begin(), ordered.end(),
+            [](const auto& a, const auto& b) { return a.second.front() < b.second.front(); });
+  for (const auto& [parts, devs] : ordered) {
+    add_mixin(MixinOf(absl::StrCat("m", slice.mixins.size()), parts), devs);
+  }
+  for (const Group* g : cross) {
+    add_mixin(MixinOf(absl::StrCat("m", slice.mixins.size()), {g}), g->devices);
+  }
+  for (size_t di = 0; di < slice.devices.size(); ++di) {
+    slice.devices[di].includes = std::move(includes[di]);
+  }
+}
+
+int FlatCount(const Device& d, const std::map<std::string, const DeviceMixin*>& mixins) {
+  std::set<std::pair<bool, std::string>> keys;
+  for (const std::string& inc : d.includes) {
+    auto it = mixins.find(inc);
+    if (it == mixins.end()) continue;
+    for (const auto& [k, v] : it->second->attributes) keys.insert({false, k});
+    for (const auto& [k, v] : it->second->capacity) keys.insert({true, k});
+  }
+  for (const auto& [k, v] : d.attributes) keys.insert({false, k});
+  for (const auto& [k, v] : d.capacity) keys.insert({true, k});
+  return static_cast<int>(keys.size());
+}
+
+std::string Where(const Slice& s, size_t index) {
+  const std::string name = StringField(s.metadata, "name");
+  return name.empty() ? absl::StrCat("slice ", index) : absl::StrCat("slice \"", name, "\"");
+}
+
+}  // namespace
+
+std::string SliceName(const std::string& node, const std::string& driver, int index) {
+  std::string name = absl::StrCat(node, "-", driver, "-", index);
+  if (name.size() <= 253) return name;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a: stable across builds and machines
+  for (char c : node + "/" + driver) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  std::string prefix = node.substr(0, 200);
+  while (!prefix.empty() && (prefix.back() == '-' || prefix.back() == '.')) prefix.pop_back();
+  return absl::StrFormat("%s-%016x-%d", prefix, h, index);
+}
+
+absl::Status ValidateSlices(const std::vector<Slice>& slices, const SliceLimits& limits) {
+  std::set<std::string> device_names;
+  for (size_t si = 0; si < slices.size(); ++si) {
+    const Slice& s = slices[si];
+    const std::string where = Where(s, si);
+    const int max_devices = DeviceLimit(s.devices, limits);
+    if (static_cast<int>(s.devices.size()) > max_devices) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, " has ", s.devices.size(), " devices, more than the limit of ", max_devices));
+    }
+    if (static_cast<int>(s.mixins.size()) > limits.max_mixins) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, " has ", s.mixins.size(), " mixins, more than ", limits.max_mixins));
+    }
+    std::map<std::string, const DeviceMixin*> mixins;
+    int total = 0;
+    for (const DeviceMixin& m : s.mixins) {
+      if (!IsDnsLabel(m.name)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": mixin name \"", m.name, "\" is not a DNS label"));
+      }
+      if (!mixins.emplace(m.name, &m).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": duplicate mixin name \"", m.name, "\""));
+      }
+      total += static_cast<int>(m.attributes.size() + m.capacity.size());
+    }
+    for (const Device& d : s.devices) {
+      if (!IsDnsLabel(d.name)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": device name \"", d.name, "\" is not a DNS label"));
+      }
+      if (!device_names.insert(d.name).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": duplicate device name \"", d.name, "\" in the pool"));
+      }
+      if (static_cast<int>(d.includes.size()) > limits.max_includes_per_device) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": device \"", d.name, "\" includes ",
+                                                       d.includes.size(), " mixins, more than ",
+                                                       limits.max_includes_per_device));
+      }
+      for (const std::string& inc : d.includes) {
+        if (!mixins.count(inc)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, ": device \"", d.name, "\" includes unknown mixin \"", inc, "\""));
+        }
+      }
+      const int flat = FlatCount(d, mixins);
+      if (flat > limits.max_attributes_per_device) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": device \"", d.name, "\" has ", flat, " attributes and capacities, more than ",
+            limits.max_attributes_per_device));
+      }
+      total += OwnFieldCount(d);
+    }
+    if (total > limits.max_attributes_per_slice) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " has ", total,
+                                                     " attributes and capacities, more than ",
+                                                     limits.max_attributes_per_slice));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Slice>> BuildSlices(const Pool& pool, SliceForm form,
+                                               const SliceLimits& limits) {
+  const size_t per_slice = static_cast<size_t>(DeviceLimit(pool.devices, limits));
+  std::vector<Slice> slices;
+  for (size_t start = 0; start < pool.devices.size() || slices.empty(); start += per_slice) {
+    Slice s;
+    s.driver = pool.driver;
+    s.pool = pool.name;
+    s.node_name = pool.node_name;
+    const size_t end = std::min(pool.devices.size(), start + per_slice);
+    s.devices.assign(pool.devices.begin() + static_cast<long>(std::min(start, end)),
+                     pool.devices.begin() + static_cast<long>(end));
+    if (form == SliceForm::kMixins) CompactSlice(s, limits);
+    slices.push_back(std::move(s));
+    if (end == pool.devices.size()) break;
+  }
+  for (size_t i = 0; i < slices.size(); ++i) {
+    slices[i].slice_count = static_cast<int64_t>(slices.size());
+    slices[i].metadata["name"] = SliceName(pool.node_name, pool.driver, static_cast<int>(i));
+  }
+  if (absl::Status st = ValidateSlices(slices, limits); !st.ok()) return st;
+  return slices;
+}
+
+absl::StatusOr<std::vector<Slice>> Flatten(const std::vector<Slice>& slices,
+                                           const SliceLimits& limits) {
+  if (absl::Status st = ValidateSlices(slices, limits); !st.ok()) return st;
+  std::vector<Slice> out = slices;
+  for (Slice& s : out) {
+    std::map<std::string, const DeviceMixin*> mixins;
+    for (const DeviceMixin& m : s.mixins) mixins.emplace(m.name, &m);
+    for (Device& d : s.devices) {
+      Attributes attrs;
+      Capacities caps;
+      for (const std::string& inc : d.includes) {
+        const DeviceMixin& m = *mixins.at(inc);
+        for (const auto& [k, v] : m.attributes) attrs[k] = v;
+        for (const auto& [k, c] : m.capacity) caps[k] = c;
+      }
+      for (auto& [k, v] : d.attributes) attrs[k] = std::move(v);
+      for (auto& [k, c] : d.capacity) caps[k] = std::move(c);
+      d.attributes = std::move(attrs);
+      d.capacity = std::move(caps);
+      d.includes.clear();
+    }
+    s.mixins.clear();
+  }
+  if (absl::Status st = ValidateSlices(out, limits); !st.ok()) return st;
+  return out;
+}
+
+}  // namespace topodra::publish

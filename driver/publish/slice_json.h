@@ -1,0 +1,30 @@
+// JSON form of ResourceSlices (spec §1.2-1.6; mixins per KEP-5234 §1.10). Parsing is strict for
+// the fields topodra models and keeps the rest verbatim; errors name the JSON path.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "driver/publish/slice_model.h"
+#include "nlohmann/json.hpp"
+
+namespace topodra::publish {
+
+inline constexpr char kResourceApiV1[] = "resource.k8s.io/v1";
+
+nlohmann::json AttributeToJson(const AttributeValue& v);
+absl::StatusOr<AttributeValue> AttributeFromJson(const nlohmann::json& j);
+nlohmann::json CapacityToJson(const Capacity& c);
+absl::StatusOr<Capacity> CapacityFromJson(const nlohmann::json& j);
+
+nlohmann::json SliceToJson(const Slice& s, const std::string& api_version = kResourceApiV1);
+absl::StatusOr<Slice> SliceFromJson(const nlohmann::json& j);
+
+// {"apiVersion":"v1","kind":"List","items":[...]}
+nlohmann::json SliceListToJson(const std::vector<Slice>& slices,
+                               const std::string& api_version = kResourceApiV1);
+// One ResourceSlice, or a List / ResourceSliceList of them.
+absl::StatusOr<std::vector<Slice>> SlicesFromDocument(const nlohmann::json& doc);
+
+}  // namespace topodra::publish

@@ -1,0 +1,270 @@
+// Splitting pools into slices, KEP-5234 mixins and flattening.
+#include "driver/publish/slice_builder.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "driver/publish/device_builder.h"
+#include "driver/publish/slice_json.h"
+#include "topology/discoverer.h"
+
+namespace topodra::publish {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+topology::Topology Load(const std::string& src) {
+  const topology::TopologySource s =
+      src.find(':') != std::string::npos && src.find(".xml") == std::string::npos
+          ? topology::TopologySource::Synthetic(src)
+          : topology::TopologySource::XmlFile(std::string(TOPODRA_TOPOLOGIES_DIR) + "/" + src);
+  absl::StatusOr<topology::Topology> t = topology::Discover(s);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *std::move(t) : topology::Topology{};
+}
+
+std::vector<Slice> Build(const Pool& pool, SliceForm form) {
+  absl::StatusOr<std::vector<Slice>> s = BuildSlices(pool, form);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *std::move(s) : std::vector<Slice>{};
+}
+
+size_t Bytes(const std::vector<Slice>& slices) { return SliceListToJson(slices).dump().size(); }
+
+struct ModeCase {
+  const char* label;
+  CpuDeviceMode mode;
+  GroupBy by;
+};
+constexpr ModeCase kModes[] = {
+    {"individual", CpuDeviceMode::kIndividual, GroupBy::kNuma},
+    {"numa", CpuDeviceMode::kGrouped, GroupBy::kNuma},
+    {"socket", CpuDeviceMode::kGrouped, GroupBy::kSocket},
+    {"machine", CpuDeviceMode::kGrouped, GroupBy::kMachine},
+};
+constexpr const char* kFixtures[] = {
+    "16em64t-4s2c2t.xml",
+    "16em64t-4s2c2t-offlines.xml",
+    "28intel64-2p2g7c-CoDgroups.v1tov2.xml",
+    "32em64t-2n8c2t-pci-normalio.xml",
+    "64intel64-fakeKNL-SNC4-hybrid.xml",
+    "96em64t-4n4d3ca2co-pci.xml",
+    "192em64t-24n8c2t.xml",
+    "fakecpukinds.xml",
+    "power8gpudistances.xml",
+    "nvidiaDGX2.xml",
+};
+
+PublishOptions Opts(const ModeCase& m) {
+  PublishOptions o;
+  o.node_name = "node-a";
+  o.cpu_mode = m.mode;
+  o.group_by = m.by;
+  return o;
+}
+
+// The core property: flattening the mixin form gives exactly the flat form, for every machine
+// and mode, and the mixin form is never larger.
+TEST(SliceBuilderTest, FlattenOfMixinFormIsTheFlatForm) {
+  for (const char* fixture : kFixtures) {
+    const topology::Topology t = Load(fixture);
+    for (const ModeCase& m : kModes) {
+      SCOPED_TRACE(std::string(fixture) + " " + m.label);
+      for (const Pool& pool : BuildPools(t, Opts(m))) {
+        const std::vector<Slice> mixed = Build(pool, SliceForm::kMixins);
+        const std::vector<Slice> flat = Build(pool, SliceForm::kFlat);
+        absl::StatusOr<std::vector<Slice>> flattened = Flatten(mixed);
+        ASSERT_TRUE(flattened.ok()) << flattened.status();
+        EXPECT_EQ(*flattened, flat);
+        EXPECT_LE(Bytes(mixed), Bytes(flat));
+        for (const Slice& s : mixed) {
+          for (const Device& d : s.devices) EXPECT_LE(d.includes.size(), 8u);
+        }
+      }
+    }
+  }
+}
+
+TEST(SliceBuilderTest, SplitsAt128DevicesWithCountsAndNames) {
+  const Pool pool = BuildPools(Load("192em64t-24n8c2t.xml"), Opts(kModes[0]))[0];
+  ASSERT_EQ(pool.devices.size(), 384u);
+  const std::vector<Slice> slices = Build(pool, SliceForm::kMixins);
+  ASSERT_EQ(slices.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(slices[i].devices.size(), 128u);
+    EXPECT_EQ(slices[i].slice_count, 3);
+    EXPECT_EQ(slices[i].generation, 0);
+    EXPECT_EQ(slices[i].driver, "dra.cpu");
+    EXPECT_EQ(slices[i].pool, "node-a");
+    EXPECT_EQ(slices[i].node_name, "node-a");
+    EXPECT_EQ(slices[i].metadata["name"], "node-a-dra.cpu-" + std::to_string(i));
+  }
+  EXPECT_EQ(slices[1].devices.front().name, "cpudev128");
+  // Mixin form is at least 3x smaller on the wire for this machine.
+  EXPECT_GE(Bytes(Build(pool, SliceForm::kFlat)), 3 * Bytes(slices));
+}
+
+TEST(SliceBuilderTest, SharedFieldsMoveIntoMixins) {
+  const Pool pool = BuildPools(Load("power8gpudistances.xml"), Opts(kModes[0]))[0];
+  const std::vector<Slice> slices = Build(pool, SliceForm::kMixins);
+  ASSERT_EQ(slices.size(), 1u);
+  const Slice& s = slices[0];
+  // Two NUMA nodes (= sockets = L3 groups of 2 here), so two hierarchy mixins.
+  ASSERT_GE(s.mixins.size(), 2u);
+  const Device& d = s.devices[0];
+  EXPECT_EQ(d.includes.front(), "m0");
+  EXPECT_EQ(d.attributes.count("dra.cpu/cpuID"), 1u);       // unique: stays inline
+  EXPECT_EQ(d.attributes.count("dra.cpu/smtEnabled"), 0u);  // shared by all: in a mixin
+  EXPECT_EQ(s.mixins[0].attributes.count("dra.cpu/smtEnabled"), 1u);
+}
+
+TEST(SliceBuilderTest, EmptyPoolStillHasOneSlice) {
+  Pool pool{"dra.cpu", "n1", "n1", {}};
+  const std::vector<Slice> slices = Build(pool, SliceForm::kMixins);
+  ASSERT_EQ(slices.size(), 1u);
+  EXPECT_TRUE(slices[0].devices.empty());
+  EXPECT_EQ(slices[0].slice_count, 1);
+}
+
+Device Dev(const std::string& name, Attributes attrs = {}, std::vector<std::string> inc = {}) {
+  Device d;
+  d.name = name;
+  d.attributes = std::move(attrs);
+  d.includes = std::move(inc);
+  return d;
+}
+
+Slice OneSlice(std::vector<DeviceMixin> mixins, std::vector<Device> devices) {
+  Slice s;
+  s.driver = "d.example.com";
+  s.pool = "n1";
+  s.node_name = "n1";
+  s.mixins = std::move(mixins);
+  s.devices = std::move(devices);
+  return s;
+}
+
+TEST(FlattenTest, LaterMixinWinsAndDeviceWinsOverMixins) {
+  const Slice s =
+      OneSlice({{"a", {{"x", int64_t{1}}, {"y", int64_t{1}}}, {{"mem", Capacity{"1Gi", {}}}}},
+                {"b", {{"y", int64_t{2}}, {"z", std::string("b")}}, {}}},
+               {Dev("d0", {{"z", std::string("own")}}, {"a", "b"}), Dev("d1", {}, {"b", "a"})});
+  absl::StatusOr<std::vector<Slice>> f = Flatten({s});
+  ASSERT_TRUE(f.ok()) << f.status();
+  const Device& d0 = (*f)[0].devices[0];
+  EXPECT_EQ(d0.attributes.at("x"), AttributeValue(int64_t{1}));
+  EXPECT_EQ(d0.attributes.at("y"), AttributeValue(int64_t{2}));
+  EXPECT_EQ(d0.attributes.at("z"), AttributeValue(std::string("own")));
+  EXPECT_EQ(d0.capacity.at("mem").value, "1Gi");
+  EXPECT_TRUE(d0.includes.empty());
+  const Device& d1 = (*f)[0].devices[1];
+  EXPECT_EQ(d1.attributes.at("y"), AttributeValue(int64_t{1}));  // "a" comes last for d1
+  EXPECT_EQ(d1.attributes.at("z"), AttributeValue(std::string("b")));
+  EXPECT_TRUE((*f)[0].mixins.empty());
+}
+
+TEST(FlattenTest, ErrorsNameTheCulprit) {
+  Attributes many;
+  for (int i = 0; i < 20; ++i) many["a" + std::to_string(i)] = int64_t{i};
+  Attributes more;
+  for (int i = 0; i < 13; ++i) more["b" + std::to_string(i)] = int64_t{i};
+  std::vector<Device> too_many_devices;
+  for (int i = 0; i < 129; ++i) too_many_devices.push_back(Dev("d" + std::to_string(i)));
+  std::vector<Device> tainted;
+  for (int i = 0; i < 65; ++i) tainted.push_back(Dev("t" + std::to_string(i)));
+  tainted[7].extra["taints"] = json::array({{{"key", "k"}, {"effect", "NoSchedule"}}});
+
+  struct Case {
+    const char* label;
+    std::vector<Slice> slices;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"unknown mixin",
+       {OneSlice({}, {Dev("gpu-0", {}, {"nope"})})},
+       "device \"gpu-0\" includes unknown mixin \"nope\""},
+      {"duplicate mixin",
+       {OneSlice({{"a", {}, {}}, {"a", {}, {}}}, {})},
+       "duplicate mixin name \"a\""},
+      {"bad mixin name", {OneSlice({{"Not_A_Label", {}, {}}}, {})}, "\"Not_A_Label\""},
+      {"duplicate device in pool",
+       {OneSlice({}, {Dev("cpu-1")}), OneSlice({}, {Dev("cpu-1")})},
+       "duplicate device name \"cpu-1\""},
+      {"too many includes",
+       {OneSlice({{"a", {}, {}}}, {Dev("x", {}, {"a", "a", "a", "a", "a", "a", "a", "a", "a"})})},
+       "includes 9 mixins, more than 8"},
+      {"too many attributes after flattening",
+       {OneSlice({{"m", many, {}}}, {Dev("big", more, {"m"})})},
+       "device \"big\" has 33 attributes and capacities, more than 32"},
+      {"too many devices",
+       {OneSlice({}, too_many_devices)},
+       "129 devices, more than the limit of 128"},
+      {"taints lower the device limit",
+       {OneSlice({}, tainted)},
+       "65 devices, more than the limit of 64"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.label);
+    absl::StatusOr<std::vector<Slice>> f = Flatten(c.slices);
+    ASSERT_FALSE(f.ok());
+    EXPECT_THAT(std::string(f.status().message()), HasSubstr(c.message));
+  }
+}
+
+TEST(SliceBuilderTest, ADeviceOverTheLimitIsAnError) {
+  Attributes attrs;
+  for (int i = 0; i < 33; ++i) attrs["a" + std::to_string(i)] = int64_t{i};
+  Pool pool{"dra.cpu", "n1", "n1", {Dev("cpudev000", attrs)}};
+  for (SliceForm form : {SliceForm::kMixins, SliceForm::kFlat}) {
+    absl::StatusOr<std::vector<Slice>> s = BuildSlices(pool, form);
+    ASSERT_FALSE(s.ok());
+    EXPECT_THAT(std::string(s.status().message()), HasSubstr("\"cpudev000\" has 33"));
+  }
+}
+
+TEST(SliceBuilderTest, SliceNamesAreDnsSubdomainsOfBoundedLength) {
+  EXPECT_EQ(SliceName("node-1", "dra.cpu", 2), "node-1-dra.cpu-2");
+  const std::string long_node = std::string(240, 'a') + ".example";
+  const std::string a = SliceName(long_node, "gpu.topodra.io", 0);
+  const std::string b = SliceName(long_node, "dra.cpu", 0);
+  EXPECT_LE(a.size(), 253u);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(a, SliceName(long_node, "gpu.topodra.io", 0));
+}
+
+// Golden JSON per mode on the shared machines (mixin form), so any change to what a node
+// publishes shows up as a reviewed diff. Regenerate with TOPODRA_UPDATE_GOLDEN=1.
+TEST(SliceBuilderTest, Goldens) {
+  for (const char* fixture : kFixtures) {
+    const topology::Topology t = Load(fixture);
+    for (const ModeCase& m : kModes) {
+      SCOPED_TRACE(std::string(fixture) + " " + m.label);
+      std::vector<Slice> all;
+      for (const Pool& pool : BuildPools(t, Opts(m))) {
+        for (Slice& s : Build(pool, SliceForm::kMixins)) all.push_back(std::move(s));
+      }
+      const std::string got = SliceListToJson(all).dump(1) + "\n";
+      std::string base = fixture;
+      base = base.substr(0, base.size() - 4);
+      const std::string path = std::string(TOPODRA_SOURCE_DIR) + "/test/fixtures/slices/" + base +
+                               "." + m.label + ".json";
+      if (std::getenv("TOPODRA_UPDATE_GOLDEN") != nullptr) {
+        std::ofstream(path) << got;
+        continue;
+      }
+      std::ifstream in(path);
+      ASSERT_TRUE(in) << "missing golden " << path;
+      std::stringstream want;
+      want << in.rdbuf();
+      EXPECT_EQ(got, want.str()) << "slices changed; see " << path;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace topodra::publish
