@@ -1,7 +1,8 @@
 # Two commands for a fresh Debian bookworm machine (see README "Quick start"):
 #   make test   install missing packages, build with ASan+UBSan, run every test; build the
 #               libFuzzer targets with clang and run each one briefly
-#   make demo   install missing packages, build release, show this machine
+#   make demo   install missing packages, build release, show this machine and the
+#               ResourceSlices it would publish
 # Other targets: make build (release), make bench, make format, make tidy, make clean.
 
 .PHONY: all deps test test-unit test-fuzz demo build bench format tidy clean
@@ -27,10 +28,16 @@ build: deps
 	cmake --build --preset release
 
 demo: build
+	@echo "== topodra topology (this machine)"
 	./build/release/cmd/topodra topology
+	@echo "== topodra slices (what this node would publish, grouped by NUMA node)"
+	./build/release/cmd/topodra slices -o yaml
 
-bench: build
-	./build/release/test/bench/topology_bench ../shared/topologies
+bench: deps
+	cmake --preset bench
+	cmake --build --preset bench
+	./build/bench/test/bench/topology_bench ../shared/topologies
+	./build/bench/test/bench/slices_bench ../shared/topologies
 
 format:
 	git ls-files '*.cc' '*.h' | xargs clang-format -i

@@ -59,6 +59,18 @@ struct FlattenCommand {
   std::string file;  // path or "-" for stdin
   std::string output = "json";
 };
+struct RunCommand {
+  TopologyFlags topology;
+  PublishFlags publish;
+  std::string kubeconfig;  // empty: $KUBECONFIG, else in-cluster
+  std::string slice_mixins = "auto";
+  int topology_refresh_seconds = 30;
+  std::string log_format = "text";  // text | json
+  int verbosity = 0;
+};
+// The node daemon: publishes this node's ResourceSlices until SIGTERM or SIGINT.
+int RunDaemon(const RunCommand& cmd, std::ostream& err);
+
 int RunFlatten(const FlattenCommand& cmd, std::istream& in, std::ostream& out, std::ostream& err);
 
 }  // namespace topodra::cmd

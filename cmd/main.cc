@@ -93,6 +93,26 @@ int Main(int argc, char** argv) {
       ->check(CLI::IsMember({"json", "yaml"}))
       ->capture_default_str();
 
+  topodra::cmd::RunCommand run_cmd;
+  CLI::App* run = app.add_subcommand("run", "Run the node daemon: publish this node's devices");
+  AddTopologyFlags(run, &run_cmd.topology);
+  AddPublishFlags(run, &run_cmd.publish);
+  run->add_option("--kubeconfig", run_cmd.kubeconfig,
+                  "kubeconfig file; default $KUBECONFIG, else the in-cluster service account")
+      ->check(CLI::ExistingFile);
+  run->add_option("--slice-mixins", run_cmd.slice_mixins,
+                  "auto: use KEP-5234 mixins when the API server stores them; on; off (flat)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  run->add_option("--topology-refresh", run_cmd.topology_refresh_seconds,
+                  "Seconds between rediscoveries of the machine (CPU hotplug, GPU loss)")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
+  run->add_option("--log-format", run_cmd.log_format, "text or json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  run->add_flag("-v", run_cmd.verbosity, "More detail: -v debug, -vv trace");
+
   CLI::App* version = app.add_subcommand("version", "Print the version");
 
   try {
@@ -115,6 +135,7 @@ int Main(int argc, char** argv) {
   }
 
   if (topology->parsed()) return topodra::cmd::RunTopology(topology_cmd, std::cout, std::cerr);
+  if (run->parsed()) return topodra::cmd::RunDaemon(run_cmd, std::cerr);
   if (slices->parsed()) return topodra::cmd::RunSlices(slices_cmd, std::cout, std::cerr);
   if (flatten->parsed()) {
     return topodra::cmd::RunFlatten(flatten_cmd, std::cin, std::cout, std::cerr);

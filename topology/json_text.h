@@ -26,3 +26,15 @@ inline std::string StringField(const nlohmann::json& j, const char* key,
 }
 
 }  // namespace topodra
+
+namespace topodra {
+
+// j[key] when j is an object that has it, else null; never throws.
+inline const nlohmann::json& Field(const nlohmann::json& j, const char* key) {
+  static const nlohmann::json kNull;
+  if (!j.is_object()) return kNull;
+  auto it = j.find(key);
+  return it == j.end() ? kNull : *it;
+}
+
+}  // namespace topodra

@@ -94,6 +94,7 @@ struct Pool {
   std::string name;  // = node name
   std::string node_name;
   std::vector<Device> devices;
+  bool operator==(const Pool&) const = default;
 };
 
 // Number of attributes + capacities a device carries itself (without its includes).

@@ -2,8 +2,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -30,8 +32,11 @@ std::string ReadFile(const std::string& path) {
 }
 
 Result RunTopodra(const std::string& args) {
-  const std::string dir = ::testing::TempDir();
-  const std::string out = dir + "/cli_out", err = dir + "/cli_err";
+  // ctest runs the tests of this binary as parallel processes: names must not collide.
+  static int counter = 0;
+  const std::string base = ::testing::TempDir() + "/cli_" + std::to_string(getpid()) + "_" +
+                           std::to_string(counter++);
+  const std::string out = base + "_out", err = base + "_err";
   const std::string cmd =
       std::string(TOPODRA_BINARY) + " " + args + " >" + out + " 2>" + err + " </dev/null";
   const int status = std::system(cmd.c_str());
@@ -39,6 +44,8 @@ Result RunTopodra(const std::string& args) {
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   r.out = ReadFile(out);
   r.err = ReadFile(err);
+  std::remove(out.c_str());
+  std::remove(err.c_str());
   return r;
 }
 

@@ -1,0 +1,377 @@
+#include "driver/publish/slice_publisher.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "driver/publish/quantity.h"
+#include "driver/publish/slice_json.h"
+#include "topology/json_text.h"
+
+namespace topodra::publish {
+namespace {
+
+using nlohmann::json;
+
+// True when every field of `want` is in `have` with an equal value; extra fields in `have` are
+// the server's (defaults, status). Quantities compare by value: servers canonicalise "1000" to
+// "1k".
+bool Covers(const json& want, const json& have) {
+  if (want.is_object()) {
+    if (!have.is_object()) return false;
+    for (const auto& [k, v] : want.items()) {
+      auto it = have.find(k);
+      if (it == have.end() || !Covers(v, *it)) return false;
+    }
+    return true;
+  }
+  if (want.is_array()) {
+    if (!have.is_array() || have.size() != want.size()) return false;
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (!Covers(want[i], have[i])) return false;
+    }
+    return true;
+  }
+  if (want == have) return true;
+  return want.is_string() && have.is_string() &&
+         QuantitiesEqual(want.get<std::string>(), have.get<std::string>());
+}
+
+int64_t GenerationOf(const json& slice) {
+  const json& g = Field(Field(Field(slice, "spec"), "pool"), "generation");
+  return g.is_number_integer() ? g.get<int64_t>() : 0;
+}
+
+std::string NameOf(const json& obj) { return StringField(Field(obj, "metadata"), "name"); }
+
+}  // namespace
+
+absl::StatusOr<MixinMode> ParseMixinMode(const std::string& s) {
+  if (s == "auto") return MixinMode::kAuto;
+  if (s == "on") return MixinMode::kOn;
+  if (s == "off") return MixinMode::kOff;
+  return absl::InvalidArgumentError(
+      absl::StrCat("invalid slice mixin mode \"", s, "\" (want auto, on or off)"));
+}
+
+SlicePublisher::SlicePublisher(kube::RestClient* client, PublisherOptions options)
+    : api_(client), opts_(std::move(options)) {}
+
+void SlicePublisher::SetDesired(std::optional<Pool> pool) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    desired_.known = true;
+    desired_.pool = std::move(pool);
+    ++desired_.version;
+  }
+  wake_ = true;
+  cv_.notify_all();
+}
+
+void SlicePublisher::Stop() {
+  stopped_ = true;
+  wake_ = true;
+  cv_.notify_all();
+}
+
+PublisherStatus SlicePublisher::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+bool SlicePublisher::Wait(std::chrono::milliseconds d, const std::atomic<bool>* stop) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, d, [&] { return ShouldStop(stop) || wake_.load(); });
+  return !ShouldStop(stop);
+}
+
+bool SlicePublisher::ShouldStop(const std::atomic<bool>* stop) const {
+  return stopped_.load() || (stop != nullptr && stop->load());
+}
+
+void SlicePublisher::RecordResult(const absl::Status& s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string msg = s.ok() ? "" : std::string(s.message());
+  if (!s.ok()) ++status_.errors;
+  if (msg != status_.last_error) {
+    // Once per change of state, not per retry: an API server that is down for an hour must not
+    // fill the log.
+    if (!s.ok()) {
+      spdlog::warn("driver={} node={}: publishing ResourceSlices failed, retrying with backoff: {}",
+                   opts_.driver, opts_.node_name, msg);
+    } else {
+      spdlog::info("driver={} node={}: publishing ResourceSlices works again", opts_.driver,
+                   opts_.node_name);
+    }
+  }
+  status_.last_error = msg;
+  if (!s.ok()) status_.in_sync = false;
+}
+
+absl::Status SlicePublisher::Relist() {
+  absl::StatusOr<ResourceSliceApi::SliceList> list = api_.List(opts_.driver, opts_.node_name);
+  if (!list.ok()) return list.status();
+  cache_.clear();
+  for (json& item : list->items) {
+    const std::string name = NameOf(item);
+    if (!name.empty()) cache_[name] = std::move(item);
+  }
+  resource_version_ = list->resource_version;
+  need_relist_ = false;
+  drift_ = true;  // compare against what the server really holds
+  return absl::OkStatus();
+}
+
+json SlicePublisher::ObjectFor(const Slice& s, int64_t generation) const {
+  Slice copy = s;
+  copy.generation = generation;
+  json obj = SliceToJson(copy, api_.api_version());
+  if (!node_uid_.empty()) {
+    // Slices die with their Node (garbage collection), as the upstream helper arranges.
+    obj["metadata"]["ownerReferences"] = json::array({{{"apiVersion", "v1"},
+                                                       {"kind", "Node"},
+                                                       {"name", opts_.node_name},
+                                                       {"uid", node_uid_},
+                                                       {"controller", true}}});
+  }
+  return obj;
+}
+
+absl::StatusOr<bool> SlicePublisher::MixinsSupported(const std::vector<Slice>& mixed) {
+  if (mixins_supported_) return *mixins_supported_;
+  // A dry-run create with strict field validation: a server without KEP-5234 rejects the
+  // unknown fields (400) or, if it accepts and drops them, returns an object without them.
+  const Slice* probe = nullptr;
+  for (const Slice& s : mixed) {
+    if (!s.mixins.empty()) probe = &s;
+  }
+  if (probe == nullptr) return false;
+  json obj = ObjectFor(*probe, 1);
+  obj["metadata"].erase("name");
+  obj["metadata"]["generateName"] = "topodra-mixin-probe-";
+  absl::StatusOr<kube::Response> r = api_.Create(obj, /*dry_run=*/true);
+  bool supported = false;
+  if (r.ok()) {
+    supported = Covers(obj["spec"], Field(r->body, "spec"));
+  } else {
+    const std::optional<int> code = kube::HttpCodeOf(r.status());
+    if (!code || (*code != 400 && *code != 422)) return r.status();  // cannot tell yet
+  }
+  spdlog::info("driver={} node={}: API server {} ResourceSlice mixins (KEP-5234); publishing {}",
+               opts_.driver, opts_.node_name, supported ? "accepts" : "does not accept",
+               supported ? "the mixin form" : "flat slices");
+  mixins_supported_ = supported;
+  return supported;
+}
+
+absl::StatusOr<std::vector<json>> SlicePublisher::DesiredObjects(const std::optional<Pool>& pool,
+                                                                 bool* mixin_form) {
+  *mixin_form = false;
+  std::vector<json> out;
+  if (!pool) return out;
+  SliceForm form = opts_.mixins == MixinMode::kOn ? SliceForm::kMixins : SliceForm::kFlat;
+  if (opts_.mixins == MixinMode::kAuto) {
+    absl::StatusOr<std::vector<Slice>> mixed = BuildSlices(*pool, SliceForm::kMixins, opts_.limits);
+    if (!mixed.ok()) return mixed.status();
+    absl::StatusOr<bool> ok = MixinsSupported(*mixed);
+    if (!ok.ok()) return ok.status();
+    if (*ok) form = SliceForm::kMixins;
+  }
+  absl::StatusOr<std::vector<Slice>> slices = BuildSlices(*pool, form, opts_.limits);
+  if (!slices.ok()) return slices.status();
+  for (const Slice& s : *slices) {
+    if (!s.mixins.empty()) *mixin_form = true;
+    out.push_back(ObjectFor(s, 0));
+  }
+  return out;
+}
+
+absl::Status SlicePublisher::Reconcile() {
+  std::optional<Pool> pool;
+  uint64_t version = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!desired_.known) return absl::OkStatus();  // nothing decided yet: touch nothing
+    pool = desired_.pool;
+    version = desired_.version;
+  }
+  if (node_uid_.empty()) {
+    absl::StatusOr<std::string> uid = api_.NodeUid(opts_.node_name);
+    if (uid.ok()) {
+      node_uid_ = *uid;
+    } else if (kube::HttpCodeOf(uid.status()) != 404) {
+      return uid.status();
+    }
+    // A missing Node (tests, a node being deleted) only costs the owner reference.
+  }
+  bool mixin_form = false;
+  absl::StatusOr<std::vector<json>> desired = DesiredObjects(pool, &mixin_form);
+  if (!desired.ok()) return desired.status();
+
+  int64_t generation = 0;
+  for (const auto& [name, obj] : cache_) generation = std::max(generation, GenerationOf(obj));
+  std::set<std::string> wanted;
+  bool in_sync = desired->size() == cache_.size();
+  for (json& obj : *desired) {
+    const std::string name = NameOf(obj);
+    wanted.insert(name);
+    obj["spec"]["pool"]["generation"] = generation;
+    auto it = cache_.find(name);
+    if (it == cache_.end() ||
+        !Covers(obj["metadata"].value("ownerReferences", json::array()),
+                Field(Field(it->second, "metadata"), "ownerReferences")) ||
+        !Covers(obj["spec"], Field(it->second, "spec"))) {
+      in_sync = false;
+    }
+  }
+  int64_t writes = 0;
+  if (!in_sync) {
+    // Every change gets a new generation in every slice, so consumers never mix old and new.
+    ++generation;
+    for (auto it = cache_.begin(); it != cache_.end();) {
+      if (wanted.count(it->first)) {
+        ++it;
+        continue;
+      }
+      const json& meta = Field(it->second, "metadata");
+      if (absl::Status st = api_.Delete(it->first, StringField(meta, "uid"),
+                                        StringField(meta, "resourceVersion"));
+          !st.ok()) {
+        need_relist_ = true;
+        return st;
+      }
+      ++writes;
+      it = cache_.erase(it);
+    }
+    for (json& obj : *desired) {
+      obj["spec"]["pool"]["generation"] = generation;
+      const std::string name = NameOf(obj);
+      auto it = cache_.find(name);
+      absl::StatusOr<kube::Response> r;
+      if (it != cache_.end()) {
+        obj["metadata"]["resourceVersion"] =
+            StringField(Field(it->second, "metadata"), "resourceVersion");
+        r = api_.Update(obj);
+      } else {
+        r = api_.Create(obj);
+      }
+      if (!r.ok()) {
+        // 409: someone else wrote first; start again from what the server holds.
+        if (kube::HttpCodeOf(r.status()) == 409) need_relist_ = true;
+        return r.status();
+      }
+      ++writes;
+      if (!Covers(obj["spec"], Field(r->body, "spec"))) {
+        if (mixin_form && opts_.mixins == MixinMode::kAuto) {
+          // Accepted, but the fields were dropped: this server has no mixins after all.
+          mixins_supported_ = false;
+          need_relist_ = true;
+          return absl::UnavailableError(
+              "the API server dropped spec.mixins; republishing flat slices");
+        }
+        need_relist_ = true;
+        return absl::FailedPreconditionError(
+            absl::StrCat("the API server stored ResourceSlice \"", name,
+                         "\" without some of the fields sent (a feature gate is off?); sent ",
+                         DumpJson(obj["spec"]).substr(0, 300)));
+      }
+      cache_[name] = r->body;
+    }
+    spdlog::info("driver={} node={}: published {} ResourceSlices, pool generation {}, {} form",
+                 opts_.driver, opts_.node_name, desired->size(), generation,
+                 mixin_form ? "mixin" : "flat");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  status_.in_sync = true;
+  status_.generation = generation;
+  status_.slices = static_cast<int>(desired->size());
+  status_.mixins = mixin_form;
+  status_.writes += writes;
+  synced_version_ = version;
+  drift_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status SlicePublisher::SyncOnce() {
+  absl::Status st = Relist();
+  if (st.ok()) st = Reconcile();
+  // A dropped-mixins discovery asks for one more pass in flat form.
+  if (!st.ok() && need_relist_ && mixins_supported_ == false) {
+    st = Relist();
+    if (st.ok()) st = Reconcile();
+  }
+  RecordResult(st);
+  return st;
+}
+
+bool SlicePublisher::HandleEvent(const json& event) {
+  const std::string type = StringField(event, "type");
+  const json& obj = Field(event, "object");
+  const std::string rv = StringField(Field(obj, "metadata"), "resourceVersion");
+  if (type == "ERROR") {
+    // 410 Gone / Expired: our resourceVersion is too old (or the store was wiped).
+    need_relist_ = true;
+    return false;
+  }
+  if (!rv.empty()) resource_version_ = rv;
+  if (type == "BOOKMARK") return true;
+  const std::string name = NameOf(obj);
+  if (name.empty()) return true;
+  auto it = cache_.find(name);
+  const bool known =
+      it != cache_.end() && StringField(Field(it->second, "metadata"), "resourceVersion") == rv;
+  if (type == "DELETED") {
+    cache_.erase(name);
+    drift_ = true;
+    return false;
+  }
+  if (type == "ADDED" || type == "MODIFIED") {
+    cache_[name] = obj;
+    if (known) return true;  // the echo of our own write
+    drift_ = true;
+    return false;
+  }
+  return true;
+}
+
+void SlicePublisher::Run() {
+  std::chrono::milliseconds backoff = opts_.initial_backoff;
+  while (!stopped_) {
+    wake_ = false;
+    uint64_t version = 0;
+    bool known = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      version = desired_.version;
+      known = desired_.known;
+    }
+    if (!known) {
+      Wait(std::chrono::hours(1), nullptr);
+      continue;
+    }
+    absl::Status st;
+    if (need_relist_) st = Relist();
+    if (st.ok() && (drift_ || version != synced_version_)) st = Reconcile();
+    RecordResult(st);
+    if (!st.ok()) {
+      if (!Wait(backoff, nullptr)) break;
+      backoff = std::min(backoff * 2, opts_.max_backoff);
+      continue;
+    }
+    backoff = opts_.initial_backoff;
+    if (wake_) continue;
+    absl::Status ws = api_.Watch(
+        opts_.driver, opts_.node_name, resource_version_, opts_.watch_timeout_seconds,
+        [this](const json& e) { return HandleEvent(e); }, &wake_);
+    if (!ws.ok()) {
+      need_relist_ = true;
+      RecordResult(ws);
+      if (!Wait(backoff, nullptr)) break;
+      backoff = std::min(backoff * 2, opts_.max_backoff);
+    }
+  }
+}
+
+}  // namespace topodra::publish

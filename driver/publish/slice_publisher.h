@@ -1,0 +1,97 @@
+// Keeps one driver's pool on the API server equal to what this node should publish (spec §1.11):
+// list + watch its own slices, create / update / delete until they match, bump the pool
+// generation on every change, re-create what others delete, survive an API server that is down,
+// restarted empty or silently dropping fields, and never exit because of any of that.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "driver/kube/rest_client.h"
+#include "driver/publish/resource_slice_api.h"
+#include "driver/publish/slice_builder.h"
+
+namespace topodra::publish {
+
+enum class MixinMode { kAuto, kOn, kOff };
+absl::StatusOr<MixinMode> ParseMixinMode(const std::string& s);
+
+struct PublisherOptions {
+  std::string driver;
+  std::string node_name;
+  MixinMode mixins = MixinMode::kAuto;
+  std::chrono::milliseconds initial_backoff{200};
+  std::chrono::milliseconds max_backoff{30000};
+  int watch_timeout_seconds = 300;
+  SliceLimits limits;
+};
+
+// What a status probe (readiness, metrics, tests) sees.
+struct PublisherStatus {
+  bool in_sync = false;    // the server holds exactly the desired pool
+  int64_t generation = 0;  // pool generation on the server
+  int slices = 0;
+  bool mixins = false;     // published in mixin form
+  std::string last_error;  // empty when the last attempt worked
+  int64_t writes = 0;      // create + update + delete calls that succeeded
+  int64_t errors = 0;      // failed attempts
+};
+
+class SlicePublisher {
+ public:
+  SlicePublisher(kube::RestClient* client, PublisherOptions options);
+
+  // The pool to publish; nullopt publishes nothing and deletes whatever this driver has on this
+  // node. Thread-safe; wakes the loop.
+  void SetDesired(std::optional<Pool> pool);
+  // Runs until Stop(), which interrupts a watch or a backoff at once; never returns because of
+  // API errors.
+  void Run();
+  void Stop();
+  // One list + reconcile pass, for tests and for callers that want a synchronous publish.
+  absl::Status SyncOnce();
+  PublisherStatus status() const;
+
+ private:
+  struct Desired {
+    bool known = false;  // SetDesired was called
+    std::optional<Pool> pool;
+    uint64_t version = 0;
+  };
+  absl::Status Relist();
+  absl::Status Reconcile();
+  absl::StatusOr<bool> MixinsSupported(const std::vector<Slice>& mixed);
+  absl::StatusOr<std::vector<nlohmann::json>> DesiredObjects(const std::optional<Pool>& pool,
+                                                             bool* mixin_form);
+  nlohmann::json ObjectFor(const Slice& s, int64_t generation) const;
+  bool HandleEvent(const nlohmann::json& event);
+  void RecordResult(const absl::Status& s);
+  bool Wait(std::chrono::milliseconds d, const std::atomic<bool>* stop);
+  bool ShouldStop(const std::atomic<bool>* stop) const;
+
+  ResourceSliceApi api_;
+  PublisherOptions opts_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  Desired desired_;
+  PublisherStatus status_;
+  std::atomic<bool> wake_{false};  // interrupts a watch: desired changed or Stop()
+  std::atomic<bool> stopped_{false};
+
+  // Owned by the Run thread (or SyncOnce's caller).
+  std::map<std::string, nlohmann::json> cache_;  // name -> stored slice
+  std::string resource_version_;
+  bool need_relist_ = true;
+  bool drift_ = false;  // the watch saw our slices change behind our back
+  uint64_t synced_version_ = 0;
+  std::optional<bool> mixins_supported_;  // auto mode: learned from the server
+  std::string node_uid_;
+};
+
+}  // namespace topodra::publish

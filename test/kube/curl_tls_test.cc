@@ -1,0 +1,156 @@
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "driver/kube/rest_client.h"
+#include "gtest/gtest.h"
+#include "test/kube/stub_server.h"
+
+namespace topodra::kube {
+namespace {
+
+using nlohmann::json;
+using testing::ReadFile;
+using testing::StubServer;
+using testing::StubTls;
+using testing::TempDir;
+
+// Test PKI made with the openssl CLI: ca signs server (127.0.0.1), named (kube.test only) and
+// client (CN topodra-client); other-ca signs nothing we serve.
+constexpr char kMakePki[] = R"(set -e
+ec() { echo -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes; }
+for ca in ca other-ca; do
+  openssl req -x509 $(ec) -keyout $ca.key -out $ca.crt -days 2 -subj /CN=topodra-$ca \
+    -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign
+done
+leaf() {
+  openssl req $(ec) -keyout $1.key -out $1.csr -subj /CN=$2
+  printf "$3" > $1.ext
+  openssl x509 -req -in $1.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
+    -extfile $1.ext -out $1.crt
+}
+leaf server 127.0.0.1 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n'
+leaf named kube.test 'subjectAltName=DNS:kube.test\nextendedKeyUsage=serverAuth\n'
+leaf client topodra-client 'extendedKeyUsage=clientAuth\n'
+)";
+
+class CurlTlsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    pki_ = new TempDir();
+    pki_->Write("make-pki.sh", kMakePki);
+    const std::string command =
+        absl::StrCat("cd '", pki_->path(), "' && /bin/sh make-pki.sh >openssl.log 2>&1");
+    const int rc = std::system(command.c_str());  // NOLINT(concurrency-mt-unsafe)
+    ASSERT_EQ(rc, 0) << ReadFile(pki_->File("openssl.log"));
+  }
+  static void TearDownTestSuite() {
+    delete pki_;
+    pki_ = nullptr;
+  }
+  static std::string Pki(const std::string& name) { return pki_->File(name); }
+
+  static StubTls ServerTls(const std::string& leaf = "server") {
+    return {Pki(leaf + ".crt"), Pki(leaf + ".key"), ""};
+  }
+  static ClusterConfig Config(const StubServer& stub) {
+    ClusterConfig config;
+    config.server = stub.url();
+    return config;
+  }
+  static absl::StatusOr<Response> Get(const ClusterConfig& config, const std::string& path) {
+    absl::StatusOr<std::unique_ptr<RestClient>> client = NewCurlRestClient(config);
+    if (!client.ok()) return client.status();
+    return (*client)->Get(path);
+  }
+
+  static TempDir* pki_;
+};
+TempDir* CurlTlsTest::pki_ = nullptr;
+
+const json kEcho = json::array({{{"path", "/echo"}, {"echo", true}}});
+
+TEST_F(CurlTlsTest, TrustsCaFromFile) {
+  StubServer stub(kEcho, ServerTls());
+  ClusterConfig config = Config(stub);
+  config.ca_file = Pki("ca.crt");
+  absl::StatusOr<Response> r = Get(config, "/echo");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->body["path"], "/echo");
+  EXPECT_EQ(r->body["client_cn"], nullptr);
+}
+
+TEST_F(CurlTlsTest, TrustsCaFromData) {
+  StubServer stub(kEcho, ServerTls());
+  ClusterConfig config = Config(stub);
+  config.ca_data = ReadFile(Pki("ca.crt"));
+  absl::StatusOr<Response> r = Get(config, "/echo");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->body["path"], "/echo");
+}
+
+TEST_F(CurlTlsTest, WrongCaIsRejected) {
+  StubServer stub(kEcho, ServerTls());
+  ClusterConfig from_file = Config(stub);
+  from_file.ca_file = Pki("other-ca.crt");
+  ClusterConfig from_data = Config(stub);
+  from_data.ca_data = ReadFile(Pki("other-ca.crt"));
+  for (const ClusterConfig& config : {from_file, from_data}) {
+    absl::StatusOr<Response> r = Get(config, "/echo");
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_EQ(std::string(r.status().message())
+                  .rfind("GET /echo: SSL peer certificate or SSH remote key was not OK: ", 0),
+              0u)
+        << r.status();
+  }
+  EXPECT_TRUE(stub.Requests().empty());
+}
+
+TEST_F(CurlTlsTest, InsecureSkipVerifyAcceptsAnyCertificate) {
+  StubServer stub(kEcho, ServerTls());
+  ClusterConfig config = Config(stub);
+  config.ca_file = Pki("other-ca.crt");
+  config.insecure_skip_tls_verify = true;
+  absl::StatusOr<Response> r = Get(config, "/echo");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->body["path"], "/echo");
+}
+
+TEST_F(CurlTlsTest, PresentsClientCertificateFromFileOrData) {
+  StubServer stub(kEcho, {Pki("server.crt"), Pki("server.key"), Pki("ca.crt")});
+  ClusterConfig files = Config(stub);
+  files.ca_file = Pki("ca.crt");
+  files.client_cert_file = Pki("client.crt");
+  files.client_key_file = Pki("client.key");
+  ClusterConfig data = Config(stub);
+  data.ca_data = ReadFile(Pki("ca.crt"));
+  data.client_cert_data = ReadFile(Pki("client.crt"));
+  data.client_key_data = ReadFile(Pki("client.key"));
+  for (const ClusterConfig& config : {files, data}) {
+    absl::StatusOr<Response> r = Get(config, "/echo");
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->body["client_cn"], "topodra-client");
+  }
+  ClusterConfig none = Config(stub);
+  none.ca_file = Pki("ca.crt");
+  absl::StatusOr<Response> r = Get(none, "/echo");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_EQ(stub.Requests().size(), 2u);
+}
+
+TEST_F(CurlTlsTest, TlsServerNameIsUsedForVerificationNotForConnecting) {
+  StubServer stub(kEcho, ServerTls("named"));
+  ClusterConfig config = Config(stub);
+  config.ca_file = Pki("ca.crt");
+  absl::StatusOr<Response> r = Get(config, "/echo");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << "certificate has no IP SAN";
+
+  config.tls_server_name = "kube.test";
+  r = Get(config, "/echo");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->body["headers"]["host"], absl::StrCat("127.0.0.1:", stub.port()));
+}
+
+}  // namespace
+}  // namespace topodra::kube
