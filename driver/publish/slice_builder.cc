@@ -39,7 +39,11 @@ struct Field {
 std::vector<Field> FieldsOf(const Device& d) {
   std::vector<Field> out;
   for (const auto& [k, v] : d.attributes) out.push_back({false, k, DumpJson(AttributeToJson(v))});
-  for (const auto& [k, c] : d.capacity) out.push_back({true, k, DumpJson(CapacityToJson(c))});
+  for (const auto& [k, c] : d.capacity) {
+    // A request policy is only valid on a device that allows multiple allocations, which a
+    // mixin cannot say; servers may validate mixins on their own, so such capacities stay put.
+    if (!c.request_policy) out.push_back({true, k, DumpJson(CapacityToJson(c))});
+  }
   return out;
 }
 
@@ -269,7 +273,15 @@ absl::StatusOr<std::vector<Slice>> BuildSlices(const Pool& pool, SliceForm form,
     const size_t end = std::min(pool.devices.size(), start + per_slice);
     s.devices.assign(pool.devices.begin() + static_cast<long>(std::min(start, end)),
                      pool.devices.begin() + static_cast<long>(end));
-    if (form == SliceForm::kMixins) CompactSlice(s, limits);
+    if (form == SliceForm::kMixins) {
+      // The savings estimate is per group; the exact size decides, so a mixin form is never
+      // larger than the flat one (small pools have little to share).
+      Slice compact = s;
+      CompactSlice(compact, limits);
+      if (DumpJson(SliceToJson(compact)).size() < DumpJson(SliceToJson(s)).size()) {
+        s = std::move(compact);
+      }
+    }
     slices.push_back(std::move(s));
     if (end == pool.devices.size()) break;
   }

@@ -337,7 +337,10 @@ absl::StatusOr<std::vector<Slice>> SlicesFromDocument(const json& doc) {
   if (kind == "List" || kind == "ResourceSliceList") {
     if (!doc.contains("items") || !doc["items"].is_array()) return Bad("items", "must be a list");
     for (size_t i = 0; i < doc["items"].size(); ++i) {
-      absl::StatusOr<Slice> s = SliceFromJson(doc["items"][i]);
+      // Items of a list the API server returns carry no kind of their own.
+      json item = doc["items"][i];
+      if (item.is_object() && !item.contains("kind")) item["kind"] = "ResourceSlice";
+      absl::StatusOr<Slice> s = SliceFromJson(item);
       if (!s.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat("items[", i, "]: ", std::string(s.status().message())));

@@ -210,7 +210,9 @@ absl::Status SlicePublisher::Reconcile() {
   absl::StatusOr<std::vector<json>> desired = DesiredObjects(pool, &mixin_form);
   if (!desired.ok()) return desired.status();
 
-  int64_t generation = 0;
+  // Generations only grow, even when every slice was deleted behind our back: consumers that saw
+  // the old pool must not mistake the new one for something older.
+  int64_t generation = highest_generation_;
   for (const auto& [name, obj] : cache_) generation = std::max(generation, GenerationOf(obj));
   std::set<std::string> wanted;
   bool in_sync = desired->size() == cache_.size();
@@ -283,6 +285,7 @@ absl::Status SlicePublisher::Reconcile() {
                  opts_.driver, opts_.node_name, desired->size(), generation,
                  mixin_form ? "mixin" : "flat");
   }
+  highest_generation_ = generation;
   std::lock_guard<std::mutex> lock(mu_);
   status_.in_sync = true;
   status_.generation = generation;

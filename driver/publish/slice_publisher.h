@@ -92,6 +92,7 @@ class SlicePublisher {
   uint64_t synced_version_ = 0;
   std::optional<bool> mixins_supported_;  // auto mode: learned from the server
   std::string node_uid_;
+  int64_t highest_generation_ = 0;
 };
 
 }  // namespace topodra::publish

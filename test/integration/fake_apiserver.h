@@ -1,0 +1,97 @@
+// Starts test/integration/fake_apiserver.py (a fake Kubernetes API server, Python standard
+// library only) as a child process for gtest-based tests, waits until it listens and gives its
+// URL, CA and token. The server enforces the real API's rules for ResourceSlices (schema,
+// validation limits, resourceVersion conflicts, watch with bookmarks and 410 Expired, field
+// selectors, dry-run, strict field validation); see the script's docstring and --help.
+//
+// Besides the API port the server always opens a plain-HTTP control port (also when the API is
+// TLS) on which the control helpers below talk to /__control/*.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace topodra::testing {
+
+struct FakeApiServerOptions {
+  bool tls = false;   // HTTPS with a throwaway CA and a server cert for 127.0.0.1 and localhost
+  bool mtls = false;  // additionally require client certs signed by that CA (implies tls)
+  std::string token;  // when set, every API request needs "Authorization: Bearer <token>"
+  std::vector<std::string> versions = {"v1", "v1beta2"};  // resource.k8s.io versions served
+  bool accept_mixins = false;  // KEP-5234 fields in the schema (default: unknown fields)
+  std::vector<std::pair<std::string, std::string>> nodes;  // Node name -> UID
+  int watch_history = 1000;  // events kept; watches from older resourceVersions get 410
+  double bookmark_interval_s = 1.0;
+  std::vector<std::string> extra_args;  // more flags for fake_apiserver.py
+  std::string python = "/usr/bin/python3";
+};
+
+class FakeApiServer {
+ public:
+  // Generates the PKI with the openssl CLI (when tls), spawns the server with fork/exec and
+  // waits up to 10 s for it to listen. If it dies first, the error carries its stderr tail.
+  static absl::StatusOr<std::unique_ptr<FakeApiServer>> Start(FakeApiServerOptions opts = {});
+
+  FakeApiServer(const FakeApiServer&) = delete;
+  FakeApiServer& operator=(const FakeApiServer&) = delete;
+  ~FakeApiServer();  // Stop(), then removes the temporary directory (certs, kubeconfigs, logs)
+
+  std::string url() const;  // "http://127.0.0.1:PORT" or "https://127.0.0.1:PORT"
+  int port() const { return port_; }
+  std::string ca_file() const { return ca_file_; }  // PEM of the CA (tls only, else "")
+  std::string client_cert_file() const { return client_cert_file_; }  // mtls only
+  std::string client_key_file() const { return client_key_file_; }    // mtls only
+  std::string token() const { return opts_.token; }
+  pid_t pid() const { return pid_; }  // -1 when stopped
+  std::string temp_dir() const { return dir_; }
+
+  // SIGTERM, then SIGKILL after 5 s; waits for the process so its port is free on return.
+  absl::Status Stop();
+  // A fresh process on the same port with an empty store, like an API server whose etcd was
+  // wiped. Its resourceVersions are higher than the old ones, so watches resumed from an old
+  // resourceVersion get 410 Expired.
+  absl::Status Restart();
+
+  // A kubeconfig (YAML) with this server, its CA, token and client cert; returns path, or ""
+  // when the file cannot be written.
+  std::string WriteKubeconfig(const std::string& path) const;
+
+  // The last lines the server wrote to stderr (tracebacks, bind errors).
+  std::string StderrTail() const;
+
+  // /__control/* over the plain-HTTP control port: `method` "GET"/"POST"/"DELETE",
+  // `path_and_query` like "/__control/fail?count=2&code=503". Returns the response body of a 2xx.
+  absl::StatusOr<std::string> Control(const std::string& method,
+                                      const std::string& path_and_query) const;
+  absl::Status Reset();  // forget all objects; open watches end with 410 Expired
+  absl::Status FailNext(int count, int http_code);  // the next `count` API requests fail
+  absl::Status CloseWatches();                      // end every open watch stream
+  // [{method, path, query, code}] of the API requests since start (or the last ClearRequests).
+  absl::StatusOr<nlohmann::json> Requests() const;
+  absl::Status ClearRequests();
+  // {resourceVersion, oldestWatchableResourceVersion, openWatches, objects}
+  absl::StatusOr<nlohmann::json> State() const;
+
+ private:
+  explicit FakeApiServer(FakeApiServerOptions opts) : opts_(std::move(opts)) {}
+  absl::Status MakePki();
+  absl::Status Spawn(int port);
+
+  FakeApiServerOptions opts_;
+  std::string dir_;
+  std::string ca_file_, server_cert_file_, server_key_file_;
+  std::string client_cert_file_, client_key_file_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+  int control_port_ = 0;
+};
+
+}  // namespace topodra::testing

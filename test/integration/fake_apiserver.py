@@ -1,0 +1,3016 @@
+#!/usr/bin/python3
+"""A fake Kubernetes API server for topodra's tests (standard library only).
+
+It serves resource.k8s.io ResourceSlices (v1 and v1beta2) and read-only Nodes on 127.0.0.1 and
+enforces the rules of the real API that a node driver runs into: the ResourceSlice schema and
+validation limits (Kubernetes 1.36), resourceVersion conflicts, delete preconditions, watch with
+bookmarks and 410 Expired, field and label selectors, dry-run, strict field validation, quantity
+canonicalisation, TLS with a bearer token. Tests talk to it over HTTP(S) and steer it through
+/__control/* endpoints (request log, reset, error injection, closing watches).
+
+The object store is generic: a ResourceType describes a resource (paths, schema of known fields,
+field selectors, validation), so ResourceClaims or a CRD can be added later with their own
+validators.
+
+Control endpoints (no auth; also on the --control-port-file listener):
+  GET    /__control/requests       [{method, path, query, code}] of API requests since start
+  DELETE /__control/requests       forget that list
+  GET    /__control/state          {resourceVersion, oldestWatchableResourceVersion,
+                                    openWatches, objects}
+  POST   /__control/reset          forget all objects (flag-configured Nodes come back), bump the
+                                   resourceVersion; open and resumed watches get 410 Expired
+  POST   /__control/fail?count=N&code=503[&method=PUT][&path=SUBSTRING][&retryAfter=S]
+                                   answer the next N matching API requests with that code
+  POST   /__control/close-watches  end every open watch stream
+  GET    /healthz (/readyz, /livez) "ok"
+
+Where it differs from a real 1.36 API server on purpose or by omission:
+  * PUT without metadata.resourceVersion is a 409 Conflict unless --unconditional-update allow
+    (the real server accepts it for ResourceSlices).
+  * Malformed quantities and JSON type mismatches are 400 BadRequest (decode errors), as on the
+    real server, not 422.
+  * No server-side apply (415); strategic merge patch is handled as a JSON merge patch.
+  * list ignores resourceVersion/resourceVersionMatch (always the current state; a future
+    resourceVersion is 504); continue tokens are snapshots kept in memory.
+  * No protobuf, no YAML bodies, no managedFields, no admission (RBAC, ValidatingAdmissionPolicy).
+  * Gated fields at their 1.36 defaults: list attributes, nodeAllocatableResources,
+    partitionTypeAttribute and skipNodeOperations are known but silently dropped.
+
+Run with /usr/bin/python3 fake_apiserver.py --help.
+"""
+
+import argparse
+import base64
+import collections
+import datetime
+import fractions
+import hmac
+import json
+import os
+import re
+import secrets
+import select
+import socket
+import ssl
+import sys
+import threading
+import time
+import traceback
+import urllib.parse
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+MAX_BODY_BYTES = 3 * 1024 * 1024
+MAX_DRAINED_BYTES = 64 * 1024 * 1024  # an oversized body is read and dropped up to this size
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+RESOURCE_GROUP = "resource.k8s.io"
+RESOURCE_VERSIONS = ("v1", "v1beta2")  # v1beta1 has a different JSON shape; not served
+
+# ---------------------------------------------------------------------------------------------
+# Errors (v1 Status) and field errors (Status.details.causes)
+# ---------------------------------------------------------------------------------------------
+
+
+class ApiError(Exception):
+    """An error answered with a v1 Status body."""
+
+    def __init__(self, code, reason, message, details=None, headers=()):
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details or {}
+        self.headers = list(headers)
+
+    def body(self):
+        return status_object(self.code, self.reason, self.message, self.details)
+
+
+def status_object(code, reason, message, details=None):
+    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message}
+    if reason:
+        body["reason"] = reason
+    body["code"] = code
+    body["details"] = details or {}
+    return body
+
+
+def bad_request(message, causes=None):
+    details = {"causes": causes} if causes else None
+    return ApiError(400, "BadRequest", message, details)
+
+
+def not_found_path():
+    return ApiError(404, "NotFound", "the server could not find the requested resource")
+
+
+def method_not_allowed():
+    return ApiError(405, "MethodNotAllowed",
+                    "the server does not allow this method on the requested resource")
+
+
+def _value_repr(value):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (int, str)):
+        return json.dumps(value)
+    return json.dumps(value, sort_keys=True)
+
+
+class FieldError:
+    """One field.Error of apimachinery: a path, a type and a detail."""
+
+    REASONS = {
+        "Invalid": "FieldValueInvalid", "Required": "FieldValueRequired",
+        "Duplicate": "FieldValueDuplicate", "TooMany": "FieldValueTooMany",
+        "TooLong": "FieldValueTooLong", "Forbidden": "FieldValueForbidden",
+        "NotSupported": "FieldValueNotSupported", "NotFound": "FieldValueNotFound",
+    }
+
+    def __init__(self, kind, field, value=None, detail="", limit=None, supported=()):
+        self.kind = kind
+        self.field = field
+        self.value = value
+        self.detail = detail
+        self.limit = limit
+        self.supported = supported
+
+    def body(self):
+        k = self.kind
+        if k == "Invalid":
+            text = "Invalid value: " + _value_repr(self.value)
+            return text + (": " + self.detail if self.detail else "")
+        if k == "Required":
+            return "Required value" + (": " + self.detail if self.detail else "")
+        if k == "Duplicate":
+            return "Duplicate value: " + _value_repr(self.value)
+        if k == "NotFound":
+            return "Not found: " + _value_repr(self.value)
+        if k == "NotSupported":
+            text = "Unsupported value: " + _value_repr(self.value)
+            if self.supported:
+                text += ": supported values: " + ", ".join(json.dumps(s) for s in self.supported)
+            return text
+        if k == "Forbidden":
+            return "Forbidden: " + self.detail
+        if k == "TooLong":
+            return "Too long: may not be more than %d bytes" % self.limit
+        if k == "TooMany":
+            return "Too many: %d: must have at most %d items" % (self.value, self.limit)
+        return self.detail
+
+    def cause(self):
+        return {"reason": self.REASONS[self.kind], "message": self.body(), "field": self.field}
+
+    def __str__(self):
+        return "%s: %s" % (self.field, self.body())
+
+
+def f_invalid(path, value, detail):
+    return FieldError("Invalid", path, value, detail)
+
+
+def f_required(path, detail=""):
+    return FieldError("Required", path, detail=detail)
+
+
+def f_forbidden(path, detail):
+    return FieldError("Forbidden", path, detail=detail)
+
+
+def f_too_many(path, actual, limit):
+    return FieldError("TooMany", path, actual, limit=limit)
+
+
+def f_too_long(path, limit):
+    return FieldError("TooLong", path, limit=limit)
+
+
+def f_duplicate(path, value):
+    return FieldError("Duplicate", path, value)
+
+
+def f_not_found(path, value):
+    return FieldError("NotFound", path, value)
+
+
+def f_not_supported(path, value, supported):
+    return FieldError("NotSupported", path, value, supported=supported)
+
+
+def child(path, name):
+    return path + "." + name if path else name
+
+
+def index(path, i):
+    return "%s[%d]" % (path, i)
+
+
+def key(path, k):
+    return "%s[%s]" % (path, k)
+
+
+# ---------------------------------------------------------------------------------------------
+# Name formats (apimachinery util/validation)
+# ---------------------------------------------------------------------------------------------
+
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS_SUBDOMAIN = _DNS_LABEL + r"(\." + _DNS_LABEL + r")*"
+_DNS_LABEL_RE = re.compile(_DNS_LABEL)
+_DNS_SUBDOMAIN_RE = re.compile(_DNS_SUBDOMAIN)
+_QUALIFIED_NAME_RE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_LABEL_VALUE_RE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_C_IDENTIFIER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SEMVER_RE = re.compile(
+    r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(-(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(\.(0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*)?"
+    r"(\+[0-9a-zA-Z-]+(\.[0-9a-zA-Z-]+)*)?")
+
+_MSG_DNS_LABEL = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters "
+                  "or '-', and must start and end with an alphanumeric character (e.g. 'my-name',"
+                  "  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
+_MSG_DNS_SUBDOMAIN = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+                      "characters, '-' or '.', and must start and end with an alphanumeric "
+                      "character (e.g. 'example.com', regex used for validation is "
+                      "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+_MSG_QUALIFIED = ("must consist of alphanumeric characters, '-', '_' or '.', and must start and "
+                  "end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or "
+                  "'123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?"
+                  "[A-Za-z0-9]')")
+_MSG_LABEL_VALUE = ("a valid label must be an empty string or consist of alphanumeric "
+                    "characters, '-', '_' or '.', and must start and end with an alphanumeric "
+                    "character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for "
+                    "validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')")
+_MSG_C_IDENTIFIER = ("a valid C identifier must start with alphabetic character or '_', followed "
+                     "by a string of alphanumeric characters or '_' (e.g. 'my_name',  or "
+                     "'MY_NAME',  or 'MyName', regex used for validation is "
+                     "'[A-Za-z_][A-Za-z0-9_]*')")
+
+
+def is_dns1123_label(v):
+    errs = []
+    if len(v) > 63:
+        errs.append("must be no more than 63 characters")
+    if not _DNS_LABEL_RE.fullmatch(v):
+        errs.append(_MSG_DNS_LABEL)
+    return errs
+
+
+def is_dns1123_subdomain(v):
+    errs = []
+    if len(v) > 253:
+        errs.append("must be no more than 253 characters")
+    if not _DNS_SUBDOMAIN_RE.fullmatch(v):
+        errs.append(_MSG_DNS_SUBDOMAIN)
+    return errs
+
+
+def is_qualified_name(v):
+    errs = []
+    parts = v.split("/")
+    if len(parts) == 1:
+        name = parts[0]
+    elif len(parts) == 2:
+        prefix, name = parts
+        if not prefix:
+            errs.append("prefix part must be non-empty")
+        else:
+            errs.extend("prefix part " + m for m in is_dns1123_subdomain(prefix))
+    else:
+        return ["a qualified name " + _MSG_QUALIFIED + " with an optional DNS subdomain prefix "
+                "and '/' (e.g. 'example.com/MyName')"]
+    if not name:
+        errs.append("name part must be non-empty")
+    elif len(name) > 63:
+        errs.append("name part must be no more than 63 characters")
+    if name and not _QUALIFIED_NAME_RE.fullmatch(name):
+        errs.append("name part " + _MSG_QUALIFIED)
+    return errs
+
+
+def is_label_value(v):
+    errs = []
+    if len(v) > 63:
+        errs.append("must be no more than 63 characters")
+    if not _LABEL_VALUE_RE.fullmatch(v):
+        errs.append(_MSG_LABEL_VALUE)
+    return errs
+
+
+def validate_driver_name(v, path):
+    """corevalidation.ValidateCSIDriverName: <=63, a DNS subdomain after lower-casing."""
+    errs = []
+    if not v:
+        errs.append(f_required(path))
+    if len(v) > 63:
+        errs.append(f_too_long(path, 63))
+    errs.extend(f_invalid(path, v, m) for m in is_dns1123_subdomain(v.lower()))
+    return errs
+
+
+def validate_pool_name(v, path):
+    if not v:
+        return [f_required(path)]
+    errs = []
+    if len(v) > 253:
+        errs.append(f_too_long(path, 253))
+    for part in v.split("/"):
+        errs.extend(f_invalid(path, part, m) for m in is_dns1123_subdomain(part))
+    return errs
+
+
+def validate_c_identifier(v, path):
+    errs = []
+    if len(v) > 32:
+        errs.append(f_too_long(path, 32))
+    if not _C_IDENTIFIER_RE.fullmatch(v):
+        errs.append(f_invalid(path, v, _MSG_C_IDENTIFIER))
+    return errs
+
+
+def validate_qualified_key(name, path):
+    """A device attribute/capacity name: C identifier or <driver-like domain>/<C identifier>."""
+    parts = name.split("/")
+    if len(parts) == 1:
+        return validate_c_identifier(parts[0], path)
+    if len(parts) == 2:
+        errs = []
+        if not parts[0]:
+            errs.append(f_invalid(path, "", "the domain must not be empty"))
+        else:
+            errs.extend(validate_driver_name(parts[0], path))
+        if not parts[1]:
+            errs.append(f_invalid(path, "", "the name must not be empty"))
+        else:
+            errs.extend(validate_c_identifier(parts[1], path))
+        return errs
+    return [f_invalid(path, name, "must not contain more than one slash")]
+
+
+# ---------------------------------------------------------------------------------------------
+# Quantities (apimachinery api/resource): parse, then render in canonical form like the server
+# ---------------------------------------------------------------------------------------------
+
+_QUANTITY_RE = re.compile(r"([+-]?)([0-9]+\.?[0-9]*|\.[0-9]+)(.*)", re.S)
+_BINARY_SUFFIXES = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
+_DECIMAL_SUFFIXES = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15,
+                     "E": 18}
+_BINARY_NAMES = {0: "", **{v: k for k, v in _BINARY_SUFFIXES.items()}}
+_DECIMAL_NAMES = {v: k for k, v in _DECIMAL_SUFFIXES.items()}
+_MSG_QUANTITY_FORMAT = ("quantities must match the regular expression "
+                        "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")
+
+
+class Quantity:
+    __slots__ = ("value", "fmt")
+
+    def __init__(self, value, fmt):
+        self.value = value  # fractions.Fraction, rounded up to nano precision
+        self.fmt = fmt  # "BinarySI", "DecimalSI" or "DecimalExponent"
+
+    def canonical(self):
+        v, fmt = self.value, self.fmt
+        if v == 0:
+            return "0"
+        if fmt == "BinarySI":
+            if -1024 < v < 1024 or v.denominator != 1:
+                fmt = "DecimalSI"
+            else:
+                n = abs(v.numerator)
+                exp = 0
+                while n % 1024 == 0 and exp < 6:
+                    n //= 1024
+                    exp += 1
+                return ("-" if v < 0 else "") + str(n) + _BINARY_NAMES[exp]
+        mantissa = int(v * 10**9)  # exact: values are rounded to nano precision when parsed
+        exp = -9
+        while mantissa % 10 == 0:
+            mantissa //= 10
+            exp += 1
+        shift = exp % 3
+        mantissa *= 10**shift
+        exp -= shift
+        if fmt == "DecimalExponent":
+            return str(mantissa) + ("e%d" % exp if exp else "")
+        if exp > 18:
+            mantissa *= 10**(exp - 18)
+            exp = 18
+        return str(mantissa) + _DECIMAL_NAMES[exp]
+
+    def as_int(self):
+        """Quantity.Value(): rounded up to an integer."""
+        v = self.value
+        return -((-v.numerator) // v.denominator)
+
+
+def parse_quantity(text):
+    """resource.ParseQuantity; raises ValueError with the apimachinery message."""
+    text = text.strip()
+    if not text or len(text) > 1024:
+        raise ValueError(_MSG_QUANTITY_FORMAT)
+    m = _QUANTITY_RE.fullmatch(text)
+    if not m:
+        raise ValueError(_MSG_QUANTITY_FORMAT)
+    sign, number, suffix = m.groups()
+    try:
+        value = fractions.Fraction(number if not number.endswith(".") else number[:-1])
+    except (ValueError, ZeroDivisionError):
+        raise ValueError("unable to parse numeric part of quantity")
+    if suffix in _BINARY_SUFFIXES:
+        fmt = "BinarySI"
+        value *= 1024**_BINARY_SUFFIXES[suffix]
+    elif suffix in _DECIMAL_SUFFIXES:
+        fmt = "DecimalSI"
+        value *= fractions.Fraction(10)**_DECIMAL_SUFFIXES[suffix]
+    elif suffix[:1] in ("e", "E") and re.fullmatch(r"[eE][+-]?[0-9]+", suffix):
+        exp = int(suffix[1:])
+        if abs(exp) > 1000:
+            raise ValueError("unable to parse quantity's suffix")
+        fmt = "DecimalExponent"
+        value *= fractions.Fraction(10)**exp
+    else:
+        raise ValueError("unable to parse quantity's suffix")
+    if sign == "-":
+        value = -value
+    nanos = value * 10**9
+    if nanos.denominator != 1:  # round away from zero to nano precision, like the server
+        whole = abs(nanos.numerator) // nanos.denominator + 1
+        value = fractions.Fraction(whole if nanos > 0 else -whole, 10**9)
+    return Quantity(value, fmt)
+
+
+# ---------------------------------------------------------------------------------------------
+# Schemas of known fields; decoding with unknown/duplicate field detection and type checks
+# ---------------------------------------------------------------------------------------------
+
+
+class Scalar:
+    def __init__(self, name, go_type):
+        self.name = name
+        self.go_type = go_type
+
+
+STR = Scalar("string", "string")
+INT = Scalar("int", "int64")
+BOOL = Scalar("bool", "bool")
+QTY = Scalar("quantity", "resource.Quantity")
+TIME = Scalar("time", "v1.Time")
+ANY = Scalar("any", "interface {}")
+
+
+class Obj:
+    """A struct: known fields; `dropped` are known but behind a disabled feature gate (silently
+    removed, as the server's dropDisabledFields does); `zero` are fields without omitempty that
+    the server always renders (filled with their zero value when absent)."""
+
+    def __init__(self, fields, dropped=(), zero=(), go_type="struct"):
+        self.fields = dict(fields)
+        self.dropped = frozenset(dropped)
+        self.zero = tuple(zero)
+        self.go_type = go_type
+
+
+class MapOf:
+    def __init__(self, value):
+        self.value = value
+        self.go_type = "map[string]"
+
+
+class ListOf:
+    def __init__(self, item):
+        self.item = item
+        self.go_type = "[]"
+
+
+class _JsonObject(dict):
+    """A JSON object that remembers keys which occurred more than once."""
+    __slots__ = ("dups",)
+
+
+def _pairs_hook(pairs):
+    obj = _JsonObject()
+    dups = []
+    for k, v in pairs:
+        if k in obj:
+            dups.append(k)
+        obj[k] = v  # the last occurrence wins, as in Go
+    obj.dups = dups
+    return obj
+
+
+def _reject_constant(name):
+    raise ValueError("invalid JSON literal %s" % name)
+
+
+def parse_json(data):
+    """Parses a request body; raises ValueError on malformed JSON."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError("invalid UTF-8: %s" % e)
+    try:
+        return json.loads(text, object_pairs_hook=_pairs_hook, parse_constant=_reject_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply")
+
+
+def _json_type(v):
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, (int, float)):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    if isinstance(v, dict):
+        return "object"
+    return "null"
+
+
+class DecodeError(Exception):
+    pass
+
+
+_TIME_RE = re.compile(r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?"
+                      r"([Zz]|[+-]\d{2}:\d{2})")
+
+
+def format_time(dt):
+    return dt.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def now_rfc3339():
+    return format_time(datetime.datetime.now(datetime.timezone.utc))
+
+
+def parse_time(text):
+    m = _TIME_RE.fullmatch(text)
+    if not m:
+        raise ValueError("parsing time %s as \"2006-01-02T15:04:05Z07:00\"" % json.dumps(text))
+    try:
+        tz = m.group(8)
+        if tz in ("Z", "z"):
+            tzinfo = datetime.timezone.utc
+        else:
+            sign = 1 if tz[0] == "+" else -1
+            tzinfo = datetime.timezone(sign * datetime.timedelta(hours=int(tz[1:3]),
+                                                                 minutes=int(tz[4:6])))
+        return datetime.datetime(int(m.group(1)), int(m.group(2)), int(m.group(3)),
+                                 int(m.group(4)), int(m.group(5)), int(m.group(6)),
+                                 tzinfo=tzinfo)
+    except ValueError as e:
+        raise ValueError("parsing time %s: %s" % (json.dumps(text), e))
+
+
+class Decoder:
+    """Walks a JSON value along a schema: drops unknown and gated fields, checks JSON types like
+    Go's decoder (type mismatches are errors), canonicalises quantities and times."""
+
+    def __init__(self):
+        self.unknown = []
+        self.duplicates = []
+
+    def _type_error(self, value, schema, path):
+        go_type = schema.go_type
+        raise DecodeError("json: cannot unmarshal %s into Go struct field .%s of type %s"
+                          % (_json_type(value), path, go_type))
+
+    def zero_of(self, schema):
+        if schema is STR:
+            return ""
+        if schema is INT:
+            return 0
+        if schema is BOOL:
+            return False
+        if schema is QTY:
+            return "0"
+        if isinstance(schema, Obj):
+            return {f: self.zero_of(schema.fields[f]) for f in schema.zero}
+        return None
+
+    def decode(self, value, schema, path):
+        if value is None:
+            return self.zero_of(schema)
+        if isinstance(schema, Obj):
+            if not isinstance(value, dict):
+                self._type_error(value, schema, path)
+            for d in getattr(value, "dups", ()):
+                self.duplicates.append(child(path, d))
+            out = {}
+            for k, v in value.items():
+                sub = schema.fields.get(k)
+                if sub is None:
+                    self.unknown.append(child(path, k))
+                    continue
+                if k in schema.dropped or v is None:
+                    continue
+                out[k] = self.decode(v, sub, child(path, k))
+            for k in schema.zero:
+                if k not in out:
+                    out[k] = self.zero_of(schema.fields[k])
+            return out
+        if isinstance(schema, MapOf):
+            if not isinstance(value, dict):
+                self._type_error(value, schema, path)
+            for d in getattr(value, "dups", ()):
+                self.duplicates.append(key(path, d))
+            return {k: (self.decode(v, schema.value, key(path, k)) if v is not None
+                        else self.zero_of(schema.value)) for k, v in value.items()}
+        if isinstance(schema, ListOf):
+            if not isinstance(value, list):
+                self._type_error(value, schema, path)
+            return [self.decode(v, schema.item, index(path, i)) for i, v in enumerate(value)]
+        if schema is ANY:
+            return value
+        if schema is STR:
+            if not isinstance(value, str):
+                self._type_error(value, schema, path)
+            return value
+        if schema is BOOL:
+            if not isinstance(value, bool):
+                self._type_error(value, schema, path)
+            return value
+        if schema is INT:
+            if isinstance(value, bool) or not isinstance(value, int):
+                self._type_error(value, schema, path)
+            if not INT64_MIN <= value <= INT64_MAX:
+                raise DecodeError("json: cannot unmarshal number %d into Go struct field .%s of "
+                                  "type int64" % (value, path))
+            return value
+        if schema is QTY:
+            if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                self._type_error(value, schema, path)
+            text = value if isinstance(value, str) else json.dumps(value)
+            try:
+                return parse_quantity(text).canonical()
+            except ValueError as e:
+                raise DecodeError(str(e))
+        if schema is TIME:
+            if not isinstance(value, str):
+                self._type_error(value, schema, path)
+            if value == "":
+                return None
+            try:
+                return format_time(parse_time(value))
+            except ValueError as e:
+                raise DecodeError(str(e))
+        raise AssertionError("unknown schema")
+
+
+def _prune_none(obj):
+    """Removes keys whose decoded value is None (an empty time is like an absent one)."""
+    if isinstance(obj, dict):
+        return {k: _prune_none(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, list):
+        return [_prune_none(v) for v in obj]
+    return obj
+
+
+METADATA_SCHEMA = Obj({
+    "name": STR, "generateName": STR, "namespace": STR, "selfLink": STR, "uid": STR,
+    "resourceVersion": STR, "generation": INT, "creationTimestamp": TIME,
+    "deletionTimestamp": TIME, "deletionGracePeriodSeconds": INT,
+    "labels": MapOf(STR), "annotations": MapOf(STR),
+    "ownerReferences": ListOf(Obj({"apiVersion": STR, "kind": STR, "name": STR, "uid": STR,
+                                   "controller": BOOL, "blockOwnerDeletion": BOOL},
+                                  zero=("apiVersion", "kind", "name", "uid"))),
+    "finalizers": ListOf(STR), "managedFields": ListOf(ANY),
+})
+
+# ---------------------------------------------------------------------------------------------
+# Selectors
+# ---------------------------------------------------------------------------------------------
+
+
+def _split_unescaped(text, sep):
+    parts, cur, i = [], [], 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            cur.append(text[i:i + 2])
+            i += 2
+            continue
+        if c == sep:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+        i += 1
+    parts.append("".join(cur))
+    return parts
+
+
+def _unescape_field_value(text):
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\":
+            if i + 1 >= len(text) or text[i + 1] not in "\\,=":
+                raise ValueError("invalid escape sequence in field selector value: %s" % text)
+            out.append(text[i + 1])
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def parse_field_selector(text, supported):
+    """fields.ParseSelector plus the per-resource label conversion (unknown fields -> 400)."""
+    reqs = []
+    if not text.strip():
+        return reqs
+    for term in _split_unescaped(text, ","):
+        op_at, op = -1, None
+        i = 0
+        while i < len(term):
+            if term[i] == "\\":
+                i += 2
+                continue
+            for candidate in ("!=", "==", "="):
+                if term.startswith(candidate, i):
+                    op_at, op = i, candidate
+                    break
+            if op:
+                break
+            i += 1
+        if not op:
+            raise bad_request("invalid selector: '%s'; can't understand '%s'" % (text, term))
+        try:
+            field = _unescape_field_value(term[:op_at])
+            value = _unescape_field_value(term[op_at + len(op):])
+        except ValueError as e:
+            raise bad_request("invalid selector: '%s'; %s" % (text, e))
+        if field not in supported:
+            raise bad_request("field label not supported: %s" % field)
+        reqs.append((field, op, value))
+    return reqs
+
+
+def match_fields(reqs, fields):
+    for field, op, value in reqs:
+        equal = fields.get(field, "") == value
+        if (op == "!=") == equal:
+            return False
+    return True
+
+
+_LABEL_KEY = r"[^\s=!(),]+"
+_LABEL_TERM_RES = [
+    ("exists", re.compile(r"\s*(!?)\s*(" + _LABEL_KEY + r")\s*")),
+    ("compare", re.compile(r"\s*(" + _LABEL_KEY + r")\s*(==|=|!=)\s*([^\s,()=!]*)\s*")),
+    ("set", re.compile(r"\s*(" + _LABEL_KEY + r")\s+(in|notin)\s*\(([^()]*)\)\s*")),
+]
+
+
+def parse_label_selector(text):
+    reqs = []
+    if not text.strip():
+        return reqs
+    terms, depth, cur = [], 0, []
+    for c in text:
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        if c == "," and depth == 0:
+            terms.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+    terms.append("".join(cur))
+    for term in terms:
+        req = None
+        for kind, rx in _LABEL_TERM_RES:
+            m = rx.fullmatch(term)
+            if not m:
+                continue
+            if kind == "exists":
+                req = (m.group(2), "!" if m.group(1) else "exists", ())
+            elif kind == "compare":
+                req = (m.group(1), "!=" if m.group(2) == "!=" else "=", (m.group(3),))
+            else:
+                values = tuple(v.strip() for v in m.group(3).split(",")) if m.group(3).strip() \
+                    else ()
+                req = (m.group(1), m.group(2), values)
+            break
+        if req is None:
+            raise bad_request("unable to parse requirement: found '%s', expected a label "
+                              "selector requirement" % term.strip())
+        msgs = is_qualified_name(req[0])
+        for v in req[2]:
+            msgs += is_label_value(v)
+        if msgs:
+            raise bad_request("unable to parse requirement: %s: %s" % (term.strip(), msgs[0]))
+        reqs.append(req)
+    return reqs
+
+
+def match_labels(reqs, labels):
+    for k, op, values in reqs:
+        has = k in labels
+        v = labels.get(k)
+        if op == "exists" and not has:
+            return False
+        if op == "!" and has:
+            return False
+        if op == "=" and not (has and v == values[0]):
+            return False
+        if op == "!=" and has and v == values[0]:
+            return False
+        if op == "in" and not (has and v in values):
+            return False
+        if op == "notin" and has and v in values:
+            return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# Resource types
+# ---------------------------------------------------------------------------------------------
+
+
+class ResourceType:
+    """Describes one resource: where it is served, what its objects look like and how they are
+    validated. Hooks take and return plain JSON values."""
+
+    def __init__(self, group, versions, plural, singular, kind, namespaced, verbs, schema,
+                 field_labels=None, validate_create=None, validate_update=None,
+                 prepare=None, warnings=None, typed_list_items=False):
+        self.group = group
+        self.versions = tuple(versions)
+        self.plural = plural
+        self.singular = singular
+        self.kind = kind
+        self.namespaced = namespaced
+        self.verbs = frozenset(verbs)
+        self.schema = schema
+        self.field_labels = dict(field_labels or {})  # selector name -> fn(obj) -> str
+        self.validate_create = validate_create  # fn(obj) -> [FieldError]
+        self.validate_update = validate_update  # fn(obj, old) -> [FieldError]
+        self.prepare = prepare  # fn(obj, old) after decoding: defaults, gated fields
+        self.warnings = warnings  # fn(obj) -> [str]
+        self.typed_list_items = typed_list_items  # CRD lists carry kind/apiVersion per item
+        self.type_key = (group, plural)
+
+    def qualified(self):
+        return self.plural + ("." + self.group if self.group else "")
+
+    def group_version(self, version):
+        return self.group + "/" + version if self.group else version
+
+    def field_set(self, obj):
+        meta = obj.get("metadata", {})
+        fields = {"metadata.name": meta.get("name", "")}
+        if self.namespaced:
+            fields["metadata.namespace"] = meta.get("namespace", "")
+        for name, fn in self.field_labels.items():
+            fields[name] = fn(obj)
+        return fields
+
+    def supported_field_selectors(self):
+        return set(self.field_set({"metadata": {}, "spec": {}}).keys())
+
+    def render(self, obj, version):
+        out = {"kind": self.kind, "apiVersion": self.group_version(version)}
+        out.update(obj)
+        return out
+
+    def not_found(self, name):
+        return ApiError(404, "NotFound", '%s "%s" not found' % (self.qualified(), name),
+                        {"name": name, "group": self.group, "kind": self.plural})
+
+    def already_exists(self, name):
+        return ApiError(409, "AlreadyExists", '%s "%s" already exists' % (self.qualified(), name),
+                        {"name": name, "group": self.group, "kind": self.plural})
+
+    def conflict(self, name, why):
+        return ApiError(409, "Conflict", 'Operation cannot be fulfilled on %s "%s": %s'
+                        % (self.qualified(), name, why),
+                        {"name": name, "group": self.group, "kind": self.plural})
+
+    def invalid(self, name, errs):
+        causes = [e.cause() for e in errs]
+        text = str(errs[0]) if len(errs) == 1 else "[" + ", ".join(str(e) for e in errs) + "]"
+        qualified_kind = self.kind + ("." + self.group if self.group else "")
+        return ApiError(422, "Invalid", '%s "%s" is invalid: %s' % (qualified_kind, name, text),
+                        {"name": name, "group": self.group, "kind": self.kind, "causes": causes})
+
+
+# --- object metadata --------------------------------------------------------------------------
+
+
+def validate_object_meta(meta, namespaced):
+    errs = []
+    name = meta.get("name", "")
+    generate = meta.get("generateName", "")
+    if generate:
+        masked = generate[:-1] + "a" if generate.endswith("-") else generate
+        errs.extend(f_invalid("metadata.generateName", generate, m)
+                    for m in is_dns1123_subdomain(masked))
+    if not name:
+        if not generate:
+            errs.append(f_required("metadata.name", "name or generateName is required"))
+    else:
+        errs.extend(f_invalid("metadata.name", name, m) for m in is_dns1123_subdomain(name))
+    if namespaced:
+        ns = meta.get("namespace", "")
+        if not ns:
+            errs.append(f_required("metadata.namespace"))
+        else:
+            errs.extend(f_invalid("metadata.namespace", ns, m) for m in is_dns1123_label(ns))
+    if meta.get("generation", 0) < 0:
+        errs.append(f_invalid("metadata.generation", meta["generation"],
+                              "must be greater than or equal to 0"))
+    for k, v in meta.get("labels", {}).items():
+        errs.extend(f_invalid("metadata.labels", k, m) for m in is_qualified_name(k))
+        errs.extend(f_invalid("metadata.labels", v, m) for m in is_label_value(v))
+    total = 0
+    for k, v in meta.get("annotations", {}).items():
+        errs.extend(f_invalid("metadata.annotations", k, m) for m in is_qualified_name(k.lower()))
+        total += len(k) + len(v)
+    if total > 256 * 1024:
+        errs.append(f_too_long("metadata.annotations", 256 * 1024))
+    controllers = 0
+    for i, ref in enumerate(meta.get("ownerReferences", [])):
+        p = index("metadata.ownerReferences", i)
+        for field in ("apiVersion", "kind", "name", "uid"):
+            if not ref.get(field):
+                errs.append(f_invalid(child(p, field), ref.get(field, ""),
+                                      "%s must not be empty" % field))
+        if ref.get("controller"):
+            controllers += 1
+    if controllers > 1:
+        errs.append(f_invalid("metadata.ownerReferences", None,
+                              "Only one reference can have Controller set to true"))
+    seen = set()
+    for i, fin in enumerate(meta.get("finalizers", [])):
+        p = index("metadata.finalizers", i)
+        errs.extend(f_invalid(p, fin, m) for m in is_qualified_name(fin))
+        if fin in seen:
+            errs.append(f_duplicate(p, fin))
+        seen.add(fin)
+    return errs
+
+
+# --- ResourceSlice ------------------------------------------------------------------------------
+
+MAX_DEVICES = 128
+MAX_DEVICES_ADVANCED = 64  # any taints, consumesCounters or list attributes
+MAX_ATTRS_AND_CAPS = 32
+MAX_ATTRIBUTE_VALUES = 48
+MAX_STRING_LEN = 64
+MAX_TAINTS = 16
+MAX_COUNTER_SETS = 8
+MAX_COUNTERS_PER_SET = 32
+MAX_CONSUMPTIONS_PER_DEVICE = 2
+MAX_COUNTERS_PER_CONSUMPTION = 32
+MAX_BINDING_CONDITIONS = 4
+MAX_VALID_VALUES = 10
+# KEP-5234 (mixins), only with --mixins accept.
+MAX_INCLUDES_PER_DEVICE = 8
+MAX_INCLUDES_PER_COUNTER_SET = 8
+MAX_INCLUDES_PER_CONSUMPTION = 4
+MAX_DEVICE_MIXINS = 128
+MAX_CONSUMPTION_MIXINS = 128
+MAX_COUNTER_SET_MIXINS = 32
+MAX_SLICE_ATTRS_AND_CAPS = 4096
+MAX_SLICE_CONSUMED_COUNTERS = 2048
+MAX_SLICE_MIXIN_COUNTERS = 256
+TAINT_EFFECTS = ("NoExecute", "NoSchedule", "None")
+LIST_ATTRIBUTE_FIELDS = ("ints", "bools", "strings", "versions")
+
+
+def resourceslice_schema(accept_mixins, accept_list_attributes):
+    requirement = Obj({"key": STR, "operator": STR, "values": ListOf(STR)},
+                      zero=("key", "operator"))
+    node_selector = Obj({"nodeSelectorTerms": ListOf(Obj({"matchExpressions": ListOf(requirement),
+                                                          "matchFields": ListOf(requirement)}))},
+                        zero=("nodeSelectorTerms",))
+    counter = Obj({"value": QTY}, zero=("value",))
+    attribute = Obj({"int": INT, "bool": BOOL, "string": STR, "version": STR,
+                     "ints": ListOf(INT), "bools": ListOf(BOOL), "strings": ListOf(STR),
+                     "versions": ListOf(STR)},
+                    dropped=() if accept_list_attributes else LIST_ATTRIBUTE_FIELDS)
+    capacity = Obj({"value": QTY,
+                    "requestPolicy": Obj({"default": QTY, "validValues": ListOf(QTY),
+                                          "validRange": Obj({"min": QTY, "max": QTY,
+                                                             "step": QTY})})},
+                   zero=("value",))
+    taint = Obj({"key": STR, "value": STR, "effect": STR, "timeAdded": TIME},
+                zero=("key", "effect"))
+    consumption = {"counterSet": STR, "counters": MapOf(counter)}
+    counter_set = {"name": STR, "counters": MapOf(counter)}
+    node_allocatable = Obj({
+        "mapping": Obj({"capacityKey": STR, "capacityMultiplier": QTY, "deviceMultiplier": QTY}),
+        "overhead": Obj({"perPod": QTY, "perContainer": QTY})})
+    device = {
+        "name": STR, "attributes": MapOf(attribute), "capacity": MapOf(capacity),
+        "nodeName": STR, "nodeSelector": node_selector, "allNodes": BOOL,
+        "taints": ListOf(taint), "bindsToNode": BOOL, "bindingConditions": ListOf(STR),
+        "bindingFailureConditions": ListOf(STR), "allowMultipleAllocations": BOOL,
+        # DRANodeAllocatableResources is alpha (off): known, silently dropped.
+        "nodeAllocatableResources": MapOf(node_allocatable),
+    }
+    spec = {
+        "driver": STR,
+        "pool": Obj({"name": STR, "generation": INT, "resourceSliceCount": INT},
+                    zero=("name", "generation", "resourceSliceCount")),
+        "nodeName": STR, "nodeSelector": node_selector, "allNodes": BOOL,
+        "perDeviceNodeSelection": BOOL,
+        # DRAPartitionableDevicesType and DRAOptionalNodeOperations are alpha (off).
+        "partitionTypeAttribute": STR, "skipNodeOperations": ListOf(STR),
+    }
+    if accept_mixins:
+        device["includes"] = ListOf(STR)
+        consumption["includes"] = ListOf(STR)
+        counter_set["includes"] = ListOf(STR)
+        spec["mixins"] = Obj({
+            "device": ListOf(Obj({"name": STR, "attributes": MapOf(attribute),
+                                  "capacity": MapOf(capacity)}, zero=("name",))),
+            "deviceCounterConsumption": ListOf(Obj({"name": STR, "counters": MapOf(counter)},
+                                                   zero=("name",))),
+            "counterSet": ListOf(Obj({"name": STR, "counters": MapOf(counter)},
+                                     zero=("name",))),
+        })
+    device["consumesCounters"] = ListOf(Obj(consumption, zero=("counterSet",)))
+    spec["devices"] = ListOf(Obj(device, dropped=("nodeAllocatableResources",), zero=("name",)))
+    spec["sharedCounters"] = ListOf(Obj(counter_set, zero=("name",)))
+    return Obj({"apiVersion": STR, "kind": STR, "metadata": METADATA_SCHEMA,
+                "spec": Obj(spec, dropped=("partitionTypeAttribute", "skipNodeOperations"),
+                            zero=("driver", "pool"))},
+               zero=("spec",))
+
+
+def _quantity(text):
+    return parse_quantity(text)
+
+
+def validate_node_selector(sel, path):
+    errs = []
+    terms = sel.get("nodeSelectorTerms", [])
+    tp = child(path, "nodeSelectorTerms")
+    if not terms:
+        errs.append(f_required(tp, "must have at least one node selector term"))
+    for i, term in enumerate(terms):
+        p = index(tp, i)
+        for j, req in enumerate(term.get("matchExpressions", [])):
+            rp = index(child(p, "matchExpressions"), j)
+            values = req.get("values", [])
+            op = req.get("operator", "")
+            if op in ("In", "NotIn"):
+                if not values:
+                    errs.append(f_required(child(rp, "values"),
+                                           "must be specified when `operator` is 'In' or "
+                                           "'NotIn'"))
+            elif op in ("Exists", "DoesNotExist"):
+                if values:
+                    errs.append(f_forbidden(child(rp, "values"),
+                                            "may not be specified when `operator` is 'Exists' "
+                                            "or 'DoesNotExist'"))
+            elif op in ("Gt", "Lt"):
+                if len(values) != 1:
+                    errs.append(f_required(child(rp, "values"),
+                                           "must be specified single value when `operator` is "
+                                           "'Lt' or 'Gt'"))
+            else:
+                errs.append(f_invalid(child(rp, "operator"), op, "not a valid selector operator"))
+            errs.extend(f_invalid(child(rp, "key"), req.get("key", ""), m)
+                        for m in is_qualified_name(req.get("key", "")))
+        for j, req in enumerate(term.get("matchFields", [])):
+            rp = index(child(p, "matchFields"), j)
+            if req.get("key") != "metadata.name":
+                errs.append(f_invalid(child(rp, "key"), req.get("key", ""),
+                                      "not a valid field selector key"))
+            if req.get("operator") not in ("In", "NotIn"):
+                errs.append(f_invalid(child(rp, "operator"), req.get("operator", ""),
+                                      "not a valid selector operator"))
+            values = req.get("values", [])
+            if len(values) != 1:
+                errs.append(f_required(child(rp, "values"),
+                                       "must be only one value when `operator` is 'In' or "
+                                       "'NotIn' for node field selector"))
+            else:
+                errs.extend(f_invalid(index(child(rp, "values"), 0), values[0], m)
+                            for m in is_dns1123_subdomain(values[0]))
+    return errs
+
+
+def _has_list_values(attr):
+    return any(f in attr for f in LIST_ATTRIBUTE_FIELDS)
+
+
+def validate_attribute(attr, path):
+    errs = []
+    count = 0
+    for f in ("bool", "int"):
+        if f in attr:
+            count += 1
+    for f in ("string", "version"):
+        if f in attr:
+            count += 1
+            errs.extend(_validate_attribute_string(attr[f], child(path, f), f == "version"))
+    for f in LIST_ATTRIBUTE_FIELDS:
+        if f in attr:
+            count += 1
+            values = attr[f]
+            if not values:
+                errs.append(f_invalid(child(path, f), values, "must not be empty if specified"))
+            if f in ("strings", "versions"):
+                for i, v in enumerate(values):
+                    errs.extend(_validate_attribute_string(v, index(child(path, f), i),
+                                                           f == "versions"))
+    if count != 1:
+        errs.append(f_invalid(path, "" if count == 0 else attr, "exactly one value must be "
+                              "specified"))
+    return errs
+
+
+def _validate_attribute_string(value, path, is_version):
+    errs = []
+    if is_version and not _SEMVER_RE.fullmatch(value):
+        errs.append(f_invalid(path, value, "must be a string compatible with semver.org spec "
+                              "2.0.0"))
+    if len(value.encode("utf-8")) > MAX_STRING_LEN:
+        errs.append(f_too_long(path, MAX_STRING_LEN))
+    return errs
+
+
+def validate_request_policy(capacity_value, policy, path):
+    errs = []
+    cap = _quantity(capacity_value).value
+    valid_values = policy.get("validValues")
+    valid_range = policy.get("validRange")
+    default = policy.get("default")
+    if valid_values and valid_range is not None:
+        return [f_forbidden(path, 'exactly one policy can be specified, cannot specify '
+                            '"validValues" and "validRange" at the same time')]
+    if valid_values:
+        if default is None:
+            return [f_required(child(path, "default"), "required when validValues is defined")]
+        vp = child(path, "validValues")
+        if len(valid_values) > MAX_VALID_VALUES:
+            return [f_too_many(vp, len(valid_values), MAX_VALID_VALUES)]
+        qs = [_quantity(v) for v in valid_values]
+        for i in range(len(qs) - 1):
+            if qs[i].value > qs[i + 1].value:
+                errs.append(f_invalid(index(vp, i + 1), valid_values[i + 1],
+                                      "values must be sorted in ascending order"))
+        dq = _quantity(default).value
+        seen = set()
+        found = False
+        for i, q in enumerate(qs):
+            if q.value > cap:
+                errs.append(f_invalid(index(vp, i), valid_values[i],
+                                      "option is larger than capacity value: %s"
+                                      % capacity_value))
+            if q.value == dq:
+                found = True
+            k = q.as_int()
+            if k in seen:
+                errs.append(f_duplicate(index(vp, i), str(k)))
+            seen.add(k)
+        if not found:
+            errs.append(f_invalid(vp, default,
+                                  "default value is not valid according to the requestPolicy"))
+    elif valid_range is not None:
+        rp = child(path, "validRange")
+        if default is None:
+            return [f_required(child(path, "default"), "required when validRange is defined")]
+        if "min" not in valid_range:
+            return [f_required(child(rp, "min"), "required when validRange is defined")]
+        lo = _quantity(valid_range["min"])
+        d = _quantity(default)
+        if lo.value > cap:
+            errs.append(f_invalid(child(rp, "min"), valid_range["min"],
+                                  "min is larger than capacity value: %s" % capacity_value))
+        if d.value < lo.value:
+            errs.append(f_invalid(child(rp, "default"), default,
+                                  "default is less than min: %s" % valid_range["min"]))
+        hi = None
+        if "max" in valid_range:
+            hi = _quantity(valid_range["max"])
+            if lo.value > hi.value:
+                errs.append(f_invalid(child(rp, "max"), valid_range["min"],
+                                      "min is larger than max: %s" % valid_range["max"]))
+            if hi.value > cap:
+                errs.append(f_invalid(child(rp, "max"), valid_range["max"],
+                                      "max is larger than capacity value: %s" % capacity_value))
+            if d.value > hi.value:
+                errs.append(f_invalid(child(rp, "default"), default,
+                                      "default is more than max: %s" % valid_range["max"]))
+        if "step" in valid_range:
+            step = _quantity(valid_range["step"])
+            sp = child(rp, "step")
+            if step.value <= 0:
+                errs.append(f_invalid(sp, valid_range["step"], "must be greater than zero"))
+            else:
+                if lo.value + step.value > cap:
+                    errs.append(f_invalid(sp, valid_range["step"],
+                                          "one step %s is larger than capacity value: %s"
+                                          % (Quantity(lo.value + step.value, lo.fmt).canonical(),
+                                             capacity_value)))
+                bounds = [("default", d), ("min", lo), ("max", hi), ("step", step)]
+                unsafe = False
+                for name, q in bounds:
+                    if q is None:
+                        continue
+                    if q.value < 0:
+                        errs.append(f_invalid(child(rp, name), q.canonical(),
+                                              "must be greater than or equal to 0"))
+                        unsafe = True
+                    elif q.value > INT64_MAX:
+                        errs.append(f_invalid(child(rp, name), q.canonical(),
+                                              "must not be larger than %d" % INT64_MAX))
+                        unsafe = True
+                if not unsafe:
+                    # Integer arithmetic (DRAFractionalCapacityRange off): Value() rounds up.
+                    s, m = step.as_int(), lo.as_int()
+                    for q in (d, hi):
+                        if q is not None and (q.as_int() - m) % s != 0:
+                            errs.append(f_invalid(sp, q.canonical(),
+                                                  "value is not a multiple of a given step "
+                                                  "(%s) from (%s)" % (valid_range["step"],
+                                                                      valid_range["min"])))
+    return errs
+
+
+def validate_counters(counters, path, limit):
+    if len(counters) > limit:
+        return [f_too_many(path, len(counters), limit)]
+    errs = []
+    for name in counters:
+        errs.extend(f_invalid(path, name, m) for m in is_dns1123_label(name))
+    return errs
+
+
+class SliceValidator:
+    """validation.ValidateResourceSlice(Update) of Kubernetes 1.36 (gates at their 1.36
+    defaults), plus KEP-5234 mixins when configured to accept them."""
+
+    def __init__(self, accept_mixins):
+        self.accept_mixins = accept_mixins
+
+    def validate_create(self, obj):
+        errs = validate_object_meta(obj.get("metadata", {}), namespaced=False)
+        return errs + self.validate_spec(obj["spec"], None)
+
+    def validate_update(self, obj, old):
+        errs = validate_object_meta(obj.get("metadata", {}), namespaced=False)
+        return errs + self.validate_spec(obj["spec"], old["spec"])
+
+    def validate_spec(self, spec, old):
+        errs = []
+        errs.extend(validate_driver_name(spec.get("driver", ""), "spec.driver"))
+        pool = spec.get("pool", {})
+        errs.extend(validate_pool_name(pool.get("name", ""), "spec.pool.name"))
+        if pool.get("resourceSliceCount", 0) <= 0:
+            errs.append(f_invalid("spec.pool.resourceSliceCount",
+                                  pool.get("resourceSliceCount", 0), "must be greater than zero"))
+        if pool.get("generation", 0) < 0:
+            errs.append(f_invalid("spec.pool.generation", pool.get("generation", 0),
+                                  "must be greater than or equal to zero"))
+        if old is not None:
+            for path, new_v, old_v in (
+                    ("spec.pool.name", pool.get("name"), old.get("pool", {}).get("name")),
+                    ("spec.driver", spec.get("driver"), old.get("driver")),
+                    ("spec.nodeName", spec.get("nodeName"), old.get("nodeName"))):
+                if new_v != old_v:
+                    errs.append(f_invalid(path, new_v, "field is immutable"))
+
+        set_fields = []
+        if "nodeName" in spec:
+            if spec["nodeName"]:
+                set_fields.append("`nodeName`")
+                errs.extend(f_invalid("spec.nodeName", spec["nodeName"], m)
+                            for m in is_dns1123_subdomain(spec["nodeName"]))
+            else:
+                errs.append(f_invalid("spec.nodeName", "", "must be either unset or set to a "
+                                      "non-empty string"))
+        if "nodeSelector" in spec:
+            set_fields.append("`nodeSelector`")
+            errs.extend(validate_node_selector(spec["nodeSelector"], "spec.nodeSelector"))
+            terms = spec["nodeSelector"].get("nodeSelectorTerms", [])
+            if len(terms) != 1:
+                errs.append(f_invalid("spec.nodeSelector.nodeSelectorTerms", terms,
+                                      "must have exactly one node selector term"))
+        for f in ("allNodes", "perDeviceNodeSelection"):
+            if f in spec:
+                if spec[f]:
+                    set_fields.append("`%s`" % f)
+                else:
+                    errs.append(f_invalid("spec." + f, False, "must be either unset or set to "
+                                          "true"))
+        if not set_fields:
+            errs.append(f_required("spec", "exactly one of `nodeName`, `nodeSelector`, "
+                                   "`allNodes`, `perDeviceNodeSelection` is required"))
+        elif len(set_fields) > 1:
+            errs.append(f_invalid("spec", "{%s}" % ", ".join(set_fields),
+                                  "exactly one of `nodeName`, `nodeSelector`, `allNodes`, "
+                                  "`perDeviceNodeSelection` is required, but multiple fields "
+                                  "are set"))
+        if "sharedCounters" in spec and "devices" in spec:
+            errs.append(f_invalid("spec", "", "only one of `sharedCounters` or `devices` is "
+                                  "allowed"))
+
+        devices = spec.get("devices", [])
+        advanced = any(d.get("taints") or d.get("consumesCounters")
+                       or any(_has_list_values(a) for a in d.get("attributes", {}).values())
+                       for d in devices)
+        limit = MAX_DEVICES_ADVANCED if advanced else MAX_DEVICES
+        mixins = spec.get("mixins", {}) if self.accept_mixins else {}
+        device_mixins = {m.get("name"): m for m in mixins.get("device", [])}
+        consumption_mixins = {m.get("name") for m in mixins.get("deviceCounterConsumption", [])}
+        per_device = bool(spec.get("perDeviceNodeSelection"))
+        if len(devices) > limit:
+            errs.append(f_too_many("spec.devices", len(devices), limit))
+        else:
+            seen = set()
+            for i, device in enumerate(devices):
+                p = index("spec.devices", i)
+                errs.extend(self.validate_device(device, p, per_device, device_mixins,
+                                                  consumption_mixins))
+                if device.get("name") in seen:
+                    errs.append(f_duplicate(p, device.get("name")))
+                seen.add(device.get("name"))
+
+        counter_sets = spec.get("sharedCounters", [])
+        set_mixins = {m.get("name") for m in mixins.get("counterSet", [])}
+        if len(counter_sets) > MAX_COUNTER_SETS:
+            errs.append(f_too_many("spec.sharedCounters", len(counter_sets), MAX_COUNTER_SETS))
+        else:
+            seen = set()
+            for i, cs in enumerate(counter_sets):
+                p = index("spec.sharedCounters", i)
+                name = cs.get("name", "")
+                if not name:
+                    errs.append(f_required(child(p, "name")))
+                else:
+                    errs.extend(f_invalid(child(p, "name"), name, m)
+                                for m in is_dns1123_label(name))
+                includes = cs.get("includes", [])
+                errs.extend(self.validate_includes(includes, set_mixins, child(p, "includes"),
+                                                   MAX_INCLUDES_PER_COUNTER_SET))
+                if not cs.get("counters") and not includes:
+                    errs.append(f_required(child(p, "counters")))
+                else:
+                    errs.extend(validate_counters(cs.get("counters", {}), child(p, "counters"),
+                                                  MAX_COUNTERS_PER_SET))
+                if name in seen:
+                    errs.append(f_duplicate(p, name))
+                seen.add(name)
+        if self.accept_mixins and "mixins" in spec:
+            errs.extend(self.validate_mixins(spec))
+        return errs
+
+    def validate_includes(self, includes, known, path, limit):
+        if not includes:
+            return []
+        if len(includes) > limit:
+            return [f_too_many(path, len(includes), limit)]
+        errs = []
+        for i, name in enumerate(includes):
+            if name not in known:
+                errs.append(f_not_found(index(path, i), name))
+        return errs
+
+    def validate_device(self, device, path, per_device, device_mixins, consumption_mixins):
+        errs = []
+        name = device.get("name", "")
+        errs.extend(f_invalid(child(path, "name"), name, m) for m in is_dns1123_label(name))
+        attributes = device.get("attributes", {})
+        capacity = device.get("capacity", {})
+        n = len(attributes) + len(capacity)
+        if n > MAX_ATTRS_AND_CAPS:
+            errs.append(f_invalid(path, n, "the total number of attributes and capacities must "
+                                  "not exceed %d" % MAX_ATTRS_AND_CAPS))
+        values = sum(len(a.get("bools", [])) + len(a.get("ints", [])) + len(a.get("strings", []))
+                     + len(a.get("versions", [])) or 1 for a in attributes.values())
+        if values > MAX_ATTRIBUTE_VALUES:
+            errs.append(f_invalid(path, values, "the total number of attribute values must not "
+                                  "exceed %d" % MAX_ATTRIBUTE_VALUES))
+        errs.extend(self.validate_attributes(attributes, child(path, "attributes")))
+        multi = bool(device.get("allowMultipleAllocations"))
+        errs.extend(self.validate_capacity(capacity, child(path, "capacity"), multi))
+
+        taints = device.get("taints", [])
+        tp = child(path, "taints")
+        if len(taints) > MAX_TAINTS:
+            errs.append(f_too_many(tp, len(taints), MAX_TAINTS))
+        else:
+            for i, taint in enumerate(taints):
+                p = index(tp, i)
+                errs.extend(f_invalid(child(p, "key"), taint.get("key", ""), m)
+                            for m in is_qualified_name(taint.get("key", "")))
+                if taint.get("value"):
+                    errs.extend(f_invalid(child(p, "value"), taint["value"], m)
+                                for m in is_label_value(taint["value"]))
+                effect = taint.get("effect", "")
+                if not effect:
+                    errs.append(f_required(child(p, "effect")))
+                elif effect not in TAINT_EFFECTS:
+                    errs.append(f_not_supported(child(p, "effect"), effect, TAINT_EFFECTS))
+
+        consumptions = device.get("consumesCounters", [])
+        cp = child(path, "consumesCounters")
+        if len(consumptions) > MAX_CONSUMPTIONS_PER_DEVICE:
+            errs.append(f_too_many(cp, len(consumptions), MAX_CONSUMPTIONS_PER_DEVICE))
+        else:
+            seen = set()
+            for i, c in enumerate(consumptions):
+                p = index(cp, i)
+                cs = c.get("counterSet", "")
+                if not cs:
+                    errs.append(f_required(child(p, "counterSet")))
+                else:
+                    errs.extend(f_invalid(child(p, "counterSet"), cs, m)
+                                for m in is_dns1123_label(cs))
+                includes = c.get("includes", [])
+                errs.extend(self.validate_includes(includes, consumption_mixins,
+                                                   child(p, "includes"),
+                                                   MAX_INCLUDES_PER_CONSUMPTION))
+                if not c.get("counters") and not includes:
+                    errs.append(f_required(child(p, "counters")))
+                else:
+                    errs.extend(validate_counters(c.get("counters", {}), child(p, "counters"),
+                                                  MAX_COUNTERS_PER_CONSUMPTION))
+                if cs in seen:
+                    errs.append(f_duplicate(p, cs))
+                seen.add(cs)
+
+        node_fields = [f for f in ("nodeName", "nodeSelector", "allNodes") if f in device]
+        if per_device:
+            set_fields = []
+            if "nodeName" in device:
+                if device["nodeName"]:
+                    set_fields.append("`nodeName`")
+                    errs.extend(f_invalid(child(path, "nodeName"), device["nodeName"], m)
+                                for m in is_dns1123_subdomain(device["nodeName"]))
+                else:
+                    errs.append(f_invalid(child(path, "nodeName"), "", "must not be empty"))
+            if "nodeSelector" in device:
+                set_fields.append("`nodeSelector`")
+                errs.extend(validate_node_selector(device["nodeSelector"],
+                                                   child(path, "nodeSelector")))
+            if "allNodes" in device:
+                if device["allNodes"]:
+                    set_fields.append("`allNodes`")
+                else:
+                    errs.append(f_invalid(child(path, "allNodes"), False,
+                                          "must be either unset or set to true"))
+            msg = ("exactly one of `nodeName`, `nodeSelector`, or `allNodes` is required when "
+                   "`perDeviceNodeSelection` is set to true in the ResourceSlice spec")
+            if not set_fields:
+                errs.append(f_required(path, msg))
+            elif len(set_fields) > 1:
+                errs.append(f_invalid(path, "{%s}" % ", ".join(set_fields), msg))
+        elif node_fields:
+            errs.append(f_invalid(path, None, "`nodeName`, `nodeSelector` and `allNodes` can "
+                                  "only be set if `perDeviceNodeSelection` is set to true in the "
+                                  "ResourceSlice spec"))
+
+        errs.extend(self.validate_binding(device.get("bindingConditions", []),
+                                          device.get("bindingFailureConditions", []), path))
+
+        if self.accept_mixins:
+            includes = device.get("includes", [])
+            errs.extend(self.validate_includes(includes, device_mixins, child(path, "includes"),
+                                               MAX_INCLUDES_PER_DEVICE))
+            if includes:
+                attr_keys, cap_keys = set(attributes), set(capacity)
+                for name in includes[:MAX_INCLUDES_PER_DEVICE]:
+                    mixin = device_mixins.get(name)
+                    if mixin is not None:
+                        attr_keys.update(mixin.get("attributes", {}))
+                        cap_keys.update(mixin.get("capacity", {}))
+                flat = len(attr_keys) + len(cap_keys)
+                if flat > MAX_ATTRS_AND_CAPS:
+                    errs.append(f_invalid(path, flat, "the total number of attributes and "
+                                          "capacities of the device including its mixins must "
+                                          "not exceed %d" % MAX_ATTRS_AND_CAPS))
+        return errs
+
+    def validate_attributes(self, attributes, path):
+        errs = []
+        for name, attr in attributes.items():
+            errs.extend(validate_qualified_key(name, path))
+            errs.extend(validate_attribute(attr, key(path, name)))
+        return errs
+
+    def validate_capacity(self, capacity, path, multi):
+        errs = []
+        for name, cap in capacity.items():
+            errs.extend(validate_qualified_key(name, path))
+            if "requestPolicy" in cap:
+                rp = child(key(path, name), "requestPolicy")
+                if not multi:
+                    errs.append(f_forbidden(rp, "allowMultipleAllocations must be true"))
+                else:
+                    errs.extend(validate_request_policy(cap.get("value", "0"),
+                                                        cap["requestPolicy"], rp))
+        return errs
+
+    def validate_binding(self, conditions, failures, path):
+        errs = []
+        for field, items in (("bindingConditions", conditions),
+                             ("bindingFailureConditions", failures)):
+            p = child(path, field)
+            if len(items) > MAX_BINDING_CONDITIONS:
+                errs.append(f_too_many(p, len(items), MAX_BINDING_CONDITIONS))
+                continue
+            for i, c in enumerate(items):
+                errs.extend(f_invalid(index(p, i), c, m) for m in is_qualified_name(c))
+        seen = set()
+        for i, c in enumerate(conditions):
+            if c in seen:
+                errs.append(f_duplicate(index(child(path, "bindingConditions"), i), c))
+            seen.add(c)
+        seen_failures = set()
+        for i, c in enumerate(failures):
+            p = index(child(path, "bindingFailureConditions"), i)
+            if c in seen_failures:
+                errs.append(f_duplicate(p, c))
+            seen_failures.add(c)
+            if c in seen:
+                errs.append(f_invalid(p, c, "bindingFailureConditions must not overlap with "
+                                      "bindingConditions"))
+        if not conditions and failures:
+            errs.append(f_invalid(child(path, "bindingConditions"), conditions,
+                                  "bindingConditions are required to use "
+                                  "bindingFailureConditions"))
+        if not failures and conditions:
+            errs.append(f_invalid(child(path, "bindingFailureConditions"), failures,
+                                  "bindingFailureConditions are required to use "
+                                  "bindingConditions"))
+        return errs
+
+    def validate_mixins(self, spec):
+        errs = []
+        mixins = spec["mixins"]
+        total = sum(len(d.get("attributes", {})) + len(d.get("capacity", {}))
+                    for d in spec.get("devices", []))
+        for kind, limit in (("device", MAX_DEVICE_MIXINS),
+                            ("deviceCounterConsumption", MAX_CONSUMPTION_MIXINS),
+                            ("counterSet", MAX_COUNTER_SET_MIXINS)):
+            items = mixins.get(kind, [])
+            path = "spec.mixins." + kind
+            if len(items) > limit:
+                errs.append(f_too_many(path, len(items), limit))
+                continue
+            seen = set()
+            counters = 0
+            for i, m in enumerate(items):
+                p = index(path, i)
+                name = m.get("name", "")
+                if not name:
+                    errs.append(f_required(child(p, "name")))
+                else:
+                    errs.extend(f_invalid(child(p, "name"), name, msg)
+                                for msg in is_dns1123_label(name))
+                if name in seen:
+                    errs.append(f_duplicate(child(p, "name"), name))
+                seen.add(name)
+                if kind == "device":
+                    attributes = m.get("attributes", {})
+                    capacity = m.get("capacity", {})
+                    n = len(attributes) + len(capacity)
+                    total += n
+                    if n > MAX_ATTRS_AND_CAPS:
+                        errs.append(f_invalid(p, n, "the total number of attributes and "
+                                              "capacities must not exceed %d"
+                                              % MAX_ATTRS_AND_CAPS))
+                    errs.extend(self.validate_attributes(attributes, child(p, "attributes")))
+                    for cname, cap in capacity.items():
+                        errs.extend(validate_qualified_key(cname, child(p, "capacity")))
+                        if "requestPolicy" in cap:
+                            errs.append(f_forbidden(child(key(child(p, "capacity"), cname),
+                                                          "requestPolicy"),
+                                                    "allowMultipleAllocations must be true"))
+                else:
+                    errs.extend(validate_counters(m.get("counters", {}), child(p, "counters"),
+                                                  MAX_COUNTERS_PER_SET))
+                    counters += len(m.get("counters", {}))
+            if kind == "deviceCounterConsumption" and counters > MAX_SLICE_CONSUMED_COUNTERS:
+                errs.append(f_invalid(path, counters, "the total number of counters must not "
+                                      "exceed %d" % MAX_SLICE_CONSUMED_COUNTERS))
+            if kind == "counterSet" and counters > MAX_SLICE_MIXIN_COUNTERS:
+                errs.append(f_invalid(path, counters, "the total number of counters must not "
+                                      "exceed %d" % MAX_SLICE_MIXIN_COUNTERS))
+        if total > MAX_SLICE_ATTRS_AND_CAPS:
+            errs.append(f_invalid("spec", total, "the total number of attributes and "
+                                  "capacities in devices and mixins must not exceed %d"
+                                  % MAX_SLICE_ATTRS_AND_CAPS))
+        return errs
+
+
+def prepare_resourceslice(obj, old):
+    """Defaulting the server applies on every write: taints get timeAdded (now) when unset."""
+    now = None
+    for device in obj.get("spec", {}).get("devices", []):
+        for taint in device.get("taints", []):
+            if not taint.get("timeAdded"):
+                now = now or now_rfc3339()
+                taint["timeAdded"] = now
+
+
+def resourceslice_warnings(obj):
+    driver = obj.get("spec", {}).get("driver", "")
+    if driver != driver.lower():
+        return ['spec.driver: driver names should be lowercase; "%s" contains uppercase '
+                'characters' % driver]
+    return []
+
+
+def make_resourceslice_type(cfg):
+    validator = SliceValidator(cfg.accept_mixins)
+    return ResourceType(
+        RESOURCE_GROUP, cfg.versions, "resourceslices", "resourceslice", "ResourceSlice",
+        namespaced=False,
+        verbs=("create", "delete", "deletecollection", "get", "list", "patch", "update",
+               "watch"),
+        schema=resourceslice_schema(cfg.accept_mixins, cfg.accept_list_attributes),
+        field_labels={
+            "spec.driver": lambda o: o.get("spec", {}).get("driver", ""),
+            "spec.nodeName": lambda o: o.get("spec", {}).get("nodeName", ""),
+            "spec.pool.name": lambda o: o.get("spec", {}).get("pool", {}).get("name", ""),
+        },
+        validate_create=validator.validate_create,
+        validate_update=validator.validate_update,
+        prepare=prepare_resourceslice,
+        warnings=resourceslice_warnings)
+
+
+def make_node_type():
+    return ResourceType(
+        "", ("v1",), "nodes", "node", "Node", namespaced=False, verbs=("get", "list", "watch"),
+        schema=Obj({"apiVersion": STR, "kind": STR, "metadata": METADATA_SCHEMA, "spec": ANY,
+                    "status": ANY}))
+
+
+# ---------------------------------------------------------------------------------------------
+# Store with event history
+# ---------------------------------------------------------------------------------------------
+
+
+class Event:
+    __slots__ = ("rv", "type_key", "etype", "obj", "old")
+
+    def __init__(self, rv, type_key, etype, obj, old):
+        self.rv = rv
+        self.type_key = type_key
+        self.etype = etype
+        self.obj = obj
+        self.old = old
+
+
+def with_rv(obj, rv):
+    out = dict(obj)
+    meta = dict(out.get("metadata", {}))
+    meta["resourceVersion"] = str(rv)
+    out["metadata"] = meta
+    return out
+
+
+class Store:
+    """All objects of all types, one global resourceVersion counter, the last N events.
+
+    Stored objects are never mutated; every write stores a new dict. `floor` is the oldest
+    resourceVersion a watch may start from: every event after it is still in the history."""
+
+    def __init__(self, history_limit, initial_rv):
+        self.lock = threading.RLock()  # re-entrant: patch = read + update under one lock
+        self.cond = threading.Condition(self.lock)
+        self.rv = initial_rv
+        self.floor = initial_rv
+        self.tables = collections.defaultdict(dict)  # type_key -> {(ns, name): obj}
+        self.history = collections.deque()
+        self.history_limit = history_limit
+        self.reset_epoch = 0
+        self.close_epoch = 0
+        self.open_watches = 0
+
+    def commit(self, type_key, etype, ns_name, obj, old):
+        """Caller holds the lock. Returns the stored object (with its new resourceVersion)."""
+        self.rv += 1
+        stored = with_rv(obj, self.rv)
+        if etype == "DELETED":
+            self.tables[type_key].pop(ns_name, None)
+        else:
+            self.tables[type_key][ns_name] = stored
+        self.history.append(Event(self.rv, type_key, etype, stored, old))
+        while len(self.history) > self.history_limit:
+            self.floor = self.history.popleft().rv
+        self.cond.notify_all()
+        return stored
+
+    def seed(self, type_key, ns_name, obj):
+        """Adds an object without an event (initial state); caller holds the lock."""
+        self.rv += 1
+        self.tables[type_key][ns_name] = with_rv(obj, self.rv)
+        self.floor = self.rv
+
+    def events_after(self, rv):
+        out = []
+        for ev in reversed(self.history):
+            if ev.rv <= rv:
+                break
+            out.append(ev)
+        out.reverse()
+        return out
+
+    def wipe(self):
+        """Forgets everything, as if etcd were wiped; open watches end with 410."""
+        for table in self.tables.values():
+            table.clear()
+        self.history.clear()
+        self.rv += 1
+        self.floor = self.rv
+        self.reset_epoch += 1
+        self.cond.notify_all()
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON patches
+# ---------------------------------------------------------------------------------------------
+
+
+def merge_patch(target, patch):
+    """RFC 7386."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
+
+
+def _pointer(path):
+    if path == "":
+        return []
+    if not path.startswith("/"):
+        raise ValueError("invalid JSON pointer %s" % json.dumps(path))
+    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+
+
+def _resolve(doc, tokens):
+    cur = doc
+    for t in tokens:
+        if isinstance(cur, dict) and t in cur:
+            cur = cur[t]
+        elif isinstance(cur, list) and t.isdigit() and int(t) < len(cur):
+            cur = cur[int(t)]
+        else:
+            raise ValueError("path not found: /%s" % "/".join(tokens))
+    return cur
+
+
+def json_patch(doc, ops):
+    """RFC 6902 on a deep copy of doc."""
+    doc = json.loads(json.dumps(doc))
+    if not isinstance(ops, list):
+        raise ValueError("a JSON patch must be an array of operations")
+    for op in ops:
+        if not isinstance(op, dict) or "op" not in op or "path" not in op:
+            raise ValueError("invalid JSON patch operation %s" % json.dumps(op))
+        kind = op["op"]
+        tokens = _pointer(op["path"])
+        if kind == "copy" or kind == "move":
+            value = json.loads(json.dumps(_resolve(doc, _pointer(op.get("from", "")))))
+            if kind == "move":
+                doc = json_patch(doc, [{"op": "remove", "path": op["from"]}])
+            kind = "add"
+        elif kind in ("add", "replace", "test"):
+            if "value" not in op:
+                raise ValueError("missing value in %s operation" % kind)
+            value = op["value"]
+        elif kind != "remove":
+            raise ValueError("unknown JSON patch operation %s" % json.dumps(kind))
+        if kind == "test":
+            if _resolve(doc, tokens) != value:
+                raise ValueError("testing value %s failed" % op["path"])
+            continue
+        if not tokens:
+            if kind == "remove":
+                raise ValueError("cannot remove the root")
+            doc = value
+            continue
+        parent = _resolve(doc, tokens[:-1])
+        last = tokens[-1]
+        if isinstance(parent, dict):
+            if kind in ("replace", "remove") and last not in parent:
+                raise ValueError("path not found: %s" % op["path"])
+            if kind == "remove":
+                del parent[last]
+            else:
+                parent[last] = value
+        elif isinstance(parent, list):
+            if last == "-" and kind == "add":
+                parent.append(value)
+                continue
+            if not last.isdigit():
+                raise ValueError("invalid array index %s" % last)
+            i = int(last)
+            if kind == "add":
+                if i > len(parent):
+                    raise ValueError("array index out of range: %s" % op["path"])
+                parent.insert(i, value)
+            else:
+                if i >= len(parent):
+                    raise ValueError("array index out of range: %s" % op["path"])
+                if kind == "remove":
+                    del parent[i]
+                else:
+                    parent[i] = value
+        else:
+            raise ValueError("path not found: %s" % op["path"])
+    return doc
+
+
+# ---------------------------------------------------------------------------------------------
+# The API
+# ---------------------------------------------------------------------------------------------
+
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # k8s.io/apimachinery/pkg/util/rand
+_BOOL_TRUE = ("1", "t", "T", "true", "TRUE", "True")
+_BOOL_FALSE = ("0", "f", "F", "false", "FALSE", "False")
+
+
+def parse_bool(params, name):
+    v = params.get(name)
+    if v is None or v == "":
+        return False
+    if v in _BOOL_TRUE:
+        return True
+    if v in _BOOL_FALSE:
+        return False
+    raise bad_request('invalid value for %s: %s: strconv.ParseBool: parsing "%s": invalid syntax'
+                      % (name, v, v))
+
+
+def parse_dry_run(params, options=None):
+    values = []
+    if "dryRun" in params:
+        values.append(params["dryRun"])
+    if options and isinstance(options.get("dryRun"), list):
+        values.extend(options["dryRun"])
+    for v in values:
+        if v != "All":
+            raise ApiError(400, "BadRequest", 'dryRun: Unsupported value: "%s": supported '
+                           'values: "All"' % v)
+    return bool(values)
+
+
+def parse_field_validation(params):
+    v = params.get("fieldValidation", "")
+    if v == "":
+        return "Warn"
+    if v not in ("Strict", "Warn", "Ignore"):
+        raise bad_request("fieldValidation: Unsupported value: \"%s\": supported values: "
+                          "\"Ignore\", \"Strict\", \"Warn\"" % v)
+    return v
+
+
+class Config:
+    def __init__(self, args):
+        self.versions = tuple(args.versions)
+        self.accept_mixins = args.mixins == "accept"
+        self.accept_list_attributes = args.list_attributes == "accept"
+        self.token = args.token
+        self.nodes = args.nodes
+        self.watch_history = args.watch_history
+        self.bookmark_interval = args.bookmark_interval
+        self.unconditional_update = args.unconditional_update == "allow"
+        self.initial_rv = args.initial_resource_version
+
+
+class Api:
+    """Everything except HTTP: resource types, the store, control state."""
+
+    def __init__(self, cfg, log_file=None):
+        self.cfg = cfg
+        initial = cfg.initial_rv if cfg.initial_rv is not None else time.time_ns() // 1000
+        self.store = Store(cfg.watch_history, initial)
+        self.types = {}  # (group, version, plural) -> ResourceType
+        self.type_list = []
+        self.register(make_resourceslice_type(cfg))
+        self.register(make_node_type())
+        self.node_type = self.type_list[-1]
+        self.requests = []
+        self.requests_lock = threading.Lock()
+        self.log_file = log_file
+        self.fail_lock = threading.Lock()
+        self.fail = None  # dict(count, code, method, path, retry_after)
+        self.snapshots = collections.OrderedDict()  # continue token id -> (rv, remaining)
+        with self.store.lock:
+            self.seed_nodes()
+
+    def register(self, rt):
+        self.type_list.append(rt)
+        for v in rt.versions:
+            self.types[(rt.group, v, rt.plural)] = rt
+
+    def seed_nodes(self):
+        for name, uid in self.cfg.nodes:
+            node = {"metadata": {"name": name, "uid": uid, "creationTimestamp": now_rfc3339(),
+                                 "labels": {"kubernetes.io/hostname": name}},
+                    "spec": {}, "status": {}}
+            self.store.seed(self.node_type.type_key, ("", name), node)
+
+    # --- request log and error injection ------------------------------------------------------
+
+    def record(self, method, path, query, code):
+        entry = {"method": method, "path": path, "query": query, "code": code}
+        with self.requests_lock:
+            self.requests.append(entry)
+            if self.log_file:
+                self.log_file.write("%s %s%s %d\n" % (method, path, "?" + query if query else "",
+                                                      code))
+                self.log_file.flush()
+
+    def take_injected_failure(self, method, path):
+        with self.fail_lock:
+            f = self.fail
+            if not f or f["count"] <= 0:
+                return None
+            if f["method"] and f["method"] != method:
+                return None
+            if f["path"] and f["path"] not in path:
+                return None
+            f["count"] -= 1
+            code = f["code"]
+        reasons = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
+                   409: "Conflict", 410: "Expired", 422: "Invalid", 429: "TooManyRequests",
+                   500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout"}
+        headers = []
+        if code == 429 or code == 503:
+            headers.append(("Retry-After", str(f["retry_after"])))
+        return ApiError(code, reasons.get(code, "InternalError"),
+                        "injected failure (HTTP %d) by /__control/fail" % code, headers=headers)
+
+    # --- decoding -------------------------------------------------------------------------------
+
+    def decode(self, rt, version, body, field_validation, what="object"):
+        """Body bytes (or an already parsed value) -> (object, warnings). 400 on bad input."""
+        if isinstance(body, (bytes, bytearray)):
+            if not body:
+                raise bad_request("the body of the request was empty")
+            try:
+                value = parse_json(body)
+            except ValueError as e:
+                raise bad_request("couldn't get version/kind; json parse error: %s" % e)
+        else:
+            value = body
+        if not isinstance(value, dict):
+            raise bad_request("couldn't get version/kind; json parse error: json: cannot "
+                              "unmarshal %s into Go value of type struct { APIVersion string "
+                              "\"json:\\\"apiVersion,omitempty\\\"\"; Kind string "
+                              "\"json:\\\"kind,omitempty\\\"\" }" % _json_type(value))
+        gv = rt.group_version(version)
+        api_version = value.get("apiVersion")
+        if api_version not in (None, "") and api_version != gv:
+            raise bad_request("the API version in the data (%s) does not match the expected API "
+                              "version (%s)" % (api_version, gv))
+        kind = value.get("kind")
+        if kind not in (None, "") and kind != rt.kind:
+            raise bad_request("the kind in the data (%s) does not match the expected kind (%s)"
+                              % (kind, rt.kind))
+        decoder = Decoder()
+        try:
+            obj = _prune_none(decoder.decode(value, rt.schema, ""))
+        except DecodeError as e:
+            raise bad_request('%s in version "%s" cannot be handled as a %s: %s'
+                              % (rt.kind, version, rt.kind, e))
+        obj.pop("apiVersion", None)
+        obj.pop("kind", None)
+        obj.setdefault("metadata", {})
+        problems = (['unknown field "%s"' % p for p in decoder.unknown]
+                    + ['duplicate field "%s"' % p for p in decoder.duplicates])
+        fields = decoder.unknown + decoder.duplicates
+        warnings = []
+        if problems:
+            if field_validation == "Strict":
+                causes = [{"reason": "FieldValueInvalid" if i < len(decoder.unknown)
+                           else "FieldValueDuplicate", "message": problems[i],
+                           "field": "." + fields[i]} for i in range(len(problems))]
+                raise bad_request("strict decoding error: " + ", ".join(problems), causes)
+            if field_validation == "Warn":
+                warnings.extend(problems)
+        return obj, warnings
+
+    # --- helpers --------------------------------------------------------------------------------
+
+    def _ns_name(self, rt, ns, name):
+        return (ns if rt.namespaced else "", name)
+
+    def _selectors(self, rt, params):
+        fsel = parse_field_selector(params.get("fieldSelector", ""),
+                                    rt.supported_field_selectors())
+        lsel = parse_label_selector(params.get("labelSelector", ""))
+        return fsel, lsel
+
+    def _matches(self, rt, obj, ns, fsel, lsel):
+        if rt.namespaced and ns and obj["metadata"].get("namespace") != ns:
+            return False
+        return (match_fields(fsel, rt.field_set(obj))
+                and match_labels(lsel, obj["metadata"].get("labels", {})))
+
+    def _check_rv_param(self, params):
+        rv = params.get("resourceVersion", "")
+        if rv in ("", "0"):
+            if params.get("resourceVersionMatch") and rv == "":
+                raise bad_request("resourceVersionMatch is forbidden unless resourceVersion is "
+                                  "provided")
+            return None
+        try:
+            n = int(rv)
+        except ValueError:
+            raise bad_request("invalid resource version: %s" % json.dumps(rv))
+        if n > self.store.rv:
+            raise ApiError(504, "Timeout", "Too large resource version: %d, current: %d"
+                           % (n, self.store.rv),
+                           {"causes": [{"reason": "ResourceVersionTooLarge",
+                                        "message": "Too large resource version"}],
+                            "retryAfterSeconds": 1})
+        return n
+
+    # --- verbs ----------------------------------------------------------------------------------
+
+    def list(self, rt, version, ns, params):
+        fsel, lsel = self._selectors(rt, params)
+        limit = params.get("limit", "")
+        try:
+            limit = int(limit) if limit else 0
+        except ValueError:
+            raise bad_request("invalid limit: %s" % limit)
+        token = params.get("continue", "")
+        with self.store.lock:
+            self._check_rv_param(params)
+            if token:
+                items, rv = self._resume(token)
+            else:
+                table = self.store.tables[rt.type_key]
+                items = [table[k] for k in sorted(table)
+                         if self._matches(rt, table[k], ns, fsel, lsel)]
+                rv = self.store.rv
+            meta = {"resourceVersion": str(rv)}
+            if limit > 0 and len(items) > limit:
+                rest = items[limit:]
+                items = items[:limit]
+                meta["continue"] = self._snapshot(rv, rest)
+                meta["remainingItemCount"] = len(rest)
+        if rt.typed_list_items:
+            items = [rt.render(o, version) for o in items]
+        return {"kind": rt.kind + "List", "apiVersion": rt.group_version(version),
+                "metadata": meta, "items": items}
+
+    def _snapshot(self, rv, rest):
+        token_id = secrets.token_hex(8)
+        self.snapshots[token_id] = (rv, rest)
+        while len(self.snapshots) > 64:
+            self.snapshots.popitem(last=False)
+        raw = json.dumps({"rv": rv, "id": token_id}).encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    def _resume(self, token):
+        try:
+            raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+            decoded = json.loads(raw)
+            token_id, rv = decoded["id"], decoded["rv"]
+        except (ValueError, KeyError, TypeError):
+            raise bad_request("continue key is not valid: incorrect encoded start "
+                              "resourceVersion (version meta.k8s.io/v1)")
+        snap = self.snapshots.pop(token_id, None)
+        if snap is None or rv < self.store.floor:
+            raise ApiError(410, "Expired", "The provided continue parameter is too old to "
+                           "display a consistent list result. You can start a new list without "
+                           "the continue parameter.")
+        return snap[1], snap[0]
+
+    def get(self, rt, version, ns, name):
+        with self.store.lock:
+            obj = self.store.tables[rt.type_key].get(self._ns_name(rt, ns, name))
+        if obj is None:
+            raise rt.not_found(name)
+        return rt.render(obj, version)
+
+    def _prepare_meta_for_create(self, rt, obj, ns):
+        meta = obj["metadata"]
+        if rt.namespaced:
+            if meta.get("namespace") and meta["namespace"] != ns:
+                raise bad_request("the namespace of the provided object does not match the "
+                                  "namespace sent on the request")
+            meta["namespace"] = ns
+        else:
+            meta.pop("namespace", None)
+        for f in ("deletionTimestamp", "deletionGracePeriodSeconds", "managedFields",
+                  "selfLink"):
+            meta.pop(f, None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_rfc3339()
+        meta["generation"] = 1
+
+    def create(self, rt, version, ns, body, params):
+        field_validation = parse_field_validation(params)
+        dry_run = parse_dry_run(params)
+        obj, warnings = self.decode(rt, version, body, field_validation)
+        meta = obj["metadata"]
+        if meta.get("resourceVersion"):
+            raise ApiError(500, "", "resourceVersion should not be set on objects to be created")
+        self._prepare_meta_for_create(rt, obj, ns)
+        if rt.prepare:
+            rt.prepare(obj, None)
+        if rt.warnings:
+            warnings.extend(rt.warnings(obj))
+        with self.store.lock:
+            table = self.store.tables[rt.type_key]
+            if not meta.get("name") and meta.get("generateName"):
+                for _ in range(8):
+                    candidate = meta["generateName"][:58] + "".join(
+                        secrets.choice(_NAME_ALPHABET) for _ in range(5))
+                    if self._ns_name(rt, ns, candidate) not in table:
+                        break
+                meta["name"] = candidate
+            errs = rt.validate_create(obj) if rt.validate_create else []
+            if errs:
+                raise rt.invalid(meta.get("name", ""), errs)
+            k = self._ns_name(rt, ns, meta["name"])
+            if k in table:
+                raise rt.already_exists(meta["name"])
+            if dry_run:
+                return 201, rt.render(obj, version), warnings
+            stored = self.store.commit(rt.type_key, "ADDED", k, obj, None)
+        return 201, rt.render(stored, version), warnings
+
+    def update(self, rt, version, ns, name, body, params, is_patch=False):
+        field_validation = parse_field_validation(params)
+        dry_run = parse_dry_run(params)
+        obj, warnings = self.decode(rt, version, body, field_validation)
+        meta = obj["metadata"]
+        if meta.get("name", "") != name:
+            raise bad_request("the name of the object (%s) does not match the name on the URL "
+                              "(%s)" % (meta.get("name", ""), name))
+        if rt.namespaced:
+            if meta.get("namespace") and meta["namespace"] != ns:
+                raise bad_request("the namespace of the provided object does not match the "
+                                  "namespace sent on the request")
+            meta["namespace"] = ns
+        else:
+            meta.pop("namespace", None)
+        rv = meta.get("resourceVersion", "")
+        if rv:
+            try:
+                int(rv)
+            except ValueError:
+                raise bad_request("invalid resource version: %s" % json.dumps(rv))
+        if rt.warnings:
+            warnings.extend(rt.warnings(obj))
+        with self.store.lock:
+            k = self._ns_name(rt, ns, name)
+            old = self.store.tables[rt.type_key].get(k)
+            if old is None:
+                raise rt.not_found(name)
+            old_meta = old["metadata"]
+            if not rv:
+                if not self.cfg.unconditional_update and not is_patch:
+                    raise rt.conflict(name, "metadata.resourceVersion must be specified for an "
+                                      "update")
+            elif rv != old_meta["resourceVersion"]:
+                raise rt.conflict(name, "the object has been modified; please apply your "
+                                  "changes to the latest version and try again")
+            if meta.get("uid") and meta["uid"] != old_meta.get("uid"):
+                raise rt.conflict(name, "Precondition failed: UID in precondition: %s, UID in "
+                                  "object meta: %s" % (old_meta.get("uid"), meta["uid"]))
+            for f in ("uid", "creationTimestamp", "deletionTimestamp",
+                      "deletionGracePeriodSeconds"):
+                if f in old_meta:
+                    meta[f] = old_meta[f]
+                else:
+                    meta.pop(f, None)
+            meta.pop("managedFields", None)
+            meta.pop("selfLink", None)
+            meta["resourceVersion"] = old_meta["resourceVersion"]
+            if rt.prepare:
+                rt.prepare(obj, old)
+            spec_changed = any(obj.get(f) != old.get(f) for f in set(obj) | set(old)
+                               if f not in ("metadata", "status"))
+            meta["generation"] = old_meta.get("generation", 1) + (1 if spec_changed else 0)
+            if (old_meta.get("deletionTimestamp")
+                    and set(meta.get("finalizers", [])) - set(old_meta.get("finalizers", []))):
+                errs = [f_forbidden("metadata.finalizers", "no new finalizers can be added if "
+                                    "the object is being deleted")]
+                raise rt.invalid(name, errs)
+            errs = rt.validate_update(obj, old) if rt.validate_update else []
+            if errs:
+                raise rt.invalid(name, errs)
+            if obj == old:  # a no-op update writes nothing and sends no event
+                return 200, rt.render(old, version), warnings
+            if dry_run:
+                return 200, rt.render(obj, version), warnings
+            if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+                stored = self.store.commit(rt.type_key, "DELETED", k, obj, old)
+                return 200, rt.render(stored, version), warnings
+            stored = self.store.commit(rt.type_key, "MODIFIED", k, obj, old)
+        return 200, rt.render(stored, version), warnings
+
+    def patch(self, rt, version, ns, name, body, params, content_type):
+        """Merge patch (RFC 7386; strategic merge patch is treated alike, which is what it
+        amounts to for ResourceSlices) or JSON patch (RFC 6902), then an update. The patched
+        object keeps the stored resourceVersion unless the patch sets one, so a patch is
+        unconditional unless it names a resourceVersion, which must then match."""
+        try:
+            patch = parse_json(body)
+        except ValueError as e:
+            raise bad_request("error decoding patch: %s" % e)
+        with self.store.lock:  # re-entrant: read, patch and update atomically
+            old = self.store.tables[rt.type_key].get(self._ns_name(rt, ns, name))
+            if old is None:
+                raise rt.not_found(name)
+            current = rt.render(old, version)
+            try:
+                if content_type == "application/json-patch+json":
+                    result = json_patch(current, patch)
+                else:
+                    if not isinstance(patch, dict):
+                        raise ValueError("a merge patch must be a JSON object")
+                    result = merge_patch(current, patch)
+            except ValueError as e:
+                raise ApiError(422, "Invalid", "the server rejected our request due to an error "
+                               "in our request: %s" % e)
+            return self.update(rt, version, ns, name, result, params, is_patch=True)
+
+    def delete(self, rt, version, ns, name, body, params):
+        options = {}
+        if body and body.strip():
+            try:
+                options = parse_json(body)
+            except ValueError as e:
+                raise bad_request("couldn't decode DeleteOptions: %s" % e)
+            if not isinstance(options, dict):
+                raise bad_request("DeleteOptions must be a JSON object")
+        dry_run = parse_dry_run(params, options)
+        pre = options.get("preconditions") or {}
+        if not isinstance(pre, dict):
+            raise bad_request("preconditions must be an object")
+        policy = options.get("propagationPolicy")
+        if policy not in (None, "Orphan", "Background", "Foreground"):
+            raise ApiError(422, "Invalid", 'DeleteOptions.meta.k8s.io "" is invalid: '
+                           'propagationPolicy: Unsupported value: %s' % json.dumps(policy))
+        with self.store.lock:
+            k = self._ns_name(rt, ns, name)
+            old = self.store.tables[rt.type_key].get(k)
+            if old is None:
+                raise rt.not_found(name)
+            self._check_preconditions(rt, name, old, pre)
+            meta = old["metadata"]
+            if meta.get("finalizers"):
+                if meta.get("deletionTimestamp"):
+                    return 200, rt.render(old, version)
+                obj = dict(old)
+                obj["metadata"] = dict(meta, deletionTimestamp=now_rfc3339(),
+                                       deletionGracePeriodSeconds=0)
+                if dry_run:
+                    return 200, rt.render(obj, version)
+                stored = self.store.commit(rt.type_key, "MODIFIED", k, obj, old)
+                return 200, rt.render(stored, version)
+            if not dry_run:
+                self.store.commit(rt.type_key, "DELETED", k, old, old)
+        details = {"name": name, "group": rt.group, "kind": rt.plural, "uid": meta.get("uid", "")}
+        return 200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                     "details": details}
+
+    def _check_preconditions(self, rt, name, old, pre):
+        meta = old["metadata"]
+        uid = pre.get("uid")
+        if uid is not None and uid != meta.get("uid"):
+            raise rt.conflict(name, "Precondition failed: UID in precondition: %s, UID in object "
+                              "meta: %s" % (uid, meta.get("uid")))
+        rv = pre.get("resourceVersion")
+        if rv is not None and rv != meta.get("resourceVersion"):
+            raise rt.conflict(name, "Precondition failed: ResourceVersion in precondition: %s, "
+                              "ResourceVersion in object meta: %s"
+                              % (rv, meta.get("resourceVersion")))
+
+    def delete_collection(self, rt, version, ns, params, body):
+        options = {}
+        if body and body.strip():
+            try:
+                options = parse_json(body)
+            except ValueError as e:
+                raise bad_request("couldn't decode DeleteOptions: %s" % e)
+            if not isinstance(options, dict):
+                raise bad_request("DeleteOptions must be a JSON object")
+        dry_run = parse_dry_run(params, options)
+        fsel, lsel = self._selectors(rt, params)
+        deleted = []
+        with self.store.lock:
+            table = self.store.tables[rt.type_key]
+            for k in sorted(table):
+                obj = table[k]
+                if not self._matches(rt, obj, ns, fsel, lsel):
+                    continue
+                if obj["metadata"].get("finalizers"):
+                    continue
+                deleted.append(obj)
+                if not dry_run:
+                    self.store.commit(rt.type_key, "DELETED", k, obj, obj)
+            rv = self.store.rv
+        return 200, {"kind": rt.kind + "List", "apiVersion": rt.group_version(version),
+                     "metadata": {"resourceVersion": str(rv)}, "items": deleted}
+
+    # --- discovery -----------------------------------------------------------------------------
+
+    def served_versions(self, group):
+        versions = []
+        for rt in self.type_list:
+            if rt.group == group:
+                for v in rt.versions:
+                    if v not in versions:
+                        versions.append(v)
+        return versions
+
+    def api_group(self, group):
+        versions = self.served_versions(group)
+        preferred = "v1" if "v1" in versions else versions[0]
+        return {"kind": "APIGroup", "apiVersion": "v1", "name": group,
+                "versions": [{"groupVersion": group + "/" + v, "version": v} for v in versions],
+                "preferredVersion": {"groupVersion": group + "/" + preferred,
+                                     "version": preferred}}
+
+    def resource_list(self, group, version):
+        resources = []
+        for rt in self.type_list:
+            if rt.group == group and version in rt.versions:
+                resources.append({"name": rt.plural, "singularName": rt.singular,
+                                  "namespaced": rt.namespaced, "kind": rt.kind,
+                                  "verbs": sorted(rt.verbs)})
+        return {"kind": "APIResourceList", "apiVersion": "v1",
+                "groupVersion": group + "/" + version if group else version,
+                "resources": resources}
+
+
+# ---------------------------------------------------------------------------------------------
+# HTTP
+# ---------------------------------------------------------------------------------------------
+
+
+class ClientGone(Exception):
+    pass
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "fake-apiserver"
+    sys_version = ""
+    disable_nagle_algorithm = True
+    timeout = 300  # idle keep-alive connections
+
+    api = None  # set on the subclass made by make_server
+    control_only = False  # the plain-HTTP control listener serves /__control/* and /healthz
+
+    def setup(self):
+        if isinstance(self.request, ssl.SSLSocket):
+            self.request.settimeout(10)
+            self.request.do_handshake()
+        super().setup()
+
+    def version_string(self):
+        return self.server_version
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def log_request(self, code="-", size="-"):
+        path, _, query = (getattr(self, "path", None) or "").partition("?")
+        if path.startswith("/__control/") or path in ("/healthz", "/readyz", "/livez"):
+            return
+        try:
+            code = int(code)
+        except (TypeError, ValueError):
+            code = 0
+        self.api.record(self.command or "", path, query, code)
+
+    def do_GET(self):
+        self.dispatch()
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_GET
+
+    # --- plumbing --------------------------------------------------------------------------------
+
+    def dispatch(self):
+        self.headers_sent = False
+        self.undrained = 0
+        try:
+            self.route()
+        except ApiError as e:
+            if self.headers_sent:
+                self.close_connection = True
+            else:
+                self.send_json(e.code, e.body(), e.headers)
+                self.drain()
+        except (ClientGone, BrokenPipeError, ConnectionResetError, socket.timeout, ssl.SSLError):
+            self.close_connection = True
+        except Exception as e:  # never let bad input kill the thread without an answer
+            traceback.print_exc(file=sys.stderr)
+            self.close_connection = True
+            if not self.headers_sent:
+                try:
+                    self.send_json(500, status_object(500, "InternalError",
+                                                      "Internal error occurred: %s" % e))
+                except OSError:
+                    pass
+
+    def send_json(self, code, body, headers=()):
+        data = json.dumps(body, separators=(",", ":")).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in headers:
+            self.send_header(k, v)
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.headers_sent = True
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def send_text(self, code, text):
+        data = text.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.headers_sent = True
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def drain(self):
+        """After answering 413: reads and drops the rest of the body (bounded), so that a client
+        still sending it gets to read the answer instead of a reset connection."""
+        left = min(self.undrained, MAX_DRAINED_BYTES)
+        self.undrained = 0
+        try:
+            self.connection.settimeout(5)
+            while left > 0:
+                chunk = self.rfile.read(min(left, 65536))
+                if not chunk:
+                    break
+                left -= len(chunk)
+        except (OSError, ValueError):
+            pass
+
+    def read_body(self):
+        te = self.headers.get("Transfer-Encoding", "")
+        if te.lower() == "chunked":
+            chunks, total = [], 0
+            while True:
+                line = self.rfile.readline(1024)
+                if not line:
+                    raise ClientGone()
+                try:
+                    size = int(line.split(b";")[0].strip(), 16)
+                except ValueError:
+                    self.close_connection = True
+                    raise bad_request("malformed chunked request body")
+                if size == 0:
+                    while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
+                        pass
+                    break
+                total += size
+                if total > MAX_BODY_BYTES:
+                    self.close_connection = True
+                    raise ApiError(413, "RequestEntityTooLarge",
+                                   "Request entity too large: limit is %d" % MAX_BODY_BYTES)
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline(1024)
+            return b"".join(chunks)
+        length = self.headers.get("Content-Length")
+        if length is None:
+            return b""
+        try:
+            n = int(length)
+            if n < 0:
+                raise ValueError()
+        except ValueError:
+            self.close_connection = True
+            raise bad_request("invalid Content-Length: %s" % length)
+        if n > MAX_BODY_BYTES:
+            self.close_connection = True
+            self.undrained = n
+            raise ApiError(413, "RequestEntityTooLarge",
+                           "Request entity too large: limit is %d" % MAX_BODY_BYTES)
+        data = self.rfile.read(n)
+        if len(data) < n:
+            raise ClientGone()
+        return data
+
+    # --- routing ----------------------------------------------------------------------------------
+
+    def route(self):
+        url = urllib.parse.urlsplit(self.path)
+        path = url.path
+        params = {k: v[0] for k, v in
+                  urllib.parse.parse_qs(url.query, keep_blank_values=True).items()}
+        body = self.read_body()
+        method = self.command
+        api = self.api
+
+        if path in ("/healthz", "/readyz", "/livez"):
+            return self.send_text(200, "ok")
+        if path.startswith("/__control/"):
+            return self.control(path[len("/__control/"):], method, params)
+        if self.control_only:
+            raise not_found_path()
+
+        if api.cfg.token:
+            expected = ("Bearer " + api.cfg.token).encode()
+            given = self.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                raise ApiError(401, "Unauthorized", "Unauthorized")
+        failure = api.take_injected_failure(method, path)
+        if failure:
+            raise failure
+        accept = self.headers.get("Accept", "")
+        if accept and not any(t in accept for t in ("json", "*/*", "application/*")):
+            raise ApiError(406, "NotAcceptable", "only the following media types are accepted: "
+                           "application/json")
+
+        segs = [urllib.parse.unquote(s) for s in path.split("/") if s]
+        discovery = self.discovery(segs)
+        if discovery is not None:
+            if method not in ("GET", "HEAD"):
+                raise method_not_allowed()
+            return self.send_json(200, discovery)
+        if len(segs) < 3 or segs[0] not in ("api", "apis"):
+            raise not_found_path()
+        if segs[0] == "api":
+            group, version, rest = "", segs[1], segs[2:]
+        else:
+            if len(segs) < 4:
+                raise not_found_path()
+            group, version, rest = segs[1], segs[2], segs[3:]
+        if version not in api.served_versions(group):
+            raise not_found_path()
+        ns = ""
+        if rest[0] == "namespaces" and len(rest) >= 3:
+            ns, rest = rest[1], rest[2:]
+        if len(rest) > 3:
+            raise not_found_path()
+        rt = api.types.get((group, version, rest[0]))
+        if rt is None or (ns and not rt.namespaced):
+            raise not_found_path()
+        name = rest[1] if len(rest) > 1 else ""
+        sub = rest[2] if len(rest) > 2 else ""
+        if sub:
+            raise not_found_path()  # no subresources yet (ResourceSlice has none)
+        if rt.namespaced and not ns and name:
+            raise not_found_path()
+        self.resource(rt, version, ns, name, method, params, body)
+
+    def discovery(self, segs):
+        """The discovery document at segs, or None when segs is not a discovery path."""
+        api = self.api
+        if segs == ["version"]:
+            return {"major": "1", "minor": "36", "gitVersion": "v1.36.0-fake",
+                    "platform": "linux/amd64"}
+        if segs == ["api"]:
+            return {"kind": "APIVersions", "versions": api.served_versions("")}
+        if segs == ["apis"]:
+            groups = []
+            for g in sorted({rt.group for rt in api.type_list if rt.group}):
+                doc = api.api_group(g)
+                del doc["kind"], doc["apiVersion"]
+                groups.append(doc)
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+        if len(segs) == 2 and segs[0] == "api" and segs[1] in api.served_versions(""):
+            return api.resource_list("", segs[1])
+        if len(segs) == 2 and segs[0] == "apis" and api.served_versions(segs[1]):
+            return api.api_group(segs[1])
+        if (len(segs) == 3 and segs[0] == "apis"
+                and segs[2] in api.served_versions(segs[1])):
+            return api.resource_list(segs[1], segs[2])
+        return None
+
+    def resource(self, rt, version, ns, name, method, params, body):
+        api = self.api
+
+        def need(verb):
+            if verb not in rt.verbs:
+                raise method_not_allowed()
+
+        content_type = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if method in ("POST", "PUT") and content_type not in ("", "application/json"):
+            raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an "
+                           "unknown format - accepted media types include: application/json")
+        if not name:
+            if method in ("GET", "HEAD"):
+                if parse_bool(params, "watch"):
+                    need("watch")
+                    return self.watch(rt, version, ns, params)
+                need("list")
+                return self.send_json(200, api.list(rt, version, ns, params))
+            if method == "POST":
+                need("create")
+                if rt.namespaced and not ns:
+                    raise method_not_allowed()
+                code, obj, warnings = api.create(rt, version, ns, body, params)
+                return self.send_json(code, obj, self.warning_headers(warnings))
+            if method == "DELETE":
+                need("deletecollection")
+                code, obj = api.delete_collection(rt, version, ns, params, body)
+                return self.send_json(code, obj)
+            raise method_not_allowed()
+        if method in ("GET", "HEAD"):
+            if parse_bool(params, "watch"):
+                need("watch")
+                params = dict(params)
+                extra = "metadata.name=" + name.replace("\\", "\\\\").replace(",", "\\,")
+                params["fieldSelector"] = ",".join(
+                    s for s in (params.get("fieldSelector", ""), extra) if s)
+                return self.watch(rt, version, ns, params)
+            need("get")
+            return self.send_json(200, api.get(rt, version, ns, name))
+        if method == "PUT":
+            need("update")
+            code, obj, warnings = api.update(rt, version, ns, name, body, params)
+            return self.send_json(code, obj, self.warning_headers(warnings))
+        if method == "PATCH":
+            need("patch")
+            if content_type == "application/apply-patch+yaml":
+                raise ApiError(415, "UnsupportedMediaType", "server-side apply is not supported "
+                               "by the fake API server")
+            if content_type not in ("application/merge-patch+json", "application/json-patch+json",
+                                    "application/strategic-merge-patch+json"):
+                raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an "
+                               "unknown format - accepted media types include: "
+                               "application/json-patch+json, application/merge-patch+json, "
+                               "application/strategic-merge-patch+json")
+            code, obj, warnings = api.patch(rt, version, ns, name, body, params, content_type)
+            return self.send_json(code, obj, self.warning_headers(warnings))
+        if method == "DELETE":
+            need("delete")
+            code, obj = api.delete(rt, version, ns, name, body, params)
+            return self.send_json(code, obj)
+        raise method_not_allowed()
+
+    @staticmethod
+    def warning_headers(warnings):
+        return [("Warning", '299 - %s' % json.dumps(w)) for w in warnings]
+
+    # --- watch ------------------------------------------------------------------------------------
+
+    def write_chunk(self, data):
+        try:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        except (OSError, ValueError):
+            raise ClientGone()
+
+    def write_event(self, etype, obj):
+        line = json.dumps({"type": etype, "object": obj}, separators=(",", ":")) + "\n"
+        self.write_chunk(line.encode())
+
+    def client_closed(self):
+        """True when the peer has closed its side (EOF), checked without consuming data."""
+        sock = self.connection
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        if not readable:
+            return False
+        try:
+            if isinstance(sock, ssl.SSLSocket):
+                raw = socket.socket(fileno=os.dup(sock.fileno()))
+                try:
+                    return raw.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+                finally:
+                    raw.close()
+            return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
+    def watch(self, rt, version, ns, params):
+        api = self.api
+        store = api.store
+        fsel, lsel = api._selectors(rt, params)
+        bookmarks = parse_bool(params, "allowWatchBookmarks")
+        send_initial = parse_bool(params, "sendInitialEvents")
+        timeout = params.get("timeoutSeconds", "")
+        try:
+            timeout = int(timeout) if timeout else 0
+            if timeout < 0:
+                raise ValueError()
+        except ValueError:
+            raise bad_request("invalid timeoutSeconds: %s" % params.get("timeoutSeconds"))
+        if send_initial and (params.get("resourceVersionMatch") != "NotOlderThan"
+                             or not bookmarks):
+            raise ApiError(422, "Invalid", 'ListOptions.meta.k8s.io "" is invalid: '
+                           'sendInitialEvents: Forbidden: sendInitialEvents is forbidden for '
+                           'watch unless resourceVersionMatch is set to NotOlderThan and '
+                           'allowWatchBookmarks is set to true')
+        rv_text = params.get("resourceVersion", "")
+        expired = None
+        with store.lock:
+            reset_epoch, close_epoch = store.reset_epoch, store.close_epoch
+            if rv_text in ("", "0") or send_initial:
+                if rv_text not in ("", "0"):
+                    api._check_rv_param(params)
+                table = store.tables[rt.type_key]
+                initial = [table[k] for k in sorted(table)
+                           if api._matches(rt, table[k], ns, fsel, lsel)]
+                last = store.rv
+            else:
+                try:
+                    start = int(rv_text)
+                except ValueError:
+                    raise bad_request("invalid resource version: %s" % json.dumps(rv_text))
+                if start > store.rv:
+                    api._check_rv_param(params)
+                initial = []
+                last = start
+                if start < store.floor:
+                    expired = "too old resource version: %d (%d)" % (start, store.floor)
+            store.open_watches += 1
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Cache-Control", "no-cache, private")
+            self.end_headers()
+            self.headers_sent = True
+            self.close_connection = True
+            if expired:
+                self.write_event("ERROR", status_object(410, "Expired", expired))
+            else:
+                self.stream(rt, version, ns, fsel, lsel, initial, last, bookmarks,
+                            send_initial, timeout, reset_epoch, close_epoch)
+            self.write_chunk(b"")
+        except ClientGone:
+            pass
+        finally:
+            with store.lock:
+                store.open_watches -= 1
+
+    def stream(self, rt, version, ns, fsel, lsel, initial, last, bookmarks, send_initial,
+               timeout, reset_epoch, close_epoch):
+        api = self.api
+        store = api.store
+        for obj in initial:
+            self.write_event("ADDED", rt.render(obj, version))
+        if send_initial:
+            self.write_event("BOOKMARK", {
+                "kind": rt.kind, "apiVersion": rt.group_version(version),
+                "metadata": {"resourceVersion": str(last),
+                             "annotations": {"k8s.io/initial-events-end": "true"}}})
+        now = time.monotonic()
+        deadline = now + timeout if timeout else None
+        interval = api.cfg.bookmark_interval
+        next_bookmark = now + interval if bookmarks else None
+        while True:
+            with store.lock:
+                while True:
+                    if store.reset_epoch != reset_epoch or store.floor > last:
+                        error = "too old resource version: %d (%d)" % (last, store.floor)
+                        events = None
+                        break
+                    if store.close_epoch != close_epoch:
+                        return
+                    events = store.events_after(last)
+                    now = time.monotonic()
+                    if events or (deadline is not None and now >= deadline) or (
+                            next_bookmark is not None and now >= next_bookmark):
+                        break
+                    wait = 0.5
+                    if deadline is not None:
+                        wait = min(wait, deadline - now)
+                    if next_bookmark is not None:
+                        wait = min(wait, next_bookmark - now)
+                    store.cond.wait(max(wait, 0.001))
+                    if time.monotonic() - now >= 0.4 and not events:
+                        break  # periodically look at the socket outside the lock
+            if events is None:
+                self.write_event("ERROR", status_object(410, "Expired", error))
+                return
+            for ev in events:
+                last = ev.rv
+                if ev.type_key != rt.type_key:
+                    continue
+                etype = ev.etype
+                new_match = api._matches(rt, ev.obj, ns, fsel, lsel)
+                if etype == "MODIFIED":
+                    old_match = api._matches(rt, ev.old, ns, fsel, lsel)
+                    if not old_match and not new_match:
+                        continue
+                    if not old_match:
+                        etype = "ADDED"
+                    elif not new_match:
+                        etype = "DELETED"
+                elif not new_match:
+                    continue
+                self.write_event(etype, rt.render(ev.obj, version))
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return
+            if next_bookmark is not None and now >= next_bookmark:
+                self.write_event("BOOKMARK", {"kind": rt.kind,
+                                              "apiVersion": rt.group_version(version),
+                                              "metadata": {"resourceVersion": str(last)}})
+                next_bookmark = now + interval
+            if not events and self.client_closed():
+                raise ClientGone()
+
+    # --- control ----------------------------------------------------------------------------------
+
+    def control(self, what, method, params):
+        api = self.api
+        store = api.store
+        if what == "requests":
+            if method == "GET":
+                with api.requests_lock:
+                    return self.send_json(200, list(api.requests))
+            if method == "DELETE":
+                with api.requests_lock:
+                    api.requests.clear()
+                return self.send_json(200, [])
+            raise method_not_allowed()
+        if what == "state" and method == "GET":
+            with store.lock:
+                count = sum(len(t) for t in store.tables.values())
+                return self.send_json(200, {"resourceVersion": str(store.rv),
+                                            "oldestWatchableResourceVersion": str(store.floor),
+                                            "openWatches": store.open_watches,
+                                            "objects": count})
+        if method != "POST":
+            raise method_not_allowed() if what in ("reset", "fail", "close-watches") \
+                else not_found_path()
+        if what == "reset":
+            with store.lock:
+                store.wipe()
+                api.seed_nodes()
+                api.snapshots.clear()
+                return self.send_json(200, {"resourceVersion": str(store.rv)})
+        if what == "fail":
+            try:
+                count = int(params.get("count", "1"))
+                code = int(params.get("code", "503"))
+                retry_after = int(params.get("retryAfter", "1"))
+                if count < 0 or not 400 <= code <= 599:
+                    raise ValueError()
+            except ValueError:
+                raise bad_request("usage: POST /__control/fail?count=N&code=4xx|5xx"
+                                  "[&method=M][&path=SUBSTRING][&retryAfter=S]")
+            with api.fail_lock:
+                api.fail = {"count": count, "code": code, "method": params.get("method", ""),
+                            "path": params.get("path", ""), "retry_after": retry_after}
+            return self.send_json(200, {"count": count, "code": code})
+        if what == "close-watches":
+            with store.lock:
+                n = store.open_watches
+                store.close_epoch += 1
+                store.cond.notify_all()
+            return self.send_json(200, {"closed": n})
+        raise not_found_path()
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def handle_error(self, request, client_address):
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (OSError, ssl.SSLError, ClientGone)):
+            return  # failed handshakes, resets: the client's problem
+        traceback.print_exc(file=sys.stderr)
+
+
+def make_server(api, port, tls_cert=None, tls_key=None, client_ca=None, control_only=False):
+    handler = type("BoundHandler", (Handler,), {"api": api, "control_only": control_only})
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            server = Server(("127.0.0.1", port), handler)
+            break
+        except OSError as e:
+            # A restart on the same port may race the old process' socket going away.
+            if port == 0 or time.monotonic() > deadline or e.errno not in (98, 99):
+                raise
+            time.sleep(0.05)
+    if tls_cert:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(tls_cert, tls_key)
+        if client_ca:
+            ctx.verify_mode = ssl.CERT_REQUIRED
+            ctx.load_verify_locations(client_ca)
+        server.socket = ctx.wrap_socket(server.socket, server_side=True,
+                                        do_handshake_on_connect=False)
+    return server
+
+
+def write_port_file(path, port):
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        f.write("%d\n" % port)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                epilog="\n\n".join(__doc__.split("\n\n")[3:5]),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0: ephemeral)")
+    p.add_argument("--port-file", help="write the port here (atomically) once listening")
+    p.add_argument("--tls-cert", help="serve HTTPS with this PEM certificate (chain)")
+    p.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    p.add_argument("--client-ca", help="require client certificates signed by this CA (mTLS)")
+    p.add_argument("--token", default="", help="require 'Authorization: Bearer TOKEN'")
+    p.add_argument("--versions", default="v1,v1beta2",
+                   help="resource.k8s.io versions to serve (of v1, v1beta2)")
+    p.add_argument("--mixins", choices=("reject", "accept"), default="reject",
+                   help="reject: spec.mixins/includes are unknown fields (the real API); "
+                        "accept: KEP-5234 fields are part of the schema and validated")
+    p.add_argument("--list-attributes", choices=("drop", "accept"), default="drop",
+                   help="ints/bools/strings/versions attributes: drop (gate "
+                        "DRAListTypeAttributes off, as in 1.36) or accept")
+    p.add_argument("--unconditional-update", choices=("reject", "allow"), default="reject",
+                   help="PUT without metadata.resourceVersion: reject with 409 (default) or "
+                        "allow (what the real server does for ResourceSlices)")
+    p.add_argument("--node", action="append", default=[], metavar="NAME=UID",
+                   help="serve a Node object at /api/v1/nodes/NAME (repeatable)")
+    p.add_argument("--watch-history", type=int, default=1000,
+                   help="events kept for watches; older resourceVersions get 410 Expired")
+    p.add_argument("--bookmark-interval", type=float, default=1.0,
+                   help="seconds between BOOKMARK events (allowWatchBookmarks=true)")
+    p.add_argument("--initial-resource-version", type=int, default=None,
+                   help="first resourceVersion (default: microseconds since the epoch, so a "
+                        "restarted server never reuses the resourceVersions of an earlier one)")
+    p.add_argument("--control-port-file",
+                   help="also serve /__control/* and /healthz over plain HTTP on another "
+                        "ephemeral port (also when the API port is TLS) and write that port here")
+    p.add_argument("--log", help="append one line per API request to this file")
+    args = p.parse_args(argv)
+    versions = [v.strip() for v in args.versions.split(",") if v.strip()]
+    if not versions or any(v not in RESOURCE_VERSIONS for v in versions):
+        p.error("--versions: expected a comma-separated subset of %s, got %r"
+                % (",".join(RESOURCE_VERSIONS), args.versions))
+    args.versions = list(dict.fromkeys(versions))
+    nodes = []
+    for spec in args.node:
+        name, sep, uid = spec.partition("=")
+        if not sep or not name or not uid or is_dns1123_subdomain(name):
+            p.error("--node: expected NAME=UID with NAME a DNS subdomain, got %r" % spec)
+        nodes.append((name, uid))
+    args.nodes = nodes
+    if args.watch_history < 1:
+        p.error("--watch-history must be at least 1")
+    if args.bookmark_interval <= 0:
+        p.error("--bookmark-interval must be positive")
+    if bool(args.tls_cert) != bool(args.tls_key):
+        p.error("--tls-cert and --tls-key go together")
+    if args.client_ca and not args.tls_cert:
+        p.error("--client-ca needs --tls-cert/--tls-key")
+    if not 0 <= args.port <= 65535:
+        p.error("--port must be in 0..65535")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    log_file = open(args.log, "a") if args.log else None
+    api = Api(Config(args), log_file)
+    try:
+        server = make_server(api, args.port, args.tls_cert, args.tls_key, args.client_ca)
+    except (OSError, ssl.SSLError) as e:
+        print("fake_apiserver: cannot listen on 127.0.0.1:%d: %s" % (args.port, e),
+              file=sys.stderr)
+        return 1
+    port = server.server_address[1]
+    if args.control_port_file:
+        control = make_server(api, 0, control_only=True)
+        threading.Thread(target=control.serve_forever, kwargs={"poll_interval": 0.2},
+                         daemon=True).start()
+        write_port_file(args.control_port_file, control.server_address[1])
+    if args.port_file:
+        write_port_file(args.port_file, port)
+    scheme = "https" if args.tls_cert else "http"
+    print("listening on %s://127.0.0.1:%d" % (scheme, port), flush=True)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

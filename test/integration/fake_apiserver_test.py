@@ -1,0 +1,1379 @@
+#!/usr/bin/python3
+"""Tests of fake_apiserver.py: every rule the fake enforces has a test that fails without it.
+
+Run from this directory: /usr/bin/python3 -m unittest -v fake_apiserver_test
+"""
+
+import copy
+import ctypes
+import http.client
+import json
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+import urllib.parse
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SERVER = os.path.join(HERE, "fake_apiserver.py")
+PYTHON = "/usr/bin/python3"
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+SLICES_BETA = "/apis/resource.k8s.io/v1beta2/resourceslices"
+NODE_UID = "7a2c9b4e-0f6d-4e43-9a8e-2f3b8c1d5e60"
+
+
+def _die_with_parent():
+    """In the child: SIGKILL when the test process goes away, so no server outlives it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+class ServerProcess:
+    """fake_apiserver.py as a child process on an ephemeral port."""
+
+    def __init__(self, *args):
+        self.dir = tempfile.mkdtemp(prefix="fake-apiserver-test-")
+        port_file = os.path.join(self.dir, "port")
+        self.proc = subprocess.Popen(
+            [PYTHON, SERVER, "--port", "0", "--port-file", port_file] + list(args),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=_die_with_parent)
+        deadline = time.monotonic() + 10
+        while not os.path.exists(port_file):
+            if self.proc.poll() is not None:
+                raise RuntimeError("fake_apiserver exited: %s" % self.proc.stderr.read())
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("fake_apiserver did not listen within 10 s")
+            time.sleep(0.02)
+        with open(port_file) as f:
+            self.port = int(f.read())
+        self.stdout_line = self.proc.stdout.readline().strip()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class Response:
+    def __init__(self, code, headers, data):
+        self.code = code
+        self.headers = headers
+        self.data = data
+        try:
+            self.json = json.loads(data) if data else None
+        except ValueError:
+            self.json = None
+
+    def warnings(self):
+        return [v for k, v in self.headers if k.lower() == "warning"]
+
+
+class Client:
+    def __init__(self, port, tls_context=None, token=None):
+        self.port = port
+        self.tls_context = tls_context
+        self.token = token
+
+    def connection(self, timeout=10):
+        if self.tls_context:
+            return http.client.HTTPSConnection("127.0.0.1", self.port, timeout=timeout,
+                                               context=self.tls_context)
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def request(self, method, path, body=None, headers=None,
+                content_type="application/json"):
+        h = {"Accept": "application/json"}
+        if self.token:
+            h["Authorization"] = "Bearer " + self.token
+        if body is not None:
+            if not isinstance(body, (bytes, str)):
+                body = json.dumps(body)
+            h["Content-Type"] = content_type
+        h.update(headers or {})
+        conn = self.connection()
+        try:
+            conn.request(method, path, body=body, headers=h)
+            resp = conn.getresponse()
+            return Response(resp.status, resp.getheaders(), resp.read())
+        finally:
+            conn.close()
+
+    def get(self, path, **kw):
+        return self.request("GET", path, **kw)
+
+    def post(self, path, body, **kw):
+        return self.request("POST", path, body, **kw)
+
+    def put(self, path, body, **kw):
+        return self.request("PUT", path, body, **kw)
+
+    def delete(self, path, body=None, **kw):
+        return self.request("DELETE", path, body, **kw)
+
+    def watch(self, query):
+        return Watch(self, SLICES + "?watch=true&" + query)
+
+
+class Watch:
+    """A watch stream; next() returns one event, or None at the end of the stream."""
+
+    def __init__(self, client, path):
+        self.conn = client.connection(timeout=15)
+        headers = {"Authorization": "Bearer " + client.token} if client.token else {}
+        self.conn.request("GET", path, headers=headers)
+        self.resp = self.conn.getresponse()
+        self.code = self.resp.status
+        self.headers = dict(self.resp.getheaders())
+
+    def next(self):
+        line = self.resp.readline()
+        return json.loads(line) if line else None
+
+    def next_event(self):
+        """The next event that is not a BOOKMARK."""
+        while True:
+            ev = self.next()
+            if ev is None or ev["type"] != "BOOKMARK":
+                return ev
+
+    def close(self):
+        self.conn.close()
+
+
+def make_device(name, **fields):
+    device = {"name": name, "attributes": {"numaNode": {"int": 0}},
+              "capacity": {"cpus": {"value": "8"}}}
+    device.update(fields)
+    return device
+
+
+def make_slice(name="slice-a", node="node-a", driver="cpu.topodra.io", pool=None, devices=None):
+    return {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {"driver": driver, "nodeName": node,
+                 "pool": {"name": pool or node, "generation": 1, "resourceSliceCount": 1},
+                 "devices": devices if devices is not None else [make_device("cpu-0")]},
+    }
+
+
+class ServerTestCase(unittest.TestCase):
+    ARGS = ("--bookmark-interval", "0.2", "--node", "node-a=" + NODE_UID)
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = ServerProcess(*cls.ARGS)
+        cls.client = Client(cls.server.port)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def setUp(self):
+        c = self.client
+        self.assertEqual(c.request("POST", "/__control/reset").code, 200)
+        self.assertEqual(c.request("POST", "/__control/fail?count=0").code, 200)
+        self.assertEqual(c.request("DELETE", "/__control/requests").code, 200)
+
+    def create(self, obj, query="", expect=201):
+        r = self.client.post(SLICES + ("?" + query if query else ""), obj)
+        self.assertEqual(r.code, expect, r.data)
+        return r.json
+
+    def assertStatus(self, r, code, reason):
+        self.assertEqual(r.code, code, r.data)
+        self.assertEqual(r.headers and dict((k.lower(), v) for k, v in r.headers)
+                         ["content-type"], "application/json")
+        self.assertEqual(r.json["kind"], "Status")
+        self.assertEqual(r.json["apiVersion"], "v1")
+        self.assertEqual(r.json["status"], "Failure")
+        self.assertEqual(r.json["code"], code)
+        self.assertEqual(r.json["reason"], reason)
+        self.assertIn("message", r.json)
+        self.assertIn("details", r.json)
+
+    def assertInvalid(self, r, field, message_part):
+        self.assertStatus(r, 422, "Invalid")
+        causes = r.json["details"]["causes"]
+        matching = [c for c in causes if c["field"] == field and message_part in c["message"]]
+        self.assertTrue(matching, "no cause %s containing %r in %s"
+                        % (field, message_part, json.dumps(causes, indent=1)))
+        self.assertIn(field, r.json["message"])
+
+
+class CrudTest(ServerTestCase):
+    def test_create_sets_server_fields(self):
+        before = int(self.client.get(SLICES).json["metadata"]["resourceVersion"])
+        created = self.create(make_slice())
+        self.assertEqual(created["kind"], "ResourceSlice")
+        self.assertEqual(created["apiVersion"], "resource.k8s.io/v1")
+        meta = created["metadata"]
+        self.assertEqual(meta["name"], "slice-a")
+        self.assertRegex(meta["uid"], r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-"
+                                      r"[0-9a-f]{12}$")
+        self.assertEqual(int(meta["resourceVersion"]), before + 1)
+        self.assertIsInstance(meta["resourceVersion"], str)
+        self.assertRegex(meta["creationTimestamp"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+        self.assertEqual(meta["generation"], 1)
+        self.assertEqual(created["spec"], make_slice()["spec"])
+
+    def test_get_list_update_delete(self):
+        created = self.create(make_slice())
+        got = self.client.get(SLICES + "/slice-a")
+        self.assertEqual(got.code, 200)
+        self.assertEqual(got.json, created)
+
+        lst = self.client.get(SLICES).json
+        self.assertEqual(lst["kind"], "ResourceSliceList")
+        self.assertEqual(lst["apiVersion"], "resource.k8s.io/v1")
+        self.assertEqual(lst["metadata"]["resourceVersion"], created["metadata"]["resourceVersion"])
+        self.assertEqual([i["metadata"]["name"] for i in lst["items"]], ["slice-a"])
+        self.assertNotIn("kind", lst["items"][0])  # built-in lists carry no per-item TypeMeta
+
+        changed = copy.deepcopy(created)
+        changed["spec"]["devices"].append(make_device("cpu-1"))
+        r = self.client.put(SLICES + "/slice-a", changed)
+        self.assertEqual(r.code, 200, r.data)
+        self.assertEqual(int(r.json["metadata"]["resourceVersion"]),
+                         int(created["metadata"]["resourceVersion"]) + 1)
+        self.assertEqual(r.json["metadata"]["generation"], 2)
+        self.assertEqual(r.json["metadata"]["uid"], created["metadata"]["uid"])
+        self.assertEqual(len(r.json["spec"]["devices"]), 2)
+
+        labels_only = copy.deepcopy(r.json)
+        labels_only["metadata"]["labels"] = {"team": "cpu"}
+        r2 = self.client.put(SLICES + "/slice-a", labels_only)
+        self.assertEqual(r2.code, 200, r2.data)
+        self.assertEqual(r2.json["metadata"]["generation"], 2)  # no spec change, no bump
+
+        d = self.client.delete(SLICES + "/slice-a")
+        self.assertEqual(d.code, 200)
+        self.assertEqual(d.json["kind"], "Status")
+        self.assertEqual(d.json["status"], "Success")
+        self.assertEqual(d.json["details"]["name"], "slice-a")
+        self.assertEqual(d.json["details"]["uid"], created["metadata"]["uid"])
+        r404 = self.client.get(SLICES + "/slice-a")
+        self.assertStatus(r404, 404, "NotFound")
+        self.assertEqual(r404.json["message"],
+                         'resourceslices.resource.k8s.io "slice-a" not found')
+        self.assertStatus(self.client.delete(SLICES + "/slice-a"), 404, "NotFound")
+
+    def test_noop_update_does_not_bump_resource_version(self):
+        created = self.create(make_slice())
+        r = self.client.put(SLICES + "/slice-a", created)
+        self.assertEqual(r.code, 200)
+        self.assertEqual(r.json["metadata"]["resourceVersion"],
+                         created["metadata"]["resourceVersion"])
+
+    def test_create_conflicts_and_errors(self):
+        self.create(make_slice())
+        r = self.client.post(SLICES, make_slice())
+        self.assertStatus(r, 409, "AlreadyExists")
+        self.assertEqual(r.json["details"]["name"], "slice-a")
+        with_rv = make_slice("slice-b")
+        with_rv["metadata"]["resourceVersion"] = "5"
+        r = self.client.post(SLICES, with_rv)
+        self.assertEqual(r.code, 500)
+        self.assertEqual(r.json["message"],
+                         "resourceVersion should not be set on objects to be created")
+        no_name = make_slice()
+        del no_name["metadata"]["name"]
+        self.assertInvalid(self.client.post(SLICES, no_name), "metadata.name",
+                           "name or generateName is required")
+        wrong_version = make_slice("slice-c")
+        wrong_version["apiVersion"] = "resource.k8s.io/v1beta2"
+        self.assertStatus(self.client.post(SLICES, wrong_version), 400, "BadRequest")
+
+    def test_update_resource_version_rules(self):
+        created = self.create(make_slice())
+        stale = copy.deepcopy(created)
+        current = copy.deepcopy(created)
+        current["metadata"]["labels"] = {"a": "b"}
+        self.assertEqual(self.client.put(SLICES + "/slice-a", current).code, 200)
+        stale["metadata"]["labels"] = {"a": "c"}
+        r = self.client.put(SLICES + "/slice-a", stale)
+        self.assertStatus(r, 409, "Conflict")
+        self.assertIn("the object has been modified", r.json["message"])
+
+        missing = copy.deepcopy(created)
+        del missing["metadata"]["resourceVersion"]
+        self.assertStatus(self.client.put(SLICES + "/slice-a", missing), 409, "Conflict")
+
+        absent = make_slice("slice-z")
+        absent["metadata"]["resourceVersion"] = created["metadata"]["resourceVersion"]
+        self.assertStatus(self.client.put(SLICES + "/slice-z", absent), 404, "NotFound")
+
+        mismatch = self.client.get(SLICES + "/slice-a").json
+        self.assertStatus(self.client.put(SLICES + "/other", mismatch), 400, "BadRequest")
+
+    def test_update_immutable_fields(self):
+        created = self.create(make_slice())
+        for path, value in ((("spec", "driver"), "other.topodra.io"),
+                            (("spec", "pool", "name"), "other-pool"),
+                            (("spec", "nodeName"), "node-b")):
+            with self.subTest(field=".".join(path)):
+                obj = copy.deepcopy(created)
+                target = obj
+                for p in path[:-1]:
+                    target = target[p]
+                target[path[-1]] = value
+                self.assertInvalid(self.client.put(SLICES + "/slice-a", obj), ".".join(path),
+                                   "field is immutable")
+
+    def test_delete_preconditions(self):
+        created = self.create(make_slice())
+        uid, rv = created["metadata"]["uid"], created["metadata"]["resourceVersion"]
+        opts = {"kind": "DeleteOptions", "apiVersion": "v1",
+                "preconditions": {"uid": "00000000-0000-0000-0000-000000000000"}}
+        r = self.client.delete(SLICES + "/slice-a", opts)
+        self.assertStatus(r, 409, "Conflict")
+        self.assertIn("Precondition failed: UID in precondition", r.json["message"])
+        opts["preconditions"] = {"uid": uid, "resourceVersion": str(int(rv) - 1)}
+        r = self.client.delete(SLICES + "/slice-a", opts)
+        self.assertStatus(r, 409, "Conflict")
+        self.assertIn("ResourceVersion in precondition", r.json["message"])
+        self.assertEqual(self.client.get(SLICES + "/slice-a").code, 200)
+        opts["preconditions"] = {"uid": uid, "resourceVersion": rv}
+        self.assertEqual(self.client.delete(SLICES + "/slice-a", opts).code, 200)
+        self.assertEqual(self.client.get(SLICES + "/slice-a").code, 404)
+
+    def test_generate_name(self):
+        obj = make_slice()
+        del obj["metadata"]["name"]
+        obj["metadata"]["generateName"] = "node-a-cpu.topodra.io-"
+        names = set()
+        for _ in range(3):
+            created = self.create(obj)
+            name = created["metadata"]["name"]
+            self.assertRegex(name, r"^node-a-cpu\.topodra\.io-[bcdfghjklmnpqrstvwxz2456789]{5}$")
+            self.assertEqual(created["metadata"]["generateName"], "node-a-cpu.topodra.io-")
+            names.add(name)
+        self.assertEqual(len(names), 3)
+        self.assertEqual(len(self.client.get(SLICES).json["items"]), 3)
+
+    def test_finalizers_delay_deletion(self):
+        obj = make_slice()
+        obj["metadata"]["finalizers"] = ["topodra.io/test"]
+        self.create(obj)
+        r = self.client.delete(SLICES + "/slice-a")
+        self.assertEqual(r.code, 200)
+        self.assertIn("deletionTimestamp", r.json["metadata"])
+        still = self.client.get(SLICES + "/slice-a").json
+        still["metadata"]["finalizers"] = []
+        self.assertEqual(self.client.put(SLICES + "/slice-a", still).code, 200)
+        self.assertEqual(self.client.get(SLICES + "/slice-a").code, 404)
+
+    def test_patch(self):
+        created = self.create(make_slice())
+        r = self.client.request("PATCH", SLICES + "/slice-a",
+                                {"metadata": {"labels": {"x": "y"}}},
+                                content_type="application/merge-patch+json")
+        self.assertEqual(r.code, 200, r.data)
+        self.assertEqual(r.json["metadata"]["labels"], {"x": "y"})
+        r = self.client.request("PATCH", SLICES + "/slice-a",
+                                [{"op": "replace", "path": "/spec/pool/generation", "value": 2}],
+                                content_type="application/json-patch+json")
+        self.assertEqual(r.code, 200, r.data)
+        self.assertEqual(r.json["spec"]["pool"]["generation"], 2)
+        self.assertEqual(r.json["metadata"]["generation"], 2)
+        stale = {"metadata": {"resourceVersion": created["metadata"]["resourceVersion"]}}
+        self.assertStatus(self.client.request("PATCH", SLICES + "/slice-a", stale,
+                                              content_type="application/merge-patch+json"),
+                          409, "Conflict")
+        self.assertInvalid(self.client.request("PATCH", SLICES + "/slice-a",
+                                               {"spec": {"nodeName": "node-b"}},
+                                               content_type="application/merge-patch+json"),
+                           "spec.nodeName", "field is immutable")
+
+    def test_delete_collection(self):
+        self.create(make_slice("a", node="node-a"))
+        self.create(make_slice("b", node="node-b"))
+        r = self.client.delete(SLICES + "?fieldSelector=spec.nodeName%3Dnode-a")
+        self.assertEqual(r.code, 200)
+        self.assertEqual([i["metadata"]["name"] for i in r.json["items"]], ["a"])
+        self.assertEqual([i["metadata"]["name"] for i in self.client.get(SLICES).json["items"]],
+                         ["b"])
+
+    def test_pagination(self):
+        for i in range(5):
+            self.create(make_slice("s%d" % i))
+        first = self.client.get(SLICES + "?limit=2").json
+        self.assertEqual([i["metadata"]["name"] for i in first["items"]], ["s0", "s1"])
+        self.assertEqual(first["metadata"]["remainingItemCount"], 3)
+        token = urllib.parse.quote(first["metadata"]["continue"])
+        second = self.client.get(SLICES + "?limit=2&continue=" + token).json
+        self.assertEqual([i["metadata"]["name"] for i in second["items"]], ["s2", "s3"])
+        self.assertEqual(second["metadata"]["resourceVersion"],
+                         first["metadata"]["resourceVersion"])
+        self.client.request("POST", "/__control/reset")
+        token = urllib.parse.quote(second["metadata"]["continue"])
+        self.assertStatus(self.client.get(SLICES + "?limit=2&continue=" + token), 410,
+                          "Expired")
+
+    def test_nodes(self):
+        r = self.client.get("/api/v1/nodes/node-a")
+        self.assertEqual(r.code, 200)
+        self.assertEqual(r.json["kind"], "Node")
+        self.assertEqual(r.json["apiVersion"], "v1")
+        self.assertEqual(r.json["metadata"]["uid"], NODE_UID)
+        self.assertStatus(self.client.get("/api/v1/nodes/node-b"), 404, "NotFound")
+        self.assertStatus(self.client.delete("/api/v1/nodes/node-a"), 405, "MethodNotAllowed")
+        self.client.request("POST", "/__control/reset")  # configured nodes survive a reset
+        self.assertEqual(self.client.get("/api/v1/nodes/node-a").json["metadata"]["uid"],
+                         NODE_UID)
+
+
+class SelectorTest(ServerTestCase):
+    def setUp(self):
+        super().setUp()
+        self.create(make_slice("a", node="node-a", driver="cpu.topodra.io"))
+        self.create(make_slice("b", node="node-b", driver="cpu.topodra.io"))
+        self.create(make_slice("c", node="node-a", driver="gpu.example.com", pool="pool-x"))
+        labelled = make_slice("d", node="node-c")
+        labelled["metadata"]["labels"] = {"tier": "gold", "zone": "z1"}
+        self.create(labelled)
+
+    def names(self, query):
+        r = self.client.get(SLICES + "?" + query)
+        self.assertEqual(r.code, 200, r.data)
+        return [i["metadata"]["name"] for i in r.json["items"]]
+
+    def fsel(self, selector):
+        return self.names("fieldSelector=" + urllib.parse.quote(selector))
+
+    def test_field_selectors(self):
+        self.assertEqual(self.fsel("spec.nodeName=node-a"), ["a", "c"])
+        self.assertEqual(self.fsel("spec.nodeName==node-a"), ["a", "c"])
+        self.assertEqual(self.fsel("spec.nodeName!=node-a"), ["b", "d"])
+        self.assertEqual(self.fsel("spec.driver=cpu.topodra.io"), ["a", "b", "d"])
+        self.assertEqual(self.fsel("spec.driver=cpu.topodra.io,spec.nodeName=node-a"), ["a"])
+        self.assertEqual(self.fsel("spec.pool.name=pool-x"), ["c"])
+        self.assertEqual(self.fsel("metadata.name=b"), ["b"])
+        self.assertEqual(self.fsel("spec.nodeName=node-z"), [])
+
+    def test_unsupported_field_selector_is_400(self):
+        r = self.client.get(SLICES + "?fieldSelector=spec.allNodes%3Dtrue")
+        self.assertStatus(r, 400, "BadRequest")
+        self.assertEqual(r.json["message"], "field label not supported: spec.allNodes")
+        self.assertStatus(self.client.get(SLICES + "?fieldSelector=spec.nodeName"), 400,
+                          "BadRequest")
+
+    def test_label_selectors(self):
+        self.assertEqual(self.names("labelSelector=tier%3Dgold"), ["d"])
+        self.assertEqual(self.names("labelSelector=tier%21%3Dgold"), ["a", "b", "c"])
+        self.assertEqual(self.names("labelSelector=tier%3Dgold,zone%3Dz2"), [])
+        self.assertEqual(self.names("labelSelector=zone"), ["d"])
+        self.assertEqual(self.names("labelSelector=zone%20in%20(z1,z2)"), ["d"])
+        self.assertStatus(self.client.get(SLICES + "?labelSelector=%3D%3Dx"), 400,
+                          "BadRequest")
+
+
+def _set(obj, path, value):
+    target = obj
+    for p in path[:-1]:
+        target = target[p]
+    target[path[-1]] = value
+
+
+def _del(obj, path):
+    target = obj
+    for p in path[:-1]:
+        target = target[p]
+    del target[path[-1]]
+
+
+class ValidationTest(ServerTestCase):
+    def check(self, cases):
+        for name, mutate, field, message in cases:
+            with self.subTest(name):
+                obj = make_slice()
+                mutate(obj)
+                self.assertInvalid(self.client.post(SLICES, obj), field, message)
+        self.assertEqual(self.client.get(SLICES).json["items"], [])
+
+    def test_metadata(self):
+        self.check([
+            ("name not a DNS subdomain", lambda o: _set(o, ("metadata", "name"), "Bad_Name"),
+             "metadata.name", "RFC 1123 subdomain"),
+            ("name too long", lambda o: _set(o, ("metadata", "name"), "a" * 254),
+             "metadata.name", "must be no more than 253 characters"),
+            ("label key", lambda o: _set(o, ("metadata", "labels"), {"-bad": "x"}),
+             "metadata.labels", "name part must consist of"),
+            ("label value", lambda o: _set(o, ("metadata", "labels"), {"ok": "not ok"}),
+             "metadata.labels", "a valid label must be"),
+            ("two controllers", lambda o: _set(o, ("metadata", "ownerReferences"), [
+                {"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "u", "controller": True},
+                {"apiVersion": "v1", "kind": "Node", "name": "m", "uid": "v",
+                 "controller": True}]),
+             "metadata.ownerReferences", "Only one reference can have Controller"),
+        ])
+        ok = make_slice("a" * 253)
+        self.assertEqual(self.client.post(SLICES, ok).code, 201)
+
+    def test_driver_and_pool(self):
+        self.check([
+            ("driver missing", lambda o: _set(o, ("spec", "driver"), ""), "spec.driver",
+             "Required value"),
+            ("driver too long", lambda o: _set(o, ("spec", "driver"), "a" * 60 + ".com"),
+             "spec.driver", "Too long: may not be more than 63"),
+            ("driver not a subdomain", lambda o: _set(o, ("spec", "driver"), "-cpu.io"),
+             "spec.driver", "RFC 1123 subdomain"),
+            ("driver underscore", lambda o: _set(o, ("spec", "driver"), "cpu_x.io"),
+             "spec.driver", "RFC 1123 subdomain"),
+            ("pool name empty", lambda o: _set(o, ("spec", "pool", "name"), ""),
+             "spec.pool.name", "Required value"),
+            ("pool name empty part", lambda o: _set(o, ("spec", "pool", "name"), "a//b"),
+             "spec.pool.name", "RFC 1123 subdomain"),
+            ("pool name too long", lambda o: _set(o, ("spec", "pool", "name"),
+                                                  "/".join(["a" * 63] * 4) + "/aa"),
+             "spec.pool.name", "Too long: may not be more than 253"),
+            ("pool generation negative", lambda o: _set(o, ("spec", "pool", "generation"), -1),
+             "spec.pool.generation", "must be greater than or equal to zero"),
+            ("slice count zero", lambda o: _set(o, ("spec", "pool", "resourceSliceCount"), 0),
+             "spec.pool.resourceSliceCount", "must be greater than zero"),
+            ("slice count missing", lambda o: _del(o, ("spec", "pool", "resourceSliceCount")),
+             "spec.pool.resourceSliceCount", "must be greater than zero"),
+        ])
+        upper = make_slice()
+        upper["spec"]["driver"] = "CPU.Topodra.IO"
+        r = self.client.post(SLICES, upper)
+        self.assertEqual(r.code, 201, r.data)
+        self.assertEqual(r.warnings(), ['299 - "spec.driver: driver names should be lowercase; '
+                                        '\\"CPU.Topodra.IO\\" contains uppercase characters"'])
+        nested = make_slice("nested")
+        nested["spec"]["pool"]["name"] = "node-a/numa.0"
+        self.assertEqual(self.client.post(SLICES, nested).code, 201)
+
+    def test_node_selection(self):
+        one_term = {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-a"]}]}]}
+        self.check([
+            ("none", lambda o: _del(o, ("spec", "nodeName")), "spec",
+             "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` "
+             "is required"),
+            ("two", lambda o: _set(o, ("spec", "allNodes"), True), "spec",
+             "multiple fields are set"),
+            ("empty nodeName", lambda o: _set(o, ("spec", "nodeName"), ""), "spec.nodeName",
+             "must be either unset or set to a non-empty string"),
+            ("bad nodeName", lambda o: _set(o, ("spec", "nodeName"), "Node_A"),
+             "spec.nodeName", "RFC 1123 subdomain"),
+            ("allNodes false", lambda o: (_del(o, ("spec", "nodeName")),
+                                          _set(o, ("spec", "allNodes"), False)),
+             "spec.allNodes", "must be either unset or set to true"),
+            ("two selector terms", lambda o: (_del(o, ("spec", "nodeName")),
+                                              _set(o, ("spec", "nodeSelector"), {
+                                                  "nodeSelectorTerms": one_term[
+                                                      "nodeSelectorTerms"] * 2})),
+             "spec.nodeSelector.nodeSelectorTerms", "must have exactly one node selector term"),
+            ("device node without perDevice",
+             lambda o: _set(o, ("spec", "devices", 0, "nodeName"), "node-a"),
+             "spec.devices[0]", "can only be set if `perDeviceNodeSelection` is set to true"),
+            ("perDevice without device node",
+             lambda o: (_del(o, ("spec", "nodeName")),
+                        _set(o, ("spec", "perDeviceNodeSelection"), True)),
+             "spec.devices[0]", "exactly one of `nodeName`, `nodeSelector`, or `allNodes` is "
+                                "required when `perDeviceNodeSelection`"),
+        ])
+        for mutate in (lambda o: (_del(o, ("spec", "nodeName")),
+                                  _set(o, ("spec", "nodeSelector"), one_term)),
+                       lambda o: (_del(o, ("spec", "nodeName")),
+                                  _set(o, ("spec", "allNodes"), True)),
+                       lambda o: (_del(o, ("spec", "nodeName")),
+                                  _set(o, ("spec", "perDeviceNodeSelection"), True),
+                                  _set(o, ("spec", "devices", 0, "nodeName"), "node-a"))):
+            obj = make_slice("ok")
+            mutate(obj)
+            self.assertEqual(self.client.post(SLICES, obj).code, 201)
+            self.assertEqual(self.client.delete(SLICES + "/ok").code, 200)
+
+    def test_device_count_limits(self):
+        many = [make_device("d%d" % i) for i in range(129)]
+        tainted = [make_device("d%d" % i) for i in range(65)]
+        tainted[7]["taints"] = [{"key": "k", "effect": "NoSchedule"}]
+        counters = [make_device("d%d" % i) for i in range(65)]
+        counters[3]["consumesCounters"] = [{"counterSet": "s", "counters": {"c": {"value": "1"}}}]
+        self.check([
+            ("129 devices", lambda o: _set(o, ("spec", "devices"), many), "spec.devices",
+             "Too many: 129: must have at most 128 items"),
+            ("65 devices with a taint", lambda o: _set(o, ("spec", "devices"), tainted),
+             "spec.devices", "Too many: 65: must have at most 64 items"),
+            ("65 devices with counters", lambda o: _set(o, ("spec", "devices"), counters),
+             "spec.devices", "Too many: 65: must have at most 64 items"),
+        ])
+        self.assertEqual(self.client.post(SLICES, make_slice(devices=many[:128])).code, 201)
+        self.assertEqual(self.client.post(SLICES, make_slice("t", devices=tainted[:64])).code,
+                         201)
+
+    def test_device_names_and_attributes(self):
+        attrs33 = {"a%d" % i: {"int": i} for i in range(32)}
+        attrs32 = {"a%d" % i: {"int": i} for i in range(31)}
+        self.check([
+            ("device name", lambda o: _set(o, ("spec", "devices", 0, "name"), "CPU0"),
+             "spec.devices[0].name", "RFC 1123 label"),
+            ("device name too long", lambda o: _set(o, ("spec", "devices", 0, "name"), "a" * 64),
+             "spec.devices[0].name", "must be no more than 63 characters"),
+            ("duplicate device", lambda o: _set(o, ("spec", "devices"),
+                                                [make_device("x"), make_device("x")]),
+             "spec.devices[1]", 'Duplicate value: "x"'),
+            ("33 attributes+capacities", lambda o: _set(o, ("spec", "devices", 0, "attributes"),
+                                                        attrs33),
+             "spec.devices[0]", "the total number of attributes and capacities must not exceed "
+                                "32"),
+            ("attribute key", lambda o: _set(o, ("spec", "devices", 0, "attributes"),
+                                             {"9bad": {"int": 1}}),
+             "spec.devices[0].attributes", "a valid C identifier"),
+            ("attribute key two slashes", lambda o: _set(o, ("spec", "devices", 0, "attributes"),
+                                                         {"a/b/c": {"int": 1}}),
+             "spec.devices[0].attributes", "must not contain more than one slash"),
+            ("attribute domain", lambda o: _set(o, ("spec", "devices", 0, "attributes"),
+                                                {"Bad_Domain/x": {"int": 1}}),
+             "spec.devices[0].attributes", "RFC 1123 subdomain"),
+            ("attribute key too long", lambda o: _set(o, ("spec", "devices", 0, "attributes"),
+                                                      {"a" * 33: {"int": 1}}),
+             "spec.devices[0].attributes", "Too long: may not be more than 32"),
+            ("two values", lambda o: _set(o, ("spec", "devices", 0, "attributes"),
+                                          {"x": {"int": 1, "string": "s"}}),
+             "spec.devices[0].attributes[x]", "exactly one value must be specified"),
+            ("no value", lambda o: _set(o, ("spec", "devices", 0, "attributes"), {"x": {}}),
+             "spec.devices[0].attributes[x]", "exactly one value must be specified"),
+            ("string too long", lambda o: _set(o, ("spec", "devices", 0, "attributes"),
+                                               {"x": {"string": "s" * 65}}),
+             "spec.devices[0].attributes[x].string", "Too long: may not be more than 64"),
+            ("version not semver", lambda o: _set(o, ("spec", "devices", 0, "attributes"),
+                                                  {"x": {"version": "1.02.3"}}),
+             "spec.devices[0].attributes[x].version", "semver.org spec 2.0.0"),
+            ("version too long", lambda o: _set(o, ("spec", "devices", 0, "attributes"),
+                                                {"x": {"version": "1.0.0-" + "a" * 60}}),
+             "spec.devices[0].attributes[x].version", "Too long"),
+        ])
+        good = make_slice(devices=[make_device("d", attributes=dict(
+            attrs32, **{"dra.example.com/model": {"string": "s" * 64},
+                        "ver": {"version": "1.2.3-rc.1+build.5"}}))])
+        del good["spec"]["devices"][0]["attributes"]["a30"]
+        good["spec"]["devices"][0]["capacity"] = {"cpus": {"value": "1"}}
+        del good["spec"]["devices"][0]["attributes"]["a29"]
+        self.assertEqual(self.client.post(SLICES, good).code, 201, "32 entries are allowed")
+
+    def test_request_policy(self):
+        def policy(pol, multi=True, value="16"):
+            def mutate(o):
+                dev = o["spec"]["devices"][0]
+                dev["capacity"] = {"mem": {"value": value, "requestPolicy": pol}}
+                if multi:
+                    dev["allowMultipleAllocations"] = True
+            return mutate
+        rp = "spec.devices[0].capacity[mem].requestPolicy"
+        self.check([
+            ("without allowMultipleAllocations", policy({"default": "1"}, multi=False), rp,
+             "allowMultipleAllocations must be true"),
+            ("validValues without default", policy({"validValues": ["1"]}), rp + ".default",
+             "required when validValues is defined"),
+            ("more than 10 validValues", policy({"default": "1", "validValues":
+                                                 [str(i) for i in range(1, 12)]}),
+             rp + ".validValues", "Too many: 11: must have at most 10 items"),
+            ("validValues not ascending", policy({"default": "1", "validValues": ["2", "1"]}),
+             rp + ".validValues[1]", "values must be sorted in ascending order"),
+            ("default not in validValues", policy({"default": "3", "validValues": ["1", "2"]}),
+             rp + ".validValues", "default value is not valid according to the requestPolicy"),
+            ("option above capacity", policy({"default": "1", "validValues": ["1", "32"]}),
+             rp + ".validValues[1]", "option is larger than capacity value: 16"),
+            ("both policies", policy({"default": "1", "validValues": ["1"],
+                                      "validRange": {"min": "1"}}), rp,
+             "exactly one policy can be specified"),
+            ("range without default", policy({"validRange": {"min": "1"}}), rp + ".default",
+             "required when validRange is defined"),
+            ("range without min", policy({"default": "1", "validRange": {"max": "4"}}),
+             rp + ".validRange.min", "required when validRange is defined"),
+            ("default below min", policy({"default": "1", "validRange": {"min": "2"}}),
+             rp + ".validRange.default", "default is less than min: 2"),
+            ("max above capacity", policy({"default": "2", "validRange": {"min": "2",
+                                                                          "max": "32"}}),
+             rp + ".validRange.max", "max is larger than capacity value: 16"),
+            ("default off step", policy({"default": "3", "validRange": {"min": "2",
+                                                                        "step": "2"}}),
+             rp + ".validRange.step", "value is not a multiple of a given step (2) from (2)"),
+            ("step zero", policy({"default": "2", "validRange": {"min": "2", "step": "0"}}),
+             rp + ".validRange.step", "must be greater than zero"),
+            ("one step above capacity", policy({"default": "8", "validRange": {
+                "min": "8", "step": "16"}}), rp + ".validRange.step",
+             "one step 24 is larger than capacity value: 16"),
+        ])
+        for pol in ({"default": "4", "validValues": ["2", "4", "8"]},
+                    {"default": "4Gi", "validRange": {"min": "2Gi", "max": "16Gi",
+                                                      "step": "2Gi"}}):
+            obj = make_slice("ok")
+            policy(pol, value="16Gi")(obj)
+            r = self.client.post(SLICES, obj)
+            self.assertEqual(r.code, 201, r.data)
+            self.assertEqual(self.client.delete(SLICES + "/ok").code, 200)
+
+    def test_taints_counters_binding(self):
+        taints17 = [{"key": "k%d" % i, "effect": "NoSchedule"} for i in range(17)]
+        self.check([
+            ("17 taints", lambda o: _set(o, ("spec", "devices", 0, "taints"), taints17),
+             "spec.devices[0].taints", "Too many: 17: must have at most 16 items"),
+            ("taint effect", lambda o: _set(o, ("spec", "devices", 0, "taints"),
+                                            [{"key": "k", "effect": "PreferNoSchedule"}]),
+             "spec.devices[0].taints[0].effect",
+             'Unsupported value: "PreferNoSchedule": supported values: "NoExecute", '
+             '"NoSchedule", "None"'),
+            ("taint without effect", lambda o: _set(o, ("spec", "devices", 0, "taints"),
+                                                    [{"key": "k"}]),
+             "spec.devices[0].taints[0].effect", "Required value"),
+            ("taint key", lambda o: _set(o, ("spec", "devices", 0, "taints"),
+                                         [{"key": "bad key", "effect": "None"}]),
+             "spec.devices[0].taints[0].key", "name part must consist of"),
+            ("three consumesCounters", lambda o: _set(
+                o, ("spec", "devices", 0, "consumesCounters"),
+                [{"counterSet": "s%d" % i, "counters": {"c": {"value": "1"}}} for i in range(3)]),
+             "spec.devices[0].consumesCounters", "Too many: 3: must have at most 2 items"),
+            ("devices and sharedCounters", lambda o: _set(
+                o, ("spec", "sharedCounters"), [{"name": "s", "counters": {"c": {"value": "1"}}}]),
+             "spec", "only one of `sharedCounters` or `devices` is allowed"),
+            ("nine counter sets", lambda o: (_del(o, ("spec", "devices")), _set(
+                o, ("spec", "sharedCounters"),
+                [{"name": "s%d" % i, "counters": {"c": {"value": "1"}}} for i in range(9)])),
+             "spec.sharedCounters", "Too many: 9: must have at most 8 items"),
+            ("33 counters", lambda o: (_del(o, ("spec", "devices")), _set(
+                o, ("spec", "sharedCounters"),
+                [{"name": "s", "counters": {"c%d" % i: {"value": "1"} for i in range(33)}}])),
+             "spec.sharedCounters[0].counters", "Too many: 33: must have at most 32 items"),
+            ("binding without failure conditions", lambda o: _set(
+                o, ("spec", "devices", 0, "bindingConditions"), ["ready"]),
+             "spec.devices[0].bindingFailureConditions",
+             "bindingFailureConditions are required to use bindingConditions"),
+        ])
+        obj = make_slice()
+        obj["spec"]["devices"][0]["taints"] = [{"key": "topodra.io/maintenance",
+                                                "value": "yes", "effect": "NoExecute"}]
+        created = self.create(obj)
+        taint = created["spec"]["devices"][0]["taints"][0]
+        self.assertRegex(taint["timeAdded"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+
+    def test_list_attributes_are_dropped(self):
+        obj = make_slice()
+        obj["spec"]["devices"][0]["attributes"] = {"cores": {"ints": [0, 1]},
+                                                   "model": {"string": "x", "strings": ["y"]}}
+        self.assertInvalid(self.client.post(SLICES, obj), "spec.devices[0].attributes[cores]",
+                           "exactly one value must be specified")
+        del obj["spec"]["devices"][0]["attributes"]["cores"]
+        created = self.create(obj)
+        self.assertEqual(created["spec"]["devices"][0]["attributes"], {"model": {"string": "x"}})
+
+    def test_decode_errors_are_400(self):
+        cases = [
+            ("string for int", lambda o: _set(o, ("spec", "pool", "generation"), "1")),
+            ("float for int", lambda o: _set(o, ("spec", "pool", "generation"), 1.5)),
+            ("int out of range", lambda o: _set(o, ("spec", "pool", "generation"), 1 << 63)),
+            ("number for string", lambda o: _set(o, ("spec", "driver"), 5)),
+            ("object for list", lambda o: _set(o, ("spec", "devices"), {})),
+            ("bad quantity", lambda o: _set(o, ("spec", "devices", 0, "capacity"),
+                                            {"c": {"value": "12 Gi"}})),
+            ("bad time", lambda o: _set(o, ("spec", "devices", 0, "taints"),
+                                        [{"key": "k", "effect": "None", "timeAdded": "now"}])),
+        ]
+        for name, mutate in cases:
+            with self.subTest(name):
+                obj = make_slice()
+                mutate(obj)
+                r = self.client.post(SLICES, obj)
+                self.assertStatus(r, 400, "BadRequest")
+                self.assertIn('ResourceSlice in version "v1" cannot be handled as a '
+                              'ResourceSlice', r.json["message"])
+
+
+class QuantityTest(ServerTestCase):
+    def test_quantity_grammar_and_canonical_form(self):
+        canonical = {"64": "64", "500m": "500m", "16Gi": "16Gi", "1e3": "1e3", "1.5": "1500m",
+                     "1024Mi": "1Gi", "1536Mi": "1536Mi", "0.5Ki": "512", "1000": "1k",
+                     "1500": "1500", "+7": "7", ".5": "500m", "2.": "2", "1E6": "1e6",
+                     "100n": "100n", "0": "0", "0.0000000001": "1n", "10u": "10u", "1k": "1k",
+                     "2048": "2048", "1Ki": "1Ki", "3M": "3M", "1e-3": "1e-3", "-5": "-5",
+                     "1.5Ki": "1536", "1025Ki": "1025Ki", "-2Gi": "-2Gi", "0.1Ki": "102400m"}
+        capacity = {"q%d" % i: {"value": text} for i, text in enumerate(canonical)}
+        obj = make_slice(devices=[make_device("d", attributes={}, capacity=capacity)])
+        created = self.create(obj)
+        got = created["spec"]["devices"][0]["capacity"]
+        for i, (text, want) in enumerate(canonical.items()):
+            self.assertEqual(got["q%d" % i]["value"], want, text)
+        for bad in ("", "Gi", "1.2.3", "1Qi", "1e", "12 Gi", "0x10", "1KI", "e3", "1.5.5Gi",
+                    "--1"):
+            with self.subTest(bad):
+                obj = make_slice("bad", devices=[make_device("d", capacity={
+                    "c": {"value": bad}})])
+                self.assertStatus(self.client.post(SLICES, obj), 400, "BadRequest")
+
+    def test_json_number_quantity(self):
+        obj = make_slice(devices=[make_device("d", capacity={"c": {"value": 2048}})])
+        self.assertEqual(self.create(obj)["spec"]["devices"][0]["capacity"]["c"]["value"], "2048")
+
+
+class FieldValidationTest(ServerTestCase):
+    def slice_with_mixins(self, name="slice-a"):
+        obj = make_slice(name)
+        obj["spec"]["mixins"] = {"device": [{"name": "m", "attributes": {"x": {"int": 1}}}]}
+        obj["spec"]["devices"][0]["includes"] = ["m"]
+        return obj
+
+    def test_strict_rejects_unknown_fields(self):
+        r = self.client.post(SLICES + "?fieldValidation=Strict", self.slice_with_mixins())
+        self.assertStatus(r, 400, "BadRequest")
+        # In document order, as the real decoder reports them.
+        self.assertEqual(r.json["message"], 'strict decoding error: unknown field '
+                                            '"spec.devices[0].includes", unknown field '
+                                            '"spec.mixins"')
+        self.assertEqual([c["field"] for c in r.json["details"]["causes"]],
+                         [".spec.devices[0].includes", ".spec.mixins"])
+        self.assertEqual(self.client.get(SLICES).json["items"], [])
+
+    def test_warn_drops_unknown_fields_with_warning(self):
+        for query in ("", "?fieldValidation=Warn"):
+            with self.subTest(query or "default"):
+                r = self.client.post(SLICES + query, self.slice_with_mixins())
+                self.assertEqual(r.code, 201, r.data)
+                self.assertEqual(r.warnings(), ['299 - "unknown field '
+                                                '\\"spec.devices[0].includes\\""',
+                                                '299 - "unknown field \\"spec.mixins\\""'])
+                self.assertNotIn("mixins", r.json["spec"])
+                self.assertNotIn("includes", r.json["spec"]["devices"][0])
+                stored = self.client.get(SLICES + "/slice-a").json
+                self.assertNotIn("mixins", stored["spec"])
+                self.assertEqual(self.client.delete(SLICES + "/slice-a").code, 200)
+
+    def test_ignore_drops_silently(self):
+        r = self.client.post(SLICES + "?fieldValidation=Ignore", self.slice_with_mixins())
+        self.assertEqual(r.code, 201)
+        self.assertEqual(r.warnings(), [])
+        self.assertNotIn("mixins", r.json["spec"])
+
+    def test_unknown_metadata_and_duplicate_fields(self):
+        body = json.dumps(make_slice())[:-1] + ', "status": {}}'
+        r = self.client.post(SLICES + "?fieldValidation=Strict", body)
+        self.assertStatus(r, 400, "BadRequest")
+        self.assertIn('unknown field "status"', r.json["message"])
+        obj = make_slice()
+        obj["metadata"]["clusterName"] = "x"
+        r = self.client.post(SLICES + "?fieldValidation=Strict", obj)
+        self.assertIn('unknown field "metadata.clusterName"', r.json["message"])
+        dup = json.dumps(make_slice()).replace('"name": "slice-a"',
+                                               '"name": "x", "name": "slice-a"')
+        r = self.client.post(SLICES + "?fieldValidation=Strict", dup)
+        self.assertStatus(r, 400, "BadRequest")
+        self.assertIn('duplicate field "metadata.name"', r.json["message"])
+        self.assertStatus(self.client.post(SLICES + "?fieldValidation=Loose", make_slice()), 400,
+                          "BadRequest")
+
+
+class MixinsAcceptTest(ServerTestCase):
+    ARGS = ("--mixins", "accept", "--list-attributes", "accept")
+
+    def with_mixins(self, device_mixins, includes, name="slice-a"):
+        obj = make_slice(name)
+        obj["spec"]["mixins"] = {"device": device_mixins}
+        obj["spec"]["devices"][0]["includes"] = includes
+        return obj
+
+    def test_mixins_are_stored(self):
+        obj = self.with_mixins([{"name": "common", "attributes": {"vendor": {"string": "x"}}}],
+                               ["common"])
+        r = self.client.post(SLICES + "?fieldValidation=Strict", obj)
+        self.assertEqual(r.code, 201, r.data)
+        self.assertEqual(r.json["spec"]["mixins"]["device"][0]["name"], "common")
+        self.assertEqual(r.json["spec"]["devices"][0]["includes"], ["common"])
+
+    def test_mixin_rules(self):
+        mixins = [{"name": "m%d" % i, "attributes": {"k%d" % i: {"int": i}}} for i in range(9)]
+        wide = [{"name": "w", "attributes": {"w%d" % i: {"int": i} for i in range(31)}}]
+        cases = [
+            ("include of a missing mixin", self.with_mixins(mixins[:1], ["nope"]),
+             "spec.devices[0].includes[0]", 'Not found: "nope"'),
+            ("nine includes", self.with_mixins(mixins, ["m%d" % i for i in range(9)]),
+             "spec.devices[0].includes", "Too many: 9: must have at most 8 items"),
+            ("flattened device above 32", self.with_mixins(wide, ["w"]), "spec.devices[0]",
+             "including its mixins must not exceed 32"),
+            ("mixin name", self.with_mixins([{"name": "Bad"}], []), "spec.mixins.device[0].name",
+             "RFC 1123 label"),
+            ("duplicate mixin", self.with_mixins([{"name": "a"}, {"name": "a"}], []),
+             "spec.mixins.device[1].name", 'Duplicate value: "a"'),
+            ("129 mixins", self.with_mixins([{"name": "m%d" % i} for i in range(129)], []),
+             "spec.mixins.device", "Too many: 129: must have at most 128 items"),
+        ]
+        big = make_slice("big", devices=[make_device("d%d" % i, attributes={
+            "a%d" % j: {"int": j} for j in range(31)}) for i in range(128)])
+        big["spec"]["mixins"] = {"device": [{"name": "m%d" % i, "attributes": {
+            "a%d" % j: {"int": j} for j in range(32)}} for i in range(10)]}
+        cases.append(("more than 4096 per slice", big, "spec",
+                      "in devices and mixins must not exceed 4096"))
+        for name, obj, field, message in cases:
+            with self.subTest(name):
+                self.assertInvalid(self.client.post(SLICES, obj), field, message)
+        ok = self.with_mixins(wide, ["w"])
+        del ok["spec"]["devices"][0]["capacity"]
+        self.assertEqual(self.client.post(SLICES, ok).code, 201, "exactly 32 flattened")
+
+    def test_list_attributes_accepted(self):
+        obj = make_slice()
+        obj["spec"]["devices"][0]["attributes"] = {"cores": {"ints": [0, 1]}}
+        self.assertEqual(self.create(obj)["spec"]["devices"][0]["attributes"],
+                         {"cores": {"ints": [0, 1]}})
+        listy = make_slice("many", devices=[make_device("d%d" % i) for i in range(65)])
+        listy["spec"]["devices"][0]["attributes"] = {"cores": {"ints": [0]}}
+        self.assertInvalid(self.client.post(SLICES, listy), "spec.devices",
+                           "must have at most 64 items")
+        values = make_slice("values")
+        values["spec"]["devices"][0]["attributes"] = {"cores": {"ints": list(range(49))}}
+        self.assertInvalid(self.client.post(SLICES, values), "spec.devices[0]",
+                           "the total number of attribute values must not exceed 48")
+
+
+class DryRunTest(ServerTestCase):
+    def test_dry_run_stores_nothing_and_sends_no_events(self):
+        rv0 = self.client.get(SLICES).json["metadata"]["resourceVersion"]
+        watch = self.client.watch("resourceVersion=" + rv0)
+        r = self.client.post(SLICES + "?dryRun=All", make_slice("dry"))
+        self.assertEqual(r.code, 201)
+        self.assertEqual(r.json["metadata"]["name"], "dry")
+        self.assertNotIn("resourceVersion", r.json["metadata"])
+        self.assertEqual(self.client.get(SLICES + "/dry").code, 404)
+
+        real = self.create(make_slice("real"))
+        changed = copy.deepcopy(real)
+        changed["metadata"]["labels"] = {"dry": "run"}
+        self.assertEqual(self.client.put(SLICES + "/real?dryRun=All", changed).code, 200)
+        self.assertNotIn("labels", self.client.get(SLICES + "/real").json["metadata"])
+        self.assertEqual(self.client.delete(SLICES + "/real?dryRun=All").code, 200)
+        self.assertEqual(self.client.delete(SLICES + "/real",
+                                            {"dryRun": ["All"]}).code, 200)
+        self.assertEqual(self.client.get(SLICES + "/real").code, 200)
+        self.assertStatus(self.client.post(SLICES + "?dryRun=Some", make_slice("x")), 400,
+                          "BadRequest")
+        self.assertEqual(self.client.delete(SLICES + "/real").code, 200)
+
+        first = watch.next_event()
+        self.assertEqual((first["type"], first["object"]["metadata"]["name"]), ("ADDED", "real"))
+        second = watch.next_event()
+        self.assertEqual((second["type"], second["object"]["metadata"]["name"]),
+                         ("DELETED", "real"))
+        self.assertEqual(int(second["object"]["metadata"]["resourceVersion"]),
+                         int(real["metadata"]["resourceVersion"]) + 1)
+        watch.close()
+        dry = [e for e in self.client.get("/__control/requests").json if "dryRun" in e["query"]]
+        self.assertEqual([(e["method"], e["code"]) for e in dry],
+                         [("POST", 201), ("PUT", 200), ("DELETE", 200), ("POST", 400)])
+
+
+class WatchTest(ServerTestCase):
+    def test_events_in_order(self):
+        rv0 = self.client.get(SLICES).json["metadata"]["resourceVersion"]
+        watch = self.client.watch("resourceVersion=" + rv0)
+        self.assertEqual(watch.code, 200)
+        self.assertEqual(watch.headers.get("Transfer-Encoding"), "chunked")
+        created = self.create(make_slice())
+        updated = copy.deepcopy(created)
+        updated["spec"]["pool"]["generation"] = 2
+        updated = self.client.put(SLICES + "/slice-a", updated).json
+        self.assertEqual(self.client.delete(SLICES + "/slice-a").code, 200)
+
+        events = [watch.next_event() for _ in range(3)]
+        self.assertEqual([e["type"] for e in events], ["ADDED", "MODIFIED", "DELETED"])
+        self.assertEqual(events[0]["object"], created)
+        self.assertEqual(events[1]["object"], updated)
+        deleted = events[2]["object"]
+        self.assertEqual(deleted["spec"], updated["spec"])
+        self.assertEqual(int(deleted["metadata"]["resourceVersion"]),
+                         int(updated["metadata"]["resourceVersion"]) + 1)
+        rvs = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
+        self.assertEqual(rvs, sorted(rvs))
+        watch.close()
+
+    def test_watch_without_resource_version_starts_with_added(self):
+        self.create(make_slice("a"))
+        self.create(make_slice("b"))
+        watch = self.client.watch("")
+        self.assertEqual([(e["type"], e["object"]["metadata"]["name"])
+                          for e in (watch.next_event(), watch.next_event())],
+                         [("ADDED", "a"), ("ADDED", "b")])
+        self.create(make_slice("c"))
+        ev = watch.next_event()
+        self.assertEqual((ev["type"], ev["object"]["metadata"]["name"]), ("ADDED", "c"))
+        watch.close()
+
+    def test_bookmarks(self):
+        rv0 = self.client.get(SLICES).json["metadata"]["resourceVersion"]
+        watch = self.client.watch("resourceVersion=%s&allowWatchBookmarks=true" % rv0)
+        ev = watch.next()
+        self.assertEqual(ev["type"], "BOOKMARK")
+        self.assertEqual(ev["object"], {"kind": "ResourceSlice",
+                                        "apiVersion": "resource.k8s.io/v1",
+                                        "metadata": {"resourceVersion": rv0}})
+        created = self.create(make_slice("other", node="node-b"))
+        watch.close()
+        watch = self.client.watch("resourceVersion=%s&allowWatchBookmarks=true&fieldSelector="
+                                  "spec.nodeName%%3Dnode-a" % rv0)
+        ev = watch.next()
+        self.assertEqual(ev["type"], "BOOKMARK")  # the filtered-out event still advances the RV
+        self.assertEqual(ev["object"]["metadata"]["resourceVersion"],
+                         created["metadata"]["resourceVersion"])
+        watch.close()
+        no_bookmarks = self.client.watch("resourceVersion=%s&timeoutSeconds=1" % rv0)
+        self.assertEqual(no_bookmarks.next()["type"], "ADDED")
+        self.assertIsNone(no_bookmarks.next())  # timeoutSeconds ends the stream, no bookmarks
+        no_bookmarks.close()
+
+    def test_selector_filtering(self):
+        rv0 = self.client.get(SLICES).json["metadata"]["resourceVersion"]
+        watch = self.client.watch("resourceVersion=%s&fieldSelector=%s" % (
+            rv0, urllib.parse.quote("spec.driver=cpu.topodra.io,spec.nodeName=node-a")))
+        self.create(make_slice("b", node="node-b"))
+        self.create(make_slice("g", driver="gpu.example.com"))
+        mine = self.create(make_slice("a"))
+        moved = copy.deepcopy(mine)
+        moved["metadata"]["labels"] = {"x": "y"}
+        self.client.put(SLICES + "/a", moved)
+        self.client.delete(SLICES + "/b")
+        self.client.delete(SLICES + "/a")
+        got = [(e["type"], e["object"]["metadata"]["name"])
+               for e in (watch.next_event(), watch.next_event(), watch.next_event())]
+        self.assertEqual(got, [("ADDED", "a"), ("MODIFIED", "a"), ("DELETED", "a")])
+        watch.close()
+        bad = self.client.watch("fieldSelector=spec.foo%3Dbar")
+        self.assertEqual(bad.code, 400)
+        bad.close()
+
+    def test_label_change_moves_object_out_of_selector(self):
+        obj = make_slice()
+        obj["metadata"]["labels"] = {"tier": "gold"}
+        created = self.create(obj)
+        watch = self.client.watch("resourceVersion=%s&labelSelector=tier%%3Dgold"
+                                  % created["metadata"]["resourceVersion"])
+        created["metadata"]["labels"] = {"tier": "silver"}
+        self.assertEqual(self.client.put(SLICES + "/slice-a", created).code, 200)
+        ev = watch.next_event()
+        self.assertEqual((ev["type"], ev["object"]["metadata"]["labels"]),
+                         ("DELETED", {"tier": "silver"}))
+        watch.close()
+
+    def test_410_after_reset(self):
+        rv0 = self.client.get(SLICES).json["metadata"]["resourceVersion"]
+        watch = self.client.watch("resourceVersion=" + rv0)
+        self.create(make_slice())
+        self.assertEqual(watch.next_event()["type"], "ADDED")
+        self.assertEqual(self.client.request("POST", "/__control/reset").code, 200)
+        ev = watch.next_event()
+        self.assertEqual(ev["type"], "ERROR")
+        self.assertEqual(ev["object"]["kind"], "Status")
+        self.assertEqual(ev["object"]["code"], 410)
+        self.assertEqual(ev["object"]["reason"], "Expired")
+        self.assertIsNone(watch.next())
+        watch.close()
+        again = self.client.watch("resourceVersion=" + rv0)
+        self.assertEqual(again.code, 200)
+        ev = again.next()
+        self.assertEqual((ev["type"], ev["object"]["code"]), ("ERROR", 410))
+        again.close()
+        self.assertEqual(self.client.get(SLICES).json["items"], [])
+
+    def test_close_watches(self):
+        watch = self.client.watch("allowWatchBookmarks=true")
+        self.assertEqual(watch.next()["type"], "BOOKMARK")
+        state = self.client.get("/__control/state").json
+        self.assertEqual(state["openWatches"], 1)
+        r = self.client.request("POST", "/__control/close-watches")
+        self.assertEqual(r.json, {"closed": 1})
+        for _ in range(5):  # bookmarks come every 0.2 s; the stream must end well before
+            ev = watch.next()
+            if ev is None:
+                break
+            self.assertEqual(ev["type"], "BOOKMARK")
+        else:
+            self.fail("the watch stream did not end after /__control/close-watches")
+        watch.close()
+
+    def test_future_resource_version(self):
+        rv = int(self.client.get(SLICES).json["metadata"]["resourceVersion"])
+        r = self.client.get(SLICES + "?watch=1&resourceVersion=%d" % (rv + 100))
+        self.assertStatus(r, 504, "Timeout")
+        self.assertStatus(self.client.get(SLICES + "?watch=1&resourceVersion=abc"), 400,
+                          "BadRequest")
+
+    def test_many_concurrent_watches(self):
+        rv0 = self.client.get(SLICES).json["metadata"]["resourceVersion"]
+        watches = [self.client.watch("resourceVersion=" + rv0) for _ in range(40)]
+        self.create(make_slice())
+        for w in watches:
+            self.assertEqual(w.next_event()["type"], "ADDED")
+            w.close()
+
+
+class HistoryWindowTest(ServerTestCase):
+    ARGS = ("--watch-history", "5")
+
+    def test_resource_version_older_than_window(self):
+        rv0 = self.client.get(SLICES).json["metadata"]["resourceVersion"]
+        for i in range(5):
+            self.create(make_slice("s%d" % i))
+        watch = self.client.watch("resourceVersion=" + rv0)  # exactly at the window: fine
+        self.assertEqual(watch.next_event()["object"]["metadata"]["name"], "s0")
+        watch.close()
+        self.create(make_slice("s5"))
+        watch = self.client.watch("resourceVersion=" + rv0)
+        ev = watch.next()
+        self.assertEqual(ev["type"], "ERROR")
+        self.assertEqual(ev["object"]["code"], 410)
+        self.assertEqual(ev["object"]["reason"], "Expired")
+        self.assertIn("too old resource version: %s" % rv0, ev["object"]["message"])
+        watch.close()
+
+
+class FailureInjectionTest(ServerTestCase):
+    def test_fail_next_requests(self):
+        r = self.client.request("POST", "/__control/fail?count=2&code=503")
+        self.assertEqual(r.code, 200)
+        for _ in range(2):
+            r = self.client.get(SLICES)
+            self.assertStatus(r, 503, "ServiceUnavailable")
+            self.assertEqual(dict(r.headers).get("Retry-After"), "1")
+        self.assertEqual(self.client.get(SLICES).code, 200)
+        self.client.request("POST", "/__control/fail?count=1&code=500&method=POST")
+        self.assertEqual(self.client.get(SLICES).code, 200)
+        self.assertStatus(self.client.post(SLICES, make_slice()), 500, "InternalError")
+        self.assertEqual(self.client.post(SLICES, make_slice()).code, 201)
+        log = self.client.get("/__control/requests").json
+        self.assertEqual([(e["method"], e["code"]) for e in log],
+                         [("GET", 503), ("GET", 503), ("GET", 200), ("GET", 200), ("POST", 500),
+                          ("POST", 201)])
+        self.assertEqual(log[0]["path"], SLICES)
+
+
+class VersionsTest(ServerTestCase):
+    def test_v1beta2_renders_its_api_version(self):
+        created = self.create(make_slice())
+        r = self.client.get(SLICES_BETA + "/slice-a")
+        self.assertEqual(r.code, 200)
+        self.assertEqual(r.json["apiVersion"], "resource.k8s.io/v1beta2")
+        self.assertEqual(r.json["spec"], created["spec"])
+        beta = make_slice("beta")
+        beta["apiVersion"] = "resource.k8s.io/v1beta2"
+        r = self.client.post(SLICES_BETA, beta)
+        self.assertEqual(r.code, 201, r.data)
+        self.assertEqual(r.json["apiVersion"], "resource.k8s.io/v1beta2")
+        self.assertEqual(self.client.get(SLICES + "/beta").json["apiVersion"],
+                         "resource.k8s.io/v1")
+        lst = self.client.get(SLICES_BETA).json
+        self.assertEqual(lst["apiVersion"], "resource.k8s.io/v1beta2")
+        self.assertEqual(len(lst["items"]), 2)
+
+    def test_discovery(self):
+        group = self.client.get("/apis/resource.k8s.io").json
+        self.assertEqual(group["kind"], "APIGroup")
+        self.assertEqual([v["version"] for v in group["versions"]], ["v1", "v1beta2"])
+        self.assertEqual(group["preferredVersion"]["version"], "v1")
+        resources = self.client.get("/apis/resource.k8s.io/v1").json
+        self.assertEqual(resources["kind"], "APIResourceList")
+        self.assertIn("resourceslices", [r["name"] for r in resources["resources"]])
+        self.assertStatus(self.client.get("/apis/resource.k8s.io/v1beta1/resourceslices"), 404,
+                          "NotFound")
+
+
+class OnlyV1Test(ServerTestCase):
+    ARGS = ("--versions", "v1")
+
+    def test_unserved_version_is_404(self):
+        self.assertStatus(self.client.get(SLICES_BETA), 404, "NotFound")
+        self.assertStatus(self.client.get("/apis/resource.k8s.io/v1beta2"), 404, "NotFound")
+        group = self.client.get("/apis/resource.k8s.io").json
+        self.assertEqual([v["version"] for v in group["versions"]], ["v1"])
+        self.assertEqual(self.client.get(SLICES).code, 200)
+
+
+class UnconditionalUpdateTest(ServerTestCase):
+    ARGS = ("--unconditional-update", "allow")
+
+    def test_put_without_resource_version(self):
+        created = self.create(make_slice())
+        del created["metadata"]["resourceVersion"]
+        created["metadata"]["labels"] = {"a": "b"}
+        r = self.client.put(SLICES + "/slice-a", created)
+        self.assertEqual(r.code, 200, r.data)
+        self.assertEqual(r.json["metadata"]["labels"], {"a": "b"})
+        created["metadata"]["resourceVersion"] = "1"  # a stale one still conflicts
+        self.assertStatus(self.client.put(SLICES + "/slice-a", created), 409, "Conflict")
+
+
+class RobustnessTest(ServerTestCase):
+    def test_bad_input(self):
+        self.assertStatus(self.client.post(SLICES, "{not json"), 400, "BadRequest")
+        self.assertStatus(self.client.post(SLICES, "[1, 2]"), 400, "BadRequest")
+        self.assertStatus(self.client.post(SLICES, b"\xff\xfe"), 400, "BadRequest")
+        self.assertStatus(self.client.post(SLICES, '{"a": NaN}'), 400, "BadRequest")
+        self.assertStatus(self.client.post(SLICES, "[" * 100000), 400, "BadRequest")
+        self.assertStatus(self.client.get("/apis/resource.k8s.io/v1/nothings"), 404, "NotFound")
+        self.assertStatus(self.client.get("/nowhere"), 404, "NotFound")
+        self.assertStatus(self.client.put(SLICES, make_slice()), 405, "MethodNotAllowed")
+        self.assertStatus(self.client.post(SLICES, make_slice(), content_type="text/plain"),
+                          415, "UnsupportedMediaType")
+        self.assertEqual(self.client.get("/healthz").data, b"ok")
+
+    def test_body_too_large(self):
+        big = make_slice()
+        big["metadata"]["annotations"] = {"x": "y" * (3 * 1024 * 1024)}
+        r = self.client.post(SLICES, big)
+        self.assertStatus(r, 413, "RequestEntityTooLarge")
+        self.assertEqual(self.client.get(SLICES).code, 200)
+
+    def test_concurrent_writers(self):
+        errors = []
+
+        def writer(i):
+            try:
+                for j in range(10):
+                    r = self.client.post(SLICES, make_slice("s-%d-%d" % (i, j)))
+                    if r.code != 201:
+                        errors.append(r.data)
+            except Exception as e:  # surfaces in the assertion below
+                errors.append(repr(e))
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        items = self.client.get(SLICES).json["items"]
+        self.assertEqual(len(items), 80)
+        self.assertEqual(len({i["metadata"]["resourceVersion"] for i in items}), 80)
+
+    def test_keep_alive_connection(self):
+        conn = self.client.connection()
+        for _ in range(3):
+            conn.request("GET", SLICES)
+            resp = conn.getresponse()
+            self.assertEqual(resp.status, 200)
+            resp.read()
+        conn.request("POST", SLICES, body="{bad", headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        self.assertEqual(resp.status, 400)
+        resp.read()
+        conn.request("GET", SLICES)
+        self.assertEqual(conn.getresponse().status, 200)
+        conn.close()
+
+
+def _openssl(*args, cwd):
+    subprocess.run(["openssl"] + list(args), cwd=cwd, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+
+
+def make_pki(directory):
+    """A throwaway CA, a server certificate for 127.0.0.1/localhost and a client certificate."""
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "1",
+             "-subj", "/CN=fake-apiserver-test-ca", cwd=directory)
+    with open(os.path.join(directory, "server.ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    with open(os.path.join(directory, "client.ext"), "w") as f:
+        f.write("extendedKeyUsage=clientAuth\n")
+    for who in ("server", "client"):
+        _openssl("req", *ec, "-keyout", who + ".key", "-out", who + ".csr",
+                 "-subj", "/CN=" + ("127.0.0.1" if who == "server" else "topodra"),
+                 cwd=directory)
+        _openssl("x509", "-req", "-in", who + ".csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                 "-CAcreateserial", "-out", who + ".crt", "-days", "1", "-extfile",
+                 who + ".ext", cwd=directory)
+
+
+class TlsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.pki = tempfile.mkdtemp(prefix="fake-apiserver-pki-")
+        make_pki(cls.pki)
+        p = lambda name: os.path.join(cls.pki, name)  # noqa: E731
+        cls.server = ServerProcess("--tls-cert", p("server.crt"), "--tls-key", p("server.key"),
+                                   "--token", "s3cret")
+        cls.mtls = ServerProcess("--tls-cert", p("server.crt"), "--tls-key", p("server.key"),
+                                 "--client-ca", p("ca.crt"))
+        cls.ctx = ssl.create_default_context(cafile=p("ca.crt"))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        cls.mtls.stop()
+        shutil.rmtree(cls.pki, ignore_errors=True)
+
+    def test_https_with_token(self):
+        self.assertEqual(self.server.stdout_line,
+                         "listening on https://127.0.0.1:%d" % self.server.port)
+        anonymous = Client(self.server.port, self.ctx)
+        r = anonymous.get(SLICES)
+        self.assertEqual(r.code, 401)
+        self.assertEqual((r.json["kind"], r.json["reason"], r.json["code"]),
+                         ("Status", "Unauthorized", 401))
+        self.assertEqual(Client(self.server.port, self.ctx, token="wrong").get(SLICES).code,
+                         401)
+        self.assertEqual(anonymous.get("/healthz").code, 200)
+        authed = Client(self.server.port, self.ctx, token="s3cret")
+        self.assertEqual(authed.post(SLICES, make_slice()).code, 201)
+        self.assertEqual(len(authed.get(SLICES).json["items"]), 1)
+        watch = Watch(authed, SLICES + "?watch=1")
+        self.assertEqual(watch.next_event()["type"], "ADDED")
+        watch.close()
+
+    def test_untrusted_client_fails_handshake(self):
+        with self.assertRaises(ssl.SSLError):
+            Client(self.server.port, ssl.create_default_context()).get("/healthz")
+
+    def test_mtls(self):
+        with self.assertRaises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
+            Client(self.mtls.port, self.ctx).get(SLICES)
+        ctx = ssl.create_default_context(cafile=os.path.join(self.pki, "ca.crt"))
+        ctx.load_cert_chain(os.path.join(self.pki, "client.crt"),
+                            os.path.join(self.pki, "client.key"))
+        self.assertEqual(Client(self.mtls.port, ctx).get(SLICES).code, 200)
+
+
+class CommandLineTest(unittest.TestCase):
+    def test_port_file_and_banner(self):
+        server = ServerProcess()
+        try:
+            self.assertEqual(server.stdout_line,
+                             "listening on http://127.0.0.1:%d" % server.port)
+            self.assertEqual(Client(server.port).get("/healthz").code, 200)
+        finally:
+            server.stop()
+
+    def test_bad_flags_exit_2(self):
+        for args in (["--versions", "v1beta1"], ["--node", "bad"], ["--mixins", "maybe"],
+                     ["--watch-history", "0"]):
+            with self.subTest(args):
+                p = subprocess.run([PYTHON, SERVER] + args, capture_output=True, text=True,
+                                   timeout=10)
+                self.assertEqual(p.returncode, 2, p.stderr)
+
+    def test_fixed_port_can_be_reused_at_once(self):
+        first = ServerProcess()
+        port = first.port
+        Client(port).post(SLICES, make_slice())
+        first.stop()
+        second = ServerProcess("--port", str(port))
+        try:
+            self.assertEqual(second.port, port)
+            self.assertEqual(Client(port).get(SLICES).json["items"], [])
+        finally:
+            second.stop()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

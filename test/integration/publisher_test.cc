@@ -1,0 +1,301 @@
+// The slice publisher against the fake API server over real HTTP(S): every mode, mixins accepted
+// or not, and the faults of issue 3 (server restarted empty, down at start, slices deleted or
+// changed behind the daemon's back).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "driver/kube/rest_client.h"
+#include "driver/publish/device_builder.h"
+#include "driver/publish/slice_builder.h"
+#include "driver/publish/slice_json.h"
+#include "driver/publish/slice_publisher.h"
+#include "test/integration/fake_apiserver.h"
+#include "topology/discoverer.h"
+#include "topology/json_text.h"
+
+namespace topodra::publish {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+using topodra::testing::FakeApiServer;
+using topodra::testing::FakeApiServerOptions;
+
+topology::Topology Load(const std::string& name) {
+  absl::StatusOr<topology::Topology> t = topology::Discover(
+      topology::TopologySource::XmlFile(std::string(TOPODRA_TOPOLOGIES_DIR) + "/" + name));
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *std::move(t) : topology::Topology{};
+}
+
+std::unique_ptr<FakeApiServer> StartServer(FakeApiServerOptions o = {}) {
+  o.nodes.push_back({"node-a", "0b7c5e7e-node-a"});
+  absl::StatusOr<std::unique_ptr<FakeApiServer>> s = FakeApiServer::Start(o);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *std::move(s) : nullptr;
+}
+
+std::unique_ptr<kube::RestClient> ClientFor(const FakeApiServer& server) {
+  kube::ClusterConfig c;
+  c.server = server.url();
+  c.ca_file = server.ca_file();
+  c.token = server.token();
+  c.timeout = std::chrono::milliseconds(3000);
+  absl::StatusOr<std::unique_ptr<kube::RestClient>> client = kube::NewCurlRestClient(c);
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? *std::move(client) : nullptr;
+}
+
+Pool PoolFor(const topology::Topology& t, CpuDeviceMode mode, GroupBy by = GroupBy::kNuma,
+             size_t index = 0) {
+  PublishOptions o;
+  o.node_name = "node-a";
+  o.cpu_mode = mode;
+  o.group_by = by;
+  return BuildPools(t, o).at(index);
+}
+
+PublisherOptions FastOptions(const std::string& driver, MixinMode mixins = MixinMode::kAuto) {
+  PublisherOptions o;
+  o.driver = driver;
+  o.node_name = "node-a";
+  o.mixins = mixins;
+  o.initial_backoff = std::chrono::milliseconds(20);
+  o.max_backoff = std::chrono::milliseconds(200);
+  o.watch_timeout_seconds = 5;
+  return o;
+}
+
+// What the server stores for one driver, as slices; names sorted.
+std::vector<Slice> Stored(kube::RestClient& client, const std::string& driver,
+                          const std::string& version = "v1") {
+  absl::StatusOr<kube::Response> r =
+      client.Get("/apis/resource.k8s.io/" + version + "/resourceslices?fieldSelector=" +
+                 kube::UrlEncode("spec.driver=" + driver + ",spec.nodeName=node-a"));
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return {};
+  absl::StatusOr<std::vector<Slice>> s = SlicesFromDocument(r->body);
+  EXPECT_TRUE(s.ok()) << s.status();
+  if (!s.ok()) return {};
+  std::sort(s->begin(), s->end(), [](const Slice& a, const Slice& b) {
+    return StringField(a.metadata, "name") < StringField(b.metadata, "name");
+  });
+  return *s;
+}
+
+// The stored pool, flattened and stripped of server-owned metadata, must equal the flat form.
+void ExpectStoredEquals(kube::RestClient& client, const Pool& pool, bool expect_mixins,
+                        int64_t generation = -1) {
+  std::vector<Slice> stored = Stored(client, pool.driver);
+  absl::StatusOr<std::vector<Slice>> want = BuildSlices(pool, SliceForm::kFlat);
+  ASSERT_TRUE(want.ok());
+  ASSERT_EQ(stored.size(), want->size());
+  bool any_mixins = false;
+  for (const Slice& s : stored) any_mixins |= !s.mixins.empty();
+  EXPECT_EQ(any_mixins, expect_mixins);
+  absl::StatusOr<std::vector<Slice>> flat = Flatten(stored);
+  ASSERT_TRUE(flat.ok()) << flat.status();
+  for (size_t i = 0; i < flat->size(); ++i) {
+    Slice got = (*flat)[i];
+    Slice w = (*want)[i];
+    EXPECT_EQ(StringField(got.metadata, "name"), StringField(w.metadata, "name"));
+    EXPECT_EQ(got.slice_count, static_cast<int64_t>(want->size()));
+    if (generation >= 0) {
+      EXPECT_EQ(got.generation, generation);
+    }
+    EXPECT_EQ(topodra::Field(got.metadata, "ownerReferences")[0]["uid"], "0b7c5e7e-node-a");
+    got.metadata = w.metadata = json::object();
+    got.generation = w.generation = 0;
+    EXPECT_EQ(got, w);
+  }
+}
+
+template <typename F>
+bool Eventually(F f, std::chrono::milliseconds limit = std::chrono::seconds(15)) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (f()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return f();
+}
+
+struct Running {
+  explicit Running(SlicePublisher* p) : publisher(p), thread([p] { p->Run(); }) {}
+  ~Running() {
+    publisher->Stop();
+    thread.join();
+  }
+  SlicePublisher* publisher;
+  std::thread thread;
+};
+
+TEST(PublisherTest, EveryModeWithAndWithoutMixins) {
+  const topology::Topology t = Load("192em64t-24n8c2t.xml");
+  for (bool accept : {false, true}) {
+    FakeApiServerOptions o;
+    o.accept_mixins = accept;
+    auto server = StartServer(o);
+    ASSERT_NE(server, nullptr);
+    auto client = ClientFor(*server);
+    for (auto [mode, by] : {std::pair{CpuDeviceMode::kIndividual, GroupBy::kNuma},
+                            std::pair{CpuDeviceMode::kGrouped, GroupBy::kNuma},
+                            std::pair{CpuDeviceMode::kGrouped, GroupBy::kSocket},
+                            std::pair{CpuDeviceMode::kGrouped, GroupBy::kMachine}}) {
+      SCOPED_TRACE(std::string(accept ? "mixins accepted, " : "mixins rejected, ") +
+                   CpuDeviceModeName(mode) + " " + GroupByName(by));
+      const Pool pool = PoolFor(t, mode, by);
+      SlicePublisher p(client.get(), FastOptions("dra.cpu"));
+      p.SetDesired(pool);
+      ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+      // The machine mode pool has nothing to share, so it is flat either way.
+      ExpectStoredEquals(*client, pool, accept && by != GroupBy::kMachine);
+      EXPECT_TRUE(p.status().in_sync);
+    }
+  }
+}
+
+TEST(PublisherTest, ChangesBumpGenerationAndRemoveObsoleteSlices) {
+  auto server = StartServer();
+  auto client = ClientFor(*server);
+  const topology::Topology t = Load("192em64t-24n8c2t.xml");
+  SlicePublisher p(client.get(), FastOptions("dra.cpu"));
+  p.SetDesired(PoolFor(t, CpuDeviceMode::kIndividual));
+  ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+  ExpectStoredEquals(*client, PoolFor(t, CpuDeviceMode::kIndividual), false, 1);
+  EXPECT_EQ(Stored(*client, "dra.cpu").size(), 3u);
+  // Nothing changed: nothing written, generation stays.
+  const int64_t writes = p.status().writes;
+  ASSERT_TRUE(p.SyncOnce().ok());
+  EXPECT_EQ(p.status().writes, writes);
+  p.SetDesired(PoolFor(t, CpuDeviceMode::kGrouped));
+  ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+  ExpectStoredEquals(*client, PoolFor(t, CpuDeviceMode::kGrouped), false, 2);
+  // No pool at all: every slice of the driver goes.
+  p.SetDesired(std::nullopt);
+  ASSERT_TRUE(p.SyncOnce().ok());
+  EXPECT_TRUE(Stored(*client, "dra.cpu").empty());
+}
+
+TEST(PublisherTest, RecreatesSlicesDeletedBehindItsBack) {
+  auto server = StartServer();
+  auto client = ClientFor(*server);
+  const Pool pool = PoolFor(Load("power8gpudistances.xml"), CpuDeviceMode::kIndividual);
+  SlicePublisher p(client.get(), FastOptions("dra.cpu"));
+  p.SetDesired(pool);
+  Running running(&p);
+  ASSERT_TRUE(Eventually([&] { return p.status().in_sync; }));
+  ASSERT_TRUE(client->Delete("/apis/resource.k8s.io/v1/resourceslices/node-a-dra.cpu-0", {}).ok());
+  EXPECT_TRUE(Eventually([&] {
+    const std::vector<Slice> s = Stored(*client, "dra.cpu");
+    return s.size() == 1 && s[0].generation == 2;
+  }));
+  ExpectStoredEquals(*client, pool, false, 2);
+}
+
+TEST(PublisherTest, RestoresASliceSomeoneElseChanged) {
+  auto server = StartServer();
+  auto client = ClientFor(*server);
+  const Pool pool = PoolFor(Load("power8gpudistances.xml"), CpuDeviceMode::kGrouped);
+  SlicePublisher p(client.get(), FastOptions("dra.cpu"));
+  p.SetDesired(pool);
+  Running running(&p);
+  ASSERT_TRUE(Eventually([&] { return p.status().in_sync; }));
+  const std::string path = "/apis/resource.k8s.io/v1/resourceslices/node-a-dra.cpu-0";
+  absl::StatusOr<kube::Response> cur = client->Get(path);
+  ASSERT_TRUE(cur.ok());
+  json changed = cur->body;
+  changed["spec"]["devices"][0]["attributes"]["dra.cpu/numCPUs"]["int"] = 1000;
+  ASSERT_TRUE(client->Put(path, changed).ok());
+  EXPECT_TRUE(Eventually([&] {
+    const std::vector<Slice> s = Stored(*client, "dra.cpu");
+    return s.size() == 1 && s[0].generation >= 2 &&
+           std::get<int64_t>(s[0].devices[0].attributes.at("dra.cpu/numCPUs")) == 8;
+  }));
+}
+
+TEST(PublisherTest, ServerRestartedEmpty) {
+  auto server = StartServer();
+  auto client = ClientFor(*server);
+  const Pool pool = PoolFor(Load("nvidiaDGX2.xml"), CpuDeviceMode::kGrouped, GroupBy::kNuma, 1);
+  SlicePublisher p(client.get(), FastOptions("gpu.topodra.io"));
+  p.SetDesired(pool);
+  Running running(&p);
+  ASSERT_TRUE(Eventually([&] { return p.status().in_sync; }));
+  ASSERT_TRUE(server->Restart().ok());
+  EXPECT_TRUE(Eventually([&] { return Stored(*client, "gpu.topodra.io").size() == 1; }));
+  ExpectStoredEquals(*client, pool, false);
+}
+
+TEST(PublisherTest, ServerDownAtStart) {
+  auto server = StartServer();
+  auto client = ClientFor(*server);
+  ASSERT_TRUE(server->Stop().ok());
+  const Pool pool = PoolFor(Load("fakecpukinds.xml"), CpuDeviceMode::kIndividual);
+  SlicePublisher p(client.get(), FastOptions("dra.cpu"));
+  p.SetDesired(pool);
+  Running running(&p);
+  ASSERT_TRUE(Eventually([&] { return p.status().errors >= 3; }));
+  EXPECT_FALSE(p.status().in_sync);
+  EXPECT_FALSE(p.status().last_error.empty());
+  ASSERT_TRUE(server->Restart().ok());
+  EXPECT_TRUE(Eventually([&] { return p.status().in_sync; }));
+  EXPECT_TRUE(p.status().last_error.empty());
+  ExpectStoredEquals(*client, pool, false, 1);
+}
+
+TEST(PublisherTest, MixinsOnAgainstAServerWithoutThemFailsClearly) {
+  auto server = StartServer();
+  auto client = ClientFor(*server);
+  SlicePublisher p(client.get(), FastOptions("dra.cpu", MixinMode::kOn));
+  p.SetDesired(PoolFor(Load("power8gpudistances.xml"), CpuDeviceMode::kIndividual));
+  const absl::Status st = p.SyncOnce();
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(kube::HttpCodeOf(st), 400);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("mixins"));
+  // off: flat even where the server would take mixins.
+  FakeApiServerOptions o;
+  o.accept_mixins = true;
+  auto accepting = StartServer(o);
+  auto c2 = ClientFor(*accepting);
+  SlicePublisher off(c2.get(), FastOptions("dra.cpu", MixinMode::kOff));
+  const Pool pool = PoolFor(Load("power8gpudistances.xml"), CpuDeviceMode::kIndividual);
+  off.SetDesired(pool);
+  ASSERT_TRUE(off.SyncOnce().ok());
+  ExpectStoredEquals(*c2, pool, false);
+}
+
+TEST(PublisherTest, TlsTokenAndV1beta2OnlyServer) {
+  FakeApiServerOptions o;
+  o.tls = true;
+  o.token = "s3cret-token";
+  o.versions = {"v1beta2"};
+  auto server = StartServer(o);
+  ASSERT_NE(server, nullptr);
+  const std::string kubeconfig = server->WriteKubeconfig(::testing::TempDir() + "/kc.yaml");
+  absl::StatusOr<kube::ClusterConfig> config = kube::KubeconfigConfig(kubeconfig);
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<std::unique_ptr<kube::RestClient>> client = kube::NewCurlRestClient(*config);
+  ASSERT_TRUE(client.ok());
+  const Pool pool = PoolFor(Load("power8gpudistances.xml"), CpuDeviceMode::kGrouped);
+  SlicePublisher p(client->get(), FastOptions("dra.cpu"));
+  p.SetDesired(pool);
+  ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+  absl::StatusOr<kube::Response> r =
+      (*client)->Get("/apis/resource.k8s.io/v1beta2/resourceslices/node-a-dra.cpu-0");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->body["apiVersion"], "resource.k8s.io/v1beta2");
+
+  config->token = "wrong";
+  absl::StatusOr<std::unique_ptr<kube::RestClient>> bad = kube::NewCurlRestClient(*config);
+  SlicePublisher q(bad->get(), FastOptions("dra.cpu"));
+  q.SetDesired(pool);
+  const absl::Status st = q.SyncOnce();
+  EXPECT_EQ(kube::HttpCodeOf(st), 401) << st;
+}
+
+}  // namespace
+}  // namespace topodra::publish

@@ -1,0 +1,161 @@
+// The real `topodra run` binary against the fake API server: publishes both drivers, survives
+// the server going away, and stops cleanly on SIGTERM.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "driver/kube/rest_client.h"
+#include "test/integration/fake_apiserver.h"
+
+namespace {
+
+using ::testing::HasSubstr;
+using topodra::testing::FakeApiServer;
+using topodra::testing::FakeApiServerOptions;
+
+struct Daemon {
+  pid_t pid = -1;
+  std::string log;
+  ~Daemon() {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+  int Terminate() {
+    kill(pid, SIGTERM);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    pid = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  std::string Log() const {
+    std::ifstream in(log);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+};
+
+void Start(Daemon& d, const std::vector<std::string>& extra) {
+  static int counter = 0;
+  d.log = ::testing::TempDir() + "/daemon_" + std::to_string(getpid()) + "_" +
+          std::to_string(counter++) + ".log";
+  std::vector<std::string> args = {TOPODRA_BINARY, "run"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  d.pid = fork();
+  if (d.pid == 0) {
+    if (!freopen(d.log.c_str(), "w", stderr)) _exit(127);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+}
+
+size_t SliceCount(topodra::kube::RestClient& c, const std::string& driver) {
+  absl::StatusOr<topodra::kube::Response> r =
+      c.Get("/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.driver%3D" + driver);
+  return r.ok() ? r->body["items"].size() : 0;
+}
+
+template <typename F>
+bool Eventually(F f) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < end) {
+    if (f()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+std::string Fixture(const std::string& name) {
+  return std::string(TOPODRA_TOPOLOGIES_DIR) + "/" + name;
+}
+
+TEST(RunDaemonTest, PublishesBothDriversAndStopsOnSigterm) {
+  FakeApiServerOptions o;
+  o.tls = true;
+  o.token = "daemon-token";
+  o.nodes = {{"node-a", "uid-node-a"}};
+  auto server = FakeApiServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string kc = (*server)->WriteKubeconfig(::testing::TempDir() + "/run_kc.yaml");
+  auto config = topodra::kube::KubeconfigConfig(kc);
+  ASSERT_TRUE(config.ok());
+  auto client = topodra::kube::NewCurlRestClient(*config);
+  ASSERT_TRUE(client.ok());
+
+  Daemon d;
+  Start(d, {"--kubeconfig", kc, "--node-name", "node-a", "--topology-file",
+            Fixture("192em64t-24n8c2t.xml"), "--cpu-device-mode", "individual",
+            "--topology-refresh", "1"});
+  // 384 CPUs in three slices; this machine's only display controller is a BMC: no GPU slices.
+  EXPECT_TRUE(Eventually([&] { return SliceCount(**client, "dra.cpu") == 3; })) << d.Log();
+  // The server goes away and comes back empty: the daemon notices and publishes again.
+  ASSERT_TRUE((*server)->Restart().ok());
+  EXPECT_TRUE(Eventually([&] { return SliceCount(**client, "dra.cpu") == 3; })) << d.Log();
+  EXPECT_EQ(d.Terminate(), 0);
+  const std::string log = d.Log();
+  EXPECT_THAT(log, HasSubstr("starting on node node-a"));
+  EXPECT_THAT(log, HasSubstr("published 3 ResourceSlices"));
+  EXPECT_THAT(log, HasSubstr("received SIGTERM, stopping"));
+}
+
+TEST(RunDaemonTest, RemovesStaleGpuSlicesWhenGpusAreOff) {
+  FakeApiServerOptions o;
+  o.nodes = {{"node-a", "uid-node-a"}};
+  auto server = FakeApiServer::Start(o);
+  ASSERT_TRUE(server.ok());
+  const std::string kc = (*server)->WriteKubeconfig(::testing::TempDir() + "/run_kc2.yaml");
+  auto client = topodra::kube::NewCurlRestClient(*topodra::kube::KubeconfigConfig(kc));
+  {
+    Daemon d;
+    Start(d, {"--kubeconfig", kc, "--node-name", "node-a", "--topology-file",
+              Fixture("nvidiaDGX2.xml")});
+    EXPECT_TRUE(Eventually([&] { return SliceCount(**client, "gpu.topodra.io") == 1; })) << d.Log();
+    EXPECT_EQ(d.Terminate(), 0);
+  }
+  Daemon d;
+  Start(d, {"--kubeconfig", kc, "--node-name", "node-a", "--topology-file",
+            Fixture("nvidiaDGX2.xml"), "--gpus", "none"});
+  EXPECT_TRUE(Eventually([&] { return SliceCount(**client, "gpu.topodra.io") == 0; })) << d.Log();
+  EXPECT_EQ(SliceCount(**client, "dra.cpu"), 1u);
+  EXPECT_EQ(d.Terminate(), 0);
+}
+
+TEST(RunDaemonTest, BadConfigurationIsOneLineAndExitCodeTwo) {
+  const std::string bad = ::testing::TempDir() + "/bad_kc.yaml";
+  std::ofstream(bad) << "apiVersion: v1\nkind: Config\ncurrent-context: nowhere\n";
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--kubeconfig", bad, "--node-name", "n1"}, "nowhere"},
+      {{"--node-name", "n1", "--slice-mixins", "maybe"}, "maybe"},
+      {{"--node-name", "n1", "--reserved-cpus", "0-"}, "--reserved-cpus"},
+  };
+  for (const Case& c : cases) {
+    Daemon d;
+    Start(d, c.args);
+    int status = 0;
+    waitpid(d.pid, &status, 0);
+    d.pid = -1;
+    EXPECT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 2);
+    const std::string log = d.Log();
+    EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
+    EXPECT_THAT(log, HasSubstr(c.message));
+  }
+}
+
+}  // namespace
