@@ -23,6 +23,10 @@ struct TopologyFlags {
 };
 
 topology::TopologySource SourceFromFlags(const TopologyFlags& flags);
+// Discovers the machine the flags name. On failure prints one line for `command` and sets
+// *exit_code: 2 for a bad file or description (the user's input), 1 for the live machine.
+std::optional<topology::Topology> DiscoverOrReport(const TopologyFlags& flags, const char* command,
+                                                   std::ostream& err, int* exit_code);
 
 struct TopologyCommand {
   TopologyFlags topology;

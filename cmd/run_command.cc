@@ -58,11 +58,9 @@ std::optional<publish::Pool> PoolOf(const std::vector<publish::Pool>& pools,
 
 int RunDaemon(const RunCommand& cmd, std::ostream& err) {
   const topology::TopologySource source = SourceFromFlags(cmd.topology);
-  absl::StatusOr<topology::Topology> topo = topology::Discover(source);
-  if (!topo.ok()) {
-    err << "topodra run: error: " << topo.status().message() << "\n";
-    return source.kind == topology::TopologySource::Kind::kLive ? kExitFailure : kExitUsage;
-  }
+  int code = kExitOk;
+  std::optional<topology::Topology> topo = DiscoverOrReport(cmd.topology, "run", err, &code);
+  if (!topo) return code;
   absl::StatusOr<publish::PublishOptions> opts = PublishOptionsFromFlags(cmd.publish, *topo);
   if (!opts.ok()) {
     err << "topodra run: error: " << opts.status().message() << "\n";

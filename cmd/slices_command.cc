@@ -65,12 +65,9 @@ absl::StatusOr<publish::PublishOptions> PublishOptionsFromFlags(const PublishFla
 }
 
 int RunSlices(const SlicesCommand& cmd, std::ostream& out, std::ostream& err) {
-  const topology::TopologySource source = SourceFromFlags(cmd.topology);
-  absl::StatusOr<topology::Topology> topo = topology::Discover(source);
-  if (!topo.ok()) {
-    err << "topodra slices: error: " << topo.status().message() << "\n";
-    return source.kind == topology::TopologySource::Kind::kLive ? kExitFailure : kExitUsage;
-  }
+  int code = kExitOk;
+  std::optional<topology::Topology> topo = DiscoverOrReport(cmd.topology, "slices", err, &code);
+  if (!topo) return code;
   absl::StatusOr<publish::PublishOptions> opts = PublishOptionsFromFlags(cmd.publish, *topo);
   if (!opts.ok()) {
     err << "topodra slices: error: " << opts.status().message() << "\n";

@@ -12,14 +12,21 @@ topology::TopologySource SourceFromFlags(const TopologyFlags& flags) {
   return topology::TopologySource::Live();
 }
 
-int RunTopology(const TopologyCommand& cmd, std::ostream& out, std::ostream& err) {
-  const topology::TopologySource source = SourceFromFlags(cmd.topology);
+std::optional<topology::Topology> DiscoverOrReport(const TopologyFlags& flags, const char* command,
+                                                   std::ostream& err, int* exit_code) {
+  const topology::TopologySource source = SourceFromFlags(flags);
   absl::StatusOr<topology::Topology> topo = topology::Discover(source);
-  if (!topo.ok()) {
-    err << "topodra topology: error: " << topo.status().message() << "\n";
-    // A named file or description is the user's input; the live machine failing is ours.
-    return source.kind == topology::TopologySource::Kind::kLive ? kExitFailure : kExitUsage;
-  }
+  if (topo.ok()) return *std::move(topo);
+  err << "topodra " << command << ": error: " << topo.status().message() << "\n";
+  // A named file or description is the user's input; the live machine failing is ours.
+  *exit_code = source.kind == topology::TopologySource::Kind::kLive ? kExitFailure : kExitUsage;
+  return std::nullopt;
+}
+
+int RunTopology(const TopologyCommand& cmd, std::ostream& out, std::ostream& err) {
+  int code = kExitOk;
+  std::optional<topology::Topology> topo = DiscoverOrReport(cmd.topology, "topology", err, &code);
+  if (!topo) return code;
   if (cmd.output == "json") {
     out << DumpJson(topology::TopologyToJson(*topo), 2) << "\n";
   } else {

@@ -1,6 +1,7 @@
 // RestClient over libcurl. Every call builds its own easy handle and drives it through its own
 // multi handle, polling at most kPollInterval at a time so a watch notices its stop flag promptly
-// (curl_easy_perform may sit in poll for a second between progress callbacks).
+// (curl_easy_perform may sit in poll for a second between progress callbacks). libcurl is loaded
+// on the first client (curl_library.h); every curl function is called through CurlLibrary.
 #include <curl/curl.h>
 
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "driver/kube/curl_library.h"
 #include "driver/kube/rest_client.h"
 
 namespace topodra::kube {
@@ -47,9 +49,9 @@ constexpr long kPollIntervalMs = 50;
 constexpr long kMinWatchSilenceS = 60;
 constexpr long kDefaultWatchSilenceS = 3660;
 
-using EasyHandle = std::unique_ptr<CURL, decltype(&curl_easy_cleanup)>;
-using MultiHandle = std::unique_ptr<CURLM, decltype(&curl_multi_cleanup)>;
-using HeaderList = std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)>;
+using EasyHandle = std::unique_ptr<CURL, decltype(CurlLibrary::easy_cleanup)>;
+using MultiHandle = std::unique_ptr<CURLM, decltype(CurlLibrary::multi_cleanup)>;
+using HeaderList = std::unique_ptr<curl_slist, decltype(CurlLibrary::slist_free_all)>;
 
 std::string Truncate(absl::string_view s, std::size_t max) {
   if (s.size() <= max) return std::string(s);
@@ -132,7 +134,8 @@ absl::StatusCode CodeForHttp(long http, const std::string& reason) {
   }
 }
 
-absl::Status CurlError(const std::string& what, CURLcode code, const char* errbuf) {
+absl::Status CurlError(const CurlLibrary& curl, const std::string& what, CURLcode code,
+                       const char* errbuf) {
   absl::StatusCode status_code = absl::StatusCode::kUnavailable;
   if (code == CURLE_OPERATION_TIMEDOUT) status_code = absl::StatusCode::kDeadlineExceeded;
   if (code == CURLE_SSL_CERTPROBLEM || code == CURLE_SSL_CACERT_BADFILE ||
@@ -143,7 +146,7 @@ absl::Status CurlError(const std::string& what, CURLcode code, const char* errbu
       code == CURLE_UNKNOWN_OPTION || code == CURLE_NOT_BUILT_IN) {
     status_code = absl::StatusCode::kInternal;
   }
-  std::string message = absl::StrCat(what, ": ", curl_easy_strerror(code));
+  std::string message = absl::StrCat(what, ": ", curl.easy_strerror(code));
   if (errbuf != nullptr && errbuf[0] != '\0') absl::StrAppend(&message, ": ", errbuf);
   return absl::Status(status_code, message);
 }
@@ -323,7 +326,8 @@ absl::StatusOr<ServerUrl> ParseServer(const std::string& server) {
 
 class CurlRestClient : public RestClient {
  public:
-  explicit CurlRestClient(ClusterConfig config) : config_(std::move(config)) {}
+  CurlRestClient(const CurlLibrary& curl, ClusterConfig config)
+      : curl_(curl), config_(std::move(config)) {}
 
   absl::Status Init() {
     while (!config_.server.empty() && config_.server.back() == '/') config_.server.pop_back();
@@ -429,16 +433,16 @@ class CurlRestClient : public RestClient {
 
   absl::Status RunOnce(const char* verb, const std::string& path, const std::string& payload,
                        const std::string& token, Transfer& t) {
-    EasyHandle easy(curl_easy_init(), &curl_easy_cleanup);
-    MultiHandle multi(curl_multi_init(), &curl_multi_cleanup);
+    EasyHandle easy(curl_.easy_init(), curl_.easy_cleanup);
+    MultiHandle multi(curl_.multi_init(), curl_.multi_cleanup);
     if (easy == nullptr || multi == nullptr) {
       return absl::InternalError(absl::StrCat(t.what, ": cannot create a curl handle"));
     }
     CURL* h = easy.get();
     char errbuf[CURL_ERROR_SIZE] = {};
-    HeaderList headers(nullptr, &curl_slist_free_all);
-    auto add_header = [&headers](const std::string& line) {
-      curl_slist* next = curl_slist_append(headers.get(), line.c_str());
+    HeaderList headers(nullptr, curl_.slist_free_all);
+    auto add_header = [this, &headers](const std::string& line) {
+      curl_slist* next = curl_.slist_append(headers.get(), line.c_str());
       if (next != nullptr) {
         (void)headers.release();
         headers.reset(next);
@@ -449,8 +453,8 @@ class CurlRestClient : public RestClient {
     if (!payload.empty()) ok = ok && add_header("Content-Type: application/json");
     if (!token.empty()) ok = ok && add_header("Authorization: Bearer " + token);
     if (!host_header_.empty()) ok = ok && add_header(host_header_);
-    HeaderList connect_to(nullptr, &curl_slist_free_all);
-    if (!connect_to_.empty()) connect_to.reset(curl_slist_append(nullptr, connect_to_.c_str()));
+    HeaderList connect_to(nullptr, curl_.slist_free_all);
+    if (!connect_to_.empty()) connect_to.reset(curl_.slist_append(nullptr, connect_to_.c_str()));
     if (!ok || (!connect_to_.empty() && connect_to == nullptr)) {
       return absl::InternalError(absl::StrCat(t.what, ": out of memory building headers"));
     }
@@ -458,8 +462,8 @@ class CurlRestClient : public RestClient {
     const std::string url = base_url_ + path;
     const bool watch = t.on_event != nullptr;
     CURLcode rc = CURLE_OK;
-    auto set = [&rc, h](CURLoption option, auto value) {
-      if (rc == CURLE_OK) rc = curl_easy_setopt(h, option, value);
+    auto set = [this, &rc, h](CURLoption option, auto value) {
+      if (rc == CURLE_OK) rc = curl_.easy_setopt(h, option, value);
     };
     set(CURLOPT_URL, url.c_str());
     set(CURLOPT_PROTOCOLS_STR, "http,https");
@@ -493,9 +497,11 @@ class CurlRestClient : public RestClient {
       set(CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(payload.size()));
     }
     SetTls(set, connect_to.get());
-    if (rc != CURLE_OK) return CurlError(absl::StrCat(t.what, ": setting up curl"), rc, errbuf);
+    if (rc != CURLE_OK) {
+      return CurlError(curl_, absl::StrCat(t.what, ": setting up curl"), rc, errbuf);
+    }
 
-    if (curl_multi_add_handle(multi.get(), h) != CURLM_OK) {
+    if (curl_.multi_add_handle(multi.get(), h) != CURLM_OK) {
       return absl::InternalError(absl::StrCat(t.what, ": curl_multi_add_handle failed"));
     }
     CURLcode result = CURLE_OK;
@@ -504,23 +510,23 @@ class CurlRestClient : public RestClient {
         t.stopped = true;
         break;
       }
-      CURLMcode mc = curl_multi_perform(multi.get(), &running);
+      CURLMcode mc = curl_.multi_perform(multi.get(), &running);
       if (mc == CURLM_OK && running != 0) {
-        mc = curl_multi_poll(multi.get(), nullptr, 0, kPollIntervalMs, nullptr);
+        mc = curl_.multi_poll(multi.get(), nullptr, 0, kPollIntervalMs, nullptr);
       }
       if (mc != CURLM_OK) {
-        curl_multi_remove_handle(multi.get(), h);
-        return absl::InternalError(absl::StrCat(t.what, ": ", curl_multi_strerror(mc)));
+        curl_.multi_remove_handle(multi.get(), h);
+        return absl::InternalError(absl::StrCat(t.what, ": ", curl_.multi_strerror(mc)));
       }
     }
     int queued = 0;
-    while (CURLMsg* msg = curl_multi_info_read(multi.get(), &queued)) {
+    while (CURLMsg* msg = curl_.multi_info_read(multi.get(), &queued)) {
       if (msg->msg == CURLMSG_DONE && msg->easy_handle == h) result = msg->data.result;
     }
-    curl_multi_remove_handle(multi.get(), h);
+    curl_.multi_remove_handle(multi.get(), h);
     if (t.stopped || !t.stream_error.ok()) return absl::OkStatus();  // the caller looks at t
-    if (result != CURLE_OK) return CurlError(t.what, result, errbuf);
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &t.http_code);
+    if (result != CURLE_OK) return CurlError(curl_, t.what, result, errbuf);
+    curl_.easy_getinfo(h, CURLINFO_RESPONSE_CODE, &t.http_code);
     return absl::OkStatus();
   }
 
@@ -605,6 +611,7 @@ class CurlRestClient : public RestClient {
     return token_ != used;
   }
 
+  const CurlLibrary& curl_;
   ClusterConfig config_;
   std::string base_url_;     // server, or addressed by tls_server_name
   std::string connect_to_;   // CURLOPT_CONNECT_TO entry for tls_server_name
@@ -641,12 +648,9 @@ std::string UrlEncode(const std::string& s) {
 }
 
 absl::StatusOr<std::unique_ptr<RestClient>> NewCurlRestClient(const ClusterConfig& config) {
-  // Thread-safe one-time initialization; libcurl is never cleaned up (other users may remain).
-  static const CURLcode init = curl_global_init(CURL_GLOBAL_DEFAULT);
-  if (init != CURLE_OK) {
-    return absl::InternalError(absl::StrCat("curl_global_init: ", curl_easy_strerror(init)));
-  }
-  auto client = std::make_unique<CurlRestClient>(config);
+  absl::StatusOr<const CurlLibrary*> curl = LoadCurlLibrary();
+  if (!curl.ok()) return curl.status();
+  auto client = std::make_unique<CurlRestClient>(**curl, config);
   if (absl::Status s = client->Init(); !s.ok()) return s;
   return std::unique_ptr<RestClient>(std::move(client));
 }

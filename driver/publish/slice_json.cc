@@ -74,27 +74,41 @@ absl::Status ParseNames(const json& j, const std::string& path, std::vector<std:
   return absl::OkStatus();
 }
 
+// name, attributes and capacity, which devices and mixins share. Returns false for other keys.
+bool ParseShared(const std::string& k, const json& v, const std::string& p, std::string* name,
+                 Attributes* attrs, Capacities* caps, absl::Status* st) {
+  if (k == "name") {
+    absl::StatusOr<std::string> s = String(v, p);
+    if (s.ok()) {
+      *name = *s;
+    } else {
+      *st = s.status();
+    }
+  } else if (k == "attributes") {
+    *st = ParseAttributes(v, p, attrs);
+  } else if (k == "capacity") {
+    *st = ParseCapacities(v, p, caps);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 absl::StatusOr<Device> DeviceFromJson(const json& j, const std::string& path) {
   if (!j.is_object()) return Bad(path, "must be an object");
   Device d;
   for (const auto& [k, v] : j.items()) {
     const std::string p = absl::StrCat(path, ".", k);
     absl::Status st;
-    if (k == "name") {
-      absl::StatusOr<std::string> s = String(v, p);
-      if (!s.ok()) return s.status();
-      d.name = *s;
-    } else if (k == "includes") {
-      st = ParseNames(v, p, &d.includes);
-    } else if (k == "attributes") {
-      st = ParseAttributes(v, p, &d.attributes);
-    } else if (k == "capacity") {
-      st = ParseCapacities(v, p, &d.capacity);
-    } else if (k == "allowMultipleAllocations") {
-      if (!v.is_boolean()) return Bad(p, "must be a boolean");
-      d.allow_multiple_allocations = v.get<bool>();
-    } else {
-      d.extra[k] = v;
+    if (!ParseShared(k, v, p, &d.name, &d.attributes, &d.capacity, &st)) {
+      if (k == "includes") {
+        st = ParseNames(v, p, &d.includes);
+      } else if (k == "allowMultipleAllocations") {
+        if (!v.is_boolean()) return Bad(p, "must be a boolean");
+        d.allow_multiple_allocations = v.get<bool>();
+      } else {
+        d.extra[k] = v;
+      }
     }
     if (!st.ok()) return st;
   }
@@ -108,15 +122,7 @@ absl::StatusOr<DeviceMixin> MixinFromJson(const json& j, const std::string& path
   for (const auto& [k, v] : j.items()) {
     const std::string p = absl::StrCat(path, ".", k);
     absl::Status st;
-    if (k == "name") {
-      absl::StatusOr<std::string> s = String(v, p);
-      if (!s.ok()) return s.status();
-      m.name = *s;
-    } else if (k == "attributes") {
-      st = ParseAttributes(v, p, &m.attributes);
-    } else if (k == "capacity") {
-      st = ParseCapacities(v, p, &m.capacity);
-    } else {
+    if (!ParseShared(k, v, p, &m.name, &m.attributes, &m.capacity, &st)) {
       return Bad(p, "unknown field");
     }
     if (!st.ok()) return st;

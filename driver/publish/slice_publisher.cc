@@ -326,7 +326,8 @@ bool SlicePublisher::HandleEvent(const json& event) {
   const bool known =
       it != cache_.end() && StringField(Field(it->second, "metadata"), "resourceVersion") == rv;
   if (type == "DELETED") {
-    cache_.erase(name);
+    if (it == cache_.end()) return true;  // our own delete, already applied
+    cache_.erase(it);
     drift_ = true;
     return false;
   }

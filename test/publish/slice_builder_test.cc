@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "driver/publish/device_builder.h"
 #include "driver/publish/slice_json.h"
 #include "topology/discoverer.h"
@@ -102,7 +103,7 @@ TEST(SliceBuilderTest, SplitsAt128DevicesWithCountsAndNames) {
     EXPECT_EQ(slices[i].driver, "dra.cpu");
     EXPECT_EQ(slices[i].pool, "node-a");
     EXPECT_EQ(slices[i].node_name, "node-a");
-    EXPECT_EQ(slices[i].metadata["name"], "node-a-dra.cpu-" + std::to_string(i));
+    EXPECT_EQ(slices[i].metadata["name"], absl::StrCat("node-a-dra.cpu-", i));
   }
   EXPECT_EQ(slices[1].devices.front().name, "cpudev128");
   // Mixin form is at least 3x smaller on the wire for this machine.
@@ -170,13 +171,13 @@ TEST(FlattenTest, LaterMixinWinsAndDeviceWinsOverMixins) {
 
 TEST(FlattenTest, ErrorsNameTheCulprit) {
   Attributes many;
-  for (int i = 0; i < 20; ++i) many["a" + std::to_string(i)] = int64_t{i};
+  for (int i = 0; i < 20; ++i) many[absl::StrCat("a", i)] = int64_t{i};
   Attributes more;
-  for (int i = 0; i < 13; ++i) more["b" + std::to_string(i)] = int64_t{i};
+  for (int i = 0; i < 13; ++i) more[absl::StrCat("b", i)] = int64_t{i};
   std::vector<Device> too_many_devices;
-  for (int i = 0; i < 129; ++i) too_many_devices.push_back(Dev("d" + std::to_string(i)));
+  for (int i = 0; i < 129; ++i) too_many_devices.push_back(Dev(absl::StrCat("d", i)));
   std::vector<Device> tainted;
-  for (int i = 0; i < 65; ++i) tainted.push_back(Dev("t" + std::to_string(i)));
+  for (int i = 0; i < 65; ++i) tainted.push_back(Dev(absl::StrCat("t", i)));
   tainted[7].extra["taints"] = json::array({{{"key", "k"}, {"effect", "NoSchedule"}}});
 
   struct Case {
@@ -218,7 +219,7 @@ TEST(FlattenTest, ErrorsNameTheCulprit) {
 
 TEST(SliceBuilderTest, ADeviceOverTheLimitIsAnError) {
   Attributes attrs;
-  for (int i = 0; i < 33; ++i) attrs["a" + std::to_string(i)] = int64_t{i};
+  for (int i = 0; i < 33; ++i) attrs[absl::StrCat("a", i)] = int64_t{i};
   Pool pool{"dra.cpu", "n1", "n1", {Dev("cpudev000", attrs)}};
   for (SliceForm form : {SliceForm::kMixins, SliceForm::kFlat}) {
     absl::StatusOr<std::vector<Slice>> s = BuildSlices(pool, form);
