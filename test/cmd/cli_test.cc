@@ -34,8 +34,8 @@ std::string ReadFile(const std::string& path) {
 Result RunTopodra(const std::string& args) {
   // ctest runs the tests of this binary as parallel processes: names must not collide.
   static int counter = 0;
-  const std::string base = ::testing::TempDir() + "/cli_" + std::to_string(getpid()) + "_" +
-                           std::to_string(counter++);
+  const std::string base =
+      ::testing::TempDir() + "/cli_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
   const std::string out = base + "_out", err = base + "_err";
   const std::string cmd =
       std::string(TOPODRA_BINARY) + " " + args + " >" + out + " 2>" + err + " </dev/null";
@@ -126,8 +126,11 @@ TEST(CliTest, BadInputIsOneLineAndExitCodeTwo) {
 namespace {
 
 TEST(CliTest, SlicesOnEveryFixtureAndMode) {
-  for (const char* fixture : {"16em64t-4s2c2t-offlines.xml", "power8gpudistances.xml",
-                              "nvidiaDGX2.xml", "192em64t-24n8c2t.xml"}) {
+  for (const char* fixture :
+       {"16em64t-4s2c2t.xml", "16em64t-4s2c2t-offlines.xml",
+        "28intel64-2p2g7c-CoDgroups.v1tov2.xml", "32em64t-2n8c2t-pci-normalio.xml",
+        "64intel64-fakeKNL-SNC4-hybrid.xml", "96em64t-4n4d3ca2co-pci.xml", "192em64t-24n8c2t.xml",
+        "fakecpukinds.xml", "power8gpudistances.xml", "nvidiaDGX2.xml"}) {
     for (const char* mode : {"--cpu-device-mode individual", "--group-by numa", "--group-by socket",
                              "--group-by machine"}) {
       SCOPED_TRACE(std::string(fixture) + " " + mode);
@@ -138,6 +141,9 @@ TEST(CliTest, SlicesOnEveryFixtureAndMode) {
       EXPECT_EQ(j["kind"], "List");
       ASSERT_GE(j["items"].size(), 1u);
       EXPECT_EQ(j["items"][0]["spec"]["nodeName"], "n1");
+      const Result flat = RunTopodra("slices --flatten -o yaml --node-name n1 --topology-file " +
+                                     Fixture(fixture) + " " + mode);
+      EXPECT_EQ(flat.code, 0) << flat.err;
     }
   }
 }
