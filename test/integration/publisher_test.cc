@@ -242,8 +242,11 @@ TEST(PublisherTest, ServerDownAtStart) {
   EXPECT_FALSE(p.status().in_sync);
   EXPECT_FALSE(p.status().last_error.empty());
   ASSERT_TRUE(server->Restart().ok());
-  EXPECT_TRUE(Eventually([&] { return p.status().in_sync; }));
-  EXPECT_TRUE(p.status().last_error.empty());
+  // in_sync is set inside the pass, the error cleared when the pass is recorded: wait for both.
+  EXPECT_TRUE(Eventually([&] {
+    const PublisherStatus st = p.status();
+    return st.in_sync && st.last_error.empty();
+  }));
   ExpectStoredEquals(*client, pool, false, 1);
 }
 
