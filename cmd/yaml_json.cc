@@ -35,8 +35,52 @@ bool ParseFloat(const std::string& s, double* out) {
   return true;
 }
 
+// Offset of the first byte that is not part of well-formed UTF-8, or npos.
+size_t InvalidUtf8At(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t len = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return i;
+    }
+    if (i + len > s.size()) return i;
+    for (size_t k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    // Overlong forms, surrogates and code points past U+10FFFF are not UTF-8.
+    static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += len;
+  }
+  return std::string::npos;
+}
+
+// YAML escapes ("\uD800") can produce bytes that are not UTF-8 even from valid UTF-8 text.
+const std::string& CheckedScalar(const YAML::Node& n) {
+  if (InvalidUtf8At(n.Scalar()) != std::string::npos) {
+    throw YAML::Exception(n.Mark(), "scalar is not valid UTF-8 after unescaping");
+  }
+  return n.Scalar();
+}
+
 json ScalarToJson(const YAML::Node& n) {
-  const std::string& s = n.Scalar();
+  const std::string& s = CheckedScalar(n);
   if (n.Tag() == "!") return s;  // quoted: always a string
   if (s == "true" || s == "True" || s == "TRUE") return true;
   if (s == "false" || s == "False" || s == "FALSE") return false;
@@ -63,7 +107,11 @@ json NodeToJson(const YAML::Node& n, int depth) {
     }
     case YAML::NodeType::Map: {
       json obj = json::object();
-      for (const auto& kv : n) obj[kv.first.as<std::string>()] = NodeToJson(kv.second, depth + 1);
+      for (const auto& kv : n) {
+        if (!kv.first.IsScalar())
+          throw YAML::Exception(kv.first.Mark(), "map keys must be scalars");
+        obj[CheckedScalar(kv.first)] = NodeToJson(kv.second, depth + 1);
+      }
       return obj;
     }
   }
@@ -120,42 +168,6 @@ void Emit(YAML::Emitter& out, const json& j) {
       out << DumpJson(j);
       break;
   }
-}
-
-// Offset of the first byte that is not part of well-formed UTF-8, or npos.
-size_t InvalidUtf8At(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t len = 0;
-    uint32_t cp = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      len = 2;
-      cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      len = 3;
-      cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      len = 4;
-      cp = c & 0x07;
-    } else {
-      return i;
-    }
-    if (i + len > s.size()) return i;
-    for (size_t k = 1; k < len; ++k) {
-      const auto cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) return i;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    // Overlong forms, surrogates and code points past U+10FFFF are not UTF-8.
-    static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
-    i += len;
-  }
-  return std::string::npos;
 }
 
 }  // namespace

@@ -183,6 +183,9 @@ items:
   spec: {driver: d.example.com, pool: {name: n1}, nodeName: n1, devices: [{name: x}]}
 )";
   std::ofstream(dir + "/garbage.yaml") << "kind: [unclosed";
+  // Valid UTF-8 text whose YAML escape decodes to a lone surrogate.
+  std::ofstream(dir + "/surrogate.yaml") << "kind: \"\\uD800\"\n";
+  std::ofstream(dir + "/latin1.yaml") << "kind: caf\xe9\n";
   struct Case {
     std::string args;
     std::string message;
@@ -192,6 +195,8 @@ items:
        "device \"gpu-0\" includes unknown mixin \"common\""},
       {"flatten " + dir + "/dup.yaml", "duplicate device name \"x\""},
       {"flatten " + dir + "/garbage.yaml", "neither JSON nor YAML"},
+      {"flatten " + dir + "/surrogate.yaml", "invalid unicode"},
+      {"flatten " + dir + "/latin1.yaml", "input is not valid UTF-8 at byte 9"},
       {"flatten /nonexistent.yaml", "cannot read"},
       {"flatten", "FILE is required"},
       {"slices --group-by core", "core"},
