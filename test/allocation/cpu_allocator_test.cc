@@ -16,6 +16,7 @@
 #include <tuple>
 #include <vector>
 
+#include "test/testing/fixtures.h"
 #include "topology/discoverer.h"
 
 namespace topodra::allocation {
@@ -35,13 +36,10 @@ const Topology& Load(const std::string& spec) {
   auto it = cache.find(spec);
   if (it != cache.end()) return it->second;
   const std::string synthetic = "synthetic:";
-  absl::StatusOr<Topology> t =
-      spec.rfind(synthetic, 0) == 0
-          ? topology::Discover(topology::TopologySource::Synthetic(spec.substr(synthetic.size())))
-          : topology::Discover(topology::TopologySource::XmlFile(
-                std::string(TOPODRA_TOPOLOGIES_DIR) + "/" + spec));
-  EXPECT_TRUE(t.ok()) << spec << ": " << t.status();
-  return cache.emplace(spec, t.ok() ? *std::move(t) : Topology{}).first->second;
+  const bool is_synthetic = spec.rfind(synthetic, 0) == 0;
+  return cache
+      .emplace(spec, testing::LoadTopology(is_synthetic ? spec.substr(synthetic.size()) : spec))
+      .first->second;
 }
 
 CpuSet Set(const char* text) {
@@ -310,24 +308,15 @@ Measures Measure(const Topology& topo, const CpuSet& available, const CpuSet& ch
 }
 
 TEST(AllocateCpusTest, NeverWorseThanPackedGreedy) {
-  const char* kMachines[] = {
-      "16em64t-4s2c2t.xml",
-      "16em64t-4s2c2t-offlines.xml",
-      "28intel64-2p2g7c-CoDgroups.v1tov2.xml",
-      "32em64t-2n8c2t-pci-normalio.xml",
-      "64intel64-fakeKNL-SNC4-hybrid.xml",
-      "96em64t-4n4d3ca2co-pci.xml",
-      "192em64t-24n8c2t.xml",
-      "power8gpudistances.xml",
-      "nvidiaDGX2.xml",
-      kLinuxStyle,
-      "synthetic:pack:2 numa:2 l3:2 core:6 pu:2",
-      "synthetic:pack:2 core:8 pu:4",
-  };
+  std::vector<std::string> machines = testing::AllFixtures();
+  for (const char* synthetic :
+       {kLinuxStyle, "synthetic:pack:2 numa:2 l3:2 core:6 pu:2", "synthetic:pack:2 core:8 pu:4"}) {
+    machines.push_back(synthetic);
+  }
   constexpr int kCasesPerMachine = 250;
   std::mt19937 rng(20240611);
   int cases = 0, better_numa = 0, better_l3 = 0, better_splits = 0, equal = 0;
-  for (const char* machine : kMachines) {
+  for (const std::string& machine : machines) {
     SCOPED_TRACE(machine);
     const Topology& topo = Load(machine);
     const std::vector<int> online = topo.online.ToVector();
@@ -341,7 +330,7 @@ TEST(AllocateCpusTest, NeverWorseThanPackedGreedy) {
       }
       if (available.Empty()) continue;
       const int count = std::uniform_int_distribution<int>(1, available.Size())(rng);
-      SCOPED_TRACE(testing::Message() << "count " << count << " available " << available);
+      SCOPED_TRACE(::testing::Message() << "count " << count << " available " << available);
       absl::StatusOr<CpuSet> got = AllocateCpus(topo, {.count = count, .available = available});
       ASSERT_TRUE(got.ok()) << got.status();
       ASSERT_EQ(got->Size(), count);

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "nlohmann/json.hpp"
+#include "test/testing/fixtures.h"
 
 namespace {
 
@@ -49,9 +50,7 @@ Result RunTopodra(const std::string& args) {
   return r;
 }
 
-std::string Fixture(const std::string& name) {
-  return std::string(TOPODRA_TOPOLOGIES_DIR) + "/" + name;
-}
+std::string Fixture(const std::string& name) { return topodra::testing::FixturePath(name); }
 
 int Lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
 
@@ -126,11 +125,7 @@ TEST(CliTest, BadInputIsOneLineAndExitCodeTwo) {
 namespace {
 
 TEST(CliTest, SlicesOnEveryFixtureAndMode) {
-  for (const char* fixture :
-       {"16em64t-4s2c2t.xml", "16em64t-4s2c2t-offlines.xml",
-        "28intel64-2p2g7c-CoDgroups.v1tov2.xml", "32em64t-2n8c2t-pci-normalio.xml",
-        "64intel64-fakeKNL-SNC4-hybrid.xml", "96em64t-4n4d3ca2co-pci.xml", "192em64t-24n8c2t.xml",
-        "fakecpukinds.xml", "power8gpudistances.xml", "nvidiaDGX2.xml"}) {
+  for (const std::string& fixture : topodra::testing::AllFixtures()) {
     for (const char* mode : {"--cpu-device-mode individual", "--group-by numa", "--group-by socket",
                              "--group-by machine"}) {
       SCOPED_TRACE(std::string(fixture) + " " + mode);

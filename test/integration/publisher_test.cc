@@ -13,7 +13,7 @@
 #include "driver/publish/slice_json.h"
 #include "driver/publish/slice_publisher.h"
 #include "test/integration/fake_apiserver.h"
-#include "topology/discoverer.h"
+#include "test/testing/fixtures.h"
 #include "topology/json_text.h"
 
 namespace topodra::publish {
@@ -24,12 +24,7 @@ using ::testing::HasSubstr;
 using topodra::testing::FakeApiServer;
 using topodra::testing::FakeApiServerOptions;
 
-topology::Topology Load(const std::string& name) {
-  absl::StatusOr<topology::Topology> t = topology::Discover(
-      topology::TopologySource::XmlFile(std::string(TOPODRA_TOPOLOGIES_DIR) + "/" + name));
-  EXPECT_TRUE(t.ok()) << t.status();
-  return t.ok() ? *std::move(t) : topology::Topology{};
-}
+topology::Topology Load(const std::string& name) { return topodra::testing::LoadTopology(name); }
 
 std::unique_ptr<FakeApiServer> StartServer(FakeApiServerOptions o = {}) {
   o.nodes.push_back({"node-a", "0b7c5e7e-node-a"});

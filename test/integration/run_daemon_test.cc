@@ -13,6 +13,7 @@
 
 #include "driver/kube/rest_client.h"
 #include "test/integration/fake_apiserver.h"
+#include "test/testing/fixtures.h"
 
 namespace {
 
@@ -77,9 +78,7 @@ bool Eventually(F f) {
   return false;
 }
 
-std::string Fixture(const std::string& name) {
-  return std::string(TOPODRA_TOPOLOGIES_DIR) + "/" + name;
-}
+std::string Fixture(const std::string& name) { return topodra::testing::FixturePath(name); }
 
 TEST(RunDaemonTest, PublishesBothDriversAndStopsOnSigterm) {
   FakeApiServerOptions o;

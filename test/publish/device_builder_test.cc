@@ -7,7 +7,7 @@
 #include <set>
 #include <string>
 
-#include "topology/discoverer.h"
+#include "test/testing/fixtures.h"
 
 namespace topodra::publish {
 namespace {
@@ -16,12 +16,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using topology::Topology;
 
-Topology Load(const std::string& name) {
-  absl::StatusOr<Topology> t = topology::Discover(
-      topology::TopologySource::XmlFile(std::string(TOPODRA_TOPOLOGIES_DIR) + "/" + name));
-  EXPECT_TRUE(t.ok()) << t.status();
-  return t.ok() ? *std::move(t) : Topology{};
-}
+Topology Load(const std::string& name) { return testing::LoadTopology(name); }
 
 PublishOptions Opts(CpuDeviceMode mode, GroupBy by = GroupBy::kNuma, CpuSet reserved = {}) {
   PublishOptions o;

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "driver/publish/device_builder.h"
 #include "driver/publish/slice_json.h"
-#include "topology/discoverer.h"
+#include "test/testing/fixtures.h"
 
 namespace topodra::publish {
 namespace {
@@ -19,15 +19,7 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-topology::Topology Load(const std::string& src) {
-  const topology::TopologySource s =
-      src.find(':') != std::string::npos && src.find(".xml") == std::string::npos
-          ? topology::TopologySource::Synthetic(src)
-          : topology::TopologySource::XmlFile(std::string(TOPODRA_TOPOLOGIES_DIR) + "/" + src);
-  absl::StatusOr<topology::Topology> t = topology::Discover(s);
-  EXPECT_TRUE(t.ok()) << t.status();
-  return t.ok() ? *std::move(t) : topology::Topology{};
-}
+topology::Topology Load(const std::string& src) { return testing::LoadTopology(src); }
 
 std::vector<Slice> Build(const Pool& pool, SliceForm form) {
   absl::StatusOr<std::vector<Slice>> s = BuildSlices(pool, form);
@@ -48,18 +40,6 @@ constexpr ModeCase kModes[] = {
     {"socket", CpuDeviceMode::kGrouped, GroupBy::kSocket},
     {"machine", CpuDeviceMode::kGrouped, GroupBy::kMachine},
 };
-constexpr const char* kFixtures[] = {
-    "16em64t-4s2c2t.xml",
-    "16em64t-4s2c2t-offlines.xml",
-    "28intel64-2p2g7c-CoDgroups.v1tov2.xml",
-    "32em64t-2n8c2t-pci-normalio.xml",
-    "64intel64-fakeKNL-SNC4-hybrid.xml",
-    "96em64t-4n4d3ca2co-pci.xml",
-    "192em64t-24n8c2t.xml",
-    "fakecpukinds.xml",
-    "power8gpudistances.xml",
-    "nvidiaDGX2.xml",
-};
 
 PublishOptions Opts(const ModeCase& m) {
   PublishOptions o;
@@ -72,7 +52,7 @@ PublishOptions Opts(const ModeCase& m) {
 // The core property: flattening the mixin form gives exactly the flat form, for every machine
 // and mode, and the mixin form is never larger.
 TEST(SliceBuilderTest, FlattenOfMixinFormIsTheFlatForm) {
-  for (const char* fixture : kFixtures) {
+  for (const std::string& fixture : testing::AllFixtures()) {
     const topology::Topology t = Load(fixture);
     for (const ModeCase& m : kModes) {
       SCOPED_TRACE(std::string(fixture) + " " + m.label);
@@ -241,7 +221,7 @@ TEST(SliceBuilderTest, SliceNamesAreDnsSubdomainsOfBoundedLength) {
 // Golden JSON per mode on the shared machines (mixin form), so any change to what a node
 // publishes shows up as a reviewed diff. Regenerate with TOPODRA_UPDATE_GOLDEN=1.
 TEST(SliceBuilderTest, Goldens) {
-  for (const char* fixture : kFixtures) {
+  for (const std::string& fixture : testing::AllFixtures()) {
     const topology::Topology t = Load(fixture);
     for (const ModeCase& m : kModes) {
       SCOPED_TRACE(std::string(fixture) + " " + m.label);

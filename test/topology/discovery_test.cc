@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "test/testing/fixtures.h"
 #include "topology/discoverer.h"
 
 namespace topodra::topology {
@@ -15,9 +16,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string Fixture(const std::string& name) {
-  return std::string(TOPODRA_TOPOLOGIES_DIR) + "/" + name;
-}
+std::string Fixture(const std::string& name) { return testing::FixturePath(name); }
 
 Topology MustLoadXml(const std::string& name) {
   absl::StatusOr<Topology> t = Discover(TopologySource::XmlFile(Fixture(name)));

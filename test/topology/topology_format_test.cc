@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "test/testing/fixtures.h"
 #include "topology/discoverer.h"
 #include "topology/topology_format.h"
 
@@ -19,12 +20,9 @@ using nlohmann::json;
 using ::testing::HasSubstr;
 
 Topology Load(const std::string& name) {
-  absl::StatusOr<Topology> t =
-      Discover(TopologySource::XmlFile(std::string(TOPODRA_TOPOLOGIES_DIR) + "/" + name));
-  EXPECT_TRUE(t.ok()) << t.status();
-  if (!t.ok()) return {};
-  t->source = "xml:" + name;  // the checkout path differs between machines
-  return *std::move(t);
+  Topology t = testing::LoadTopology(name);
+  t.source = "xml:" + name;  // the checkout path differs between machines
+  return t;
 }
 
 TEST(TopologyFormatTest, SummaryHasExactlyTheDocumentedKeys) {
