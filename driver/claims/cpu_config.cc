@@ -1,0 +1,217 @@
+#include "driver/claims/cpu_config.h"
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "driver/publish/quantity.h"
+
+namespace topodra::claims {
+namespace {
+
+using json = nlohmann::json;
+
+// Values from a claim go into messages quoted; a hostile claim must not make a message huge.
+std::string Quote(std::string_view value) {
+  constexpr size_t kMax = 80;
+  if (value.size() <= kMax) return "\"" + std::string(value) + "\"";
+  return "\"" + std::string(value.substr(0, kMax)) + "...\"";
+}
+
+// Debian's absl::string_view is its own type.
+std::string Message(const absl::Status& status) {
+  return std::string(status.message().data(), status.message().size());
+}
+
+// "CPU 7 is" / "CPUs 0-1 are".
+std::string CpusAre(const CpuSet& cpus) {
+  return cpus.Size() == 1 ? absl::StrCat("CPU ", cpus.ToString(), " is")
+                          : absl::StrCat("CPUs ", cpus.ToString(), " are");
+}
+
+absl::Status Invalid(std::string_view prefix, std::string_view message) {
+  return absl::InvalidArgumentError(std::string(prefix) + std::string(message));
+}
+
+absl::Status CheckOnlyFields(const json& object, std::string_view path,
+                             std::initializer_list<std::string_view> known) {
+  for (const auto& [key, value] : object.items()) {
+    bool found = false;
+    for (std::string_view k : known) found = found || key == k;
+    if (!found) return Invalid("unknown field ", Quote(std::string(path) + key));
+  }
+  return absl::OkStatus();
+}
+
+// The consumed capacity as a whole number of CPUs.
+absl::StatusOr<int> ConsumedCpus(const DeviceResult& result, std::string_view name) {
+  const std::string what = "consumedCapacity " + std::string(name);
+  auto it = result.consumed_capacity.find(std::string(name));
+  if (it == result.consumed_capacity.end()) return Invalid(what, " is missing");
+  const std::optional<long double> q = publish::ParseQuantity(it->second);
+  if (!q.has_value() || !std::isfinite(*q)) {
+    return Invalid(what, absl::StrCat(" is not a quantity (", Quote(it->second), ")"));
+  }
+  if (*q < 0) return Invalid(what, absl::StrCat(" is negative (", Quote(it->second), ")"));
+  if (*q > CpuSet::kMaxCpuId + 1) {
+    return Invalid(what, absl::StrCat(" is more CPUs than any node has (", Quote(it->second), ")"));
+  }
+  // Suffixes such as "m" are applied in long double, so "4000m" may be off by an ulp from 4.
+  const long double rounded = std::roundl(*q);
+  if (std::fabs(*q - rounded) > 1e-12L) {
+    return Invalid(what, absl::StrCat(" is fractional (", Quote(it->second), ")"));
+  }
+  if (rounded == 0) return Invalid(what, absl::StrCat(" is 0 (", Quote(it->second), ")"));
+  return static_cast<int>(rounded);
+}
+
+std::string HolderText(const NodeCpuState& node, int cpu) {
+  if (node.holder) {
+    if (std::optional<ClaimRef> ref = node.holder(cpu); ref.has_value()) {
+      return absl::StrCat("claim ", ref->namespace_name, "/", ref->name, " (uid ", ref->uid, ")");
+    }
+  }
+  return "another claim";
+}
+
+// Rules that depend only on the node, not on the claim's other results.
+absl::Status CheckAgainstNode(const CpuSet& cpus, const topology::Topology& topo,
+                              const NodeCpuState& node) {
+  const CpuSet not_online = cpus - topo.online;
+  if (const CpuSet offline = not_online & topo.offline; !offline.Empty()) {
+    return Invalid(CpusAre(offline), " offline");
+  }
+  if (!not_online.Empty()) return Invalid(CpusAre(not_online), " not on this node");
+  if (const CpuSet reserved = cpus & node.reserved; !reserved.Empty()) {
+    return Invalid(CpusAre(reserved), " reserved (--reserved-cpus)");
+  }
+  if (const CpuSet held = cpus & node.held_by_others; !held.Empty()) {
+    // Grouped by holder, in CPU order of each holder's first CPU.
+    std::vector<std::pair<std::string, CpuSet>> groups;
+    for (int cpu : held) {
+      std::string holder = HolderText(node, cpu);
+      auto it = groups.begin();
+      while (it != groups.end() && it->first != holder) ++it;
+      if (it == groups.end()) {
+        groups.emplace_back(std::move(holder), CpuSet{cpu});
+      } else {
+        it->second.Add(cpu);
+      }
+    }
+    std::vector<std::string> parts;
+    for (const auto& [holder, set] : groups) {
+      parts.push_back(absl::StrCat(CpusAre(set), " already prepared for ", holder));
+    }
+    return absl::InvalidArgumentError(absl::StrJoin(parts, "; "));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<CpuSet> ParseCpuConfig(const json& parameters) {
+  if (!parameters.is_object()) {
+    return Invalid("parameters: expected an object, got ", parameters.type_name());
+  }
+  if (absl::Status s = CheckOnlyFields(parameters, "", {"apiVersion", "cpuConfig"}); !s.ok()) {
+    return s;
+  }
+  auto api = parameters.find("apiVersion");
+  if (api == parameters.end()) {
+    return Invalid("apiVersion is missing (expected ", Quote(kCpuConfigApiVersion) + ")");
+  }
+  if (!api->is_string()) return Invalid("apiVersion: expected a string, got ", api->type_name());
+  if (api->get_ref<const std::string&>() != kCpuConfigApiVersion) {
+    return Invalid("unsupported apiVersion ",
+                   absl::StrCat(Quote(api->get_ref<const std::string&>()), " (expected ",
+                                Quote(kCpuConfigApiVersion), ")"));
+  }
+  auto config = parameters.find("cpuConfig");
+  if (config == parameters.end()) return Invalid("cpuConfig is missing", "");
+  if (!config->is_object()) {
+    return Invalid("cpuConfig: expected an object, got ", config->type_name());
+  }
+  if (absl::Status s = CheckOnlyFields(*config, "cpuConfig.", {"cpuset"}); !s.ok()) return s;
+  auto cpuset = config->find("cpuset");
+  if (cpuset == config->end()) return Invalid("cpuConfig.cpuset is missing", "");
+  if (!cpuset->is_string()) {
+    return Invalid("cpuConfig.cpuset: expected a string, got ", cpuset->type_name());
+  }
+  const std::string& text = cpuset->get_ref<const std::string&>();
+  if (text.empty()) return Invalid("cpuConfig.cpuset is empty", "");
+  absl::StatusOr<CpuSet> set = CpuSet::Parse(text);
+  if (!set.ok()) return Invalid("cpuConfig.cpuset: ", Message(set.status()));
+  if (set->Empty()) return Invalid("cpuConfig.cpuset is empty: ", Quote(text));
+  return set;
+}
+
+absl::StatusOr<std::vector<CpuAssignment>> ResolveCpuAssignments(
+    const Claim& claim, std::string_view driver, const topology::Topology& topo,
+    const NodeCpuState& node, std::string_view cpu_capacity_name) {
+  const std::string claim_prefix = absl::StrCat("claim ", claim.Ref());
+  if (!claim.allocated) return Invalid(claim_prefix, " is not allocated");
+  std::vector<CpuAssignment> out;
+  for (size_t i = 0; i < claim.results.size(); ++i) {
+    const DeviceResult& result = claim.results[i];
+    if (result.driver != driver) continue;
+    const std::string prefix = absl::StrCat(claim_prefix, " request ", Quote(result.request), ": ");
+    CpuAssignment a;
+    a.result_index = static_cast<int>(i);
+    a.request = result.request;
+    a.base_request = BaseRequest(result.request);
+    a.pool = result.pool;
+    a.device = result.device;
+    a.share_id = result.share_id;
+    absl::StatusOr<int> count = ConsumedCpus(result, cpu_capacity_name);
+    if (!count.ok()) return Invalid(prefix, Message(count.status()));
+    a.count = *count;
+
+    const std::vector<const DeviceConfig*> configs = ConfigsFor(claim, result, driver);
+    for (ConfigSource source : {ConfigSource::kFromClass, ConfigSource::kFromClaim}) {
+      std::vector<std::string> names;
+      for (const DeviceConfig* c : configs) {
+        if (c->source == source)
+          names.push_back(absl::StrCat("config[", c - claim.configs.data(), "]"));
+      }
+      if (names.size() > 1) {
+        return Invalid(prefix, absl::StrCat(names.size(), " configs target request ",
+                                            Quote(result.request), " (", ConfigSourceName(source),
+                                            " ", absl::StrJoin(names, ", "), ")"));
+      }
+    }
+    if (!configs.empty()) {
+      // Claim configs come after class configs: the last one wins.
+      const DeviceConfig& config = *configs.back();
+      const std::string where = absl::StrCat("config[", &config - claim.configs.data(), "] (",
+                                             ConfigSourceName(config.source), "): ");
+      absl::StatusOr<CpuSet> cpus = ParseCpuConfig(config.parameters);
+      if (!cpus.ok()) return Invalid(prefix, absl::StrCat(where, Message(cpus.status())));
+      const std::string quoted = Quote(cpus->ToString());
+      if (cpus->Size() != a.count) {
+        return Invalid(prefix, absl::StrCat("cpuset ", quoted, " has ", cpus->Size(),
+                                            " CPUs but the request consumes ", a.count, " ",
+                                            std::string(cpu_capacity_name)));
+      }
+      if (absl::Status s = CheckAgainstNode(*cpus, topo, node); !s.ok()) {
+        return Invalid(prefix, absl::StrCat("cpuset ", quoted, ": ", Message(s)));
+      }
+      for (const CpuAssignment& earlier : out) {
+        if (!earlier.explicit_cpus.has_value()) continue;
+        if (const CpuSet both = *earlier.explicit_cpus & *cpus; !both.Empty()) {
+          return Invalid(claim_prefix,
+                         absl::StrCat(": ", CpusAre(both), " used by two results (requests ",
+                                      Quote(earlier.request), " and ", Quote(result.request), ")"));
+        }
+      }
+      a.explicit_cpus = *std::move(cpus);
+    }
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+}  // namespace topodra::claims

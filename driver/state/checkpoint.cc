@@ -1,0 +1,433 @@
+#include "driver/state/checkpoint.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <exception>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace topodra::state {
+namespace {
+
+using json = nlohmann::json;
+
+// Deep enough for any answer we write (the answer sits at depth 5), shallow enough that
+// dumping and destroying a parsed document cannot exhaust the stack.
+constexpr int kMaxDepth = 32;
+
+constexpr std::array<uint32_t, 256> MakeCrc32cTable() {
+  std::array<uint32_t, 256> table{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t crc = i;
+    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ ((crc & 1) ? 0x82F63B78u : 0);
+    table[i] = crc;
+  }
+  return table;
+}
+constexpr std::array<uint32_t, 256> kCrc32cTable = MakeCrc32cTable();
+
+// ---- File helpers (the same approach as cdi/spec_store.cc; state/ may not depend on cdi/).
+
+absl::Status Errno(int err, absl::string_view op, const std::string& path) {
+  return absl::ErrnoToStatus(err, absl::StrCat(op, " \"", path, "\""));
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+  // A close error on a written file can be the first sign the data did not reach the disk.
+  int Close() {
+    const int rc = ::close(fd_);
+    fd_ = -1;
+    return rc;
+  }
+
+ private:
+  int fd_;
+};
+
+// mkdir -p; what it creates is 0700 because the checkpoint names every pod's claims.
+absl::Status MakeDirectories(const std::string& dir) {
+  for (size_t pos = 1; pos <= dir.size(); ++pos) {
+    if (pos != dir.size() && dir[pos] != '/') continue;
+    const std::string prefix = dir.substr(0, pos);
+    if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) {
+      return Errno(errno, "create directory", prefix);
+    }
+  }
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return Errno(errno, "stat", dir);
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat("\"", dir, "\" is not a directory"));
+  }
+  return absl::OkStatus();
+}
+
+// A rename or unlink survives a crash only once the directory itself is on disk.
+absl::Status SyncDirectory(const std::string& dir) {
+  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) return Errno(errno, "open directory", dir);
+  if (::fsync(fd.get()) != 0) return Errno(errno, "fsync directory", dir);
+  return absl::OkStatus();
+}
+
+absl::Status WriteAll(int fd, absl::string_view content, const std::string& path) {
+  while (!content.empty()) {
+    const ssize_t n = ::write(fd, content.data(), content.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Errno(errno, "write", path);
+    }
+    content.remove_prefix(static_cast<size_t>(n));
+  }
+  return absl::OkStatus();
+}
+
+bool IsTempName(absl::string_view name, absl::string_view file_name) {
+  return name.size() > file_name.size() + 6 && absl::StartsWith(name, ".") &&
+         absl::StartsWith(name.substr(1), file_name) && name[file_name.size() + 1] == '.' &&
+         absl::EndsWith(name, ".tmp");
+}
+
+// Unique among threads (counter) and processes (pid); O_EXCL catches a crashed process's
+// leftover with the same pid.
+std::string TempName(const std::string& file_name) {
+  static std::atomic<uint64_t> counter{0};
+  return absl::StrCat(".", file_name, ".", ::getpid(), "-", counter.fetch_add(1), ".tmp");
+}
+
+// ---- Decoding.
+
+absl::Status Corrupt(absl::string_view what) { return absl::DataLossError(what); }
+
+// Calls `field` for every member of `obj`, and fails unless exactly `keys` are present.
+template <typename F>
+absl::Status ReadObject(const json& obj, absl::string_view where, const std::set<std::string>& keys,
+                        F field) {
+  if (!obj.is_object()) return Corrupt(absl::StrCat(where, ": not a JSON object"));
+  for (const auto& [key, value] : obj.items()) {
+    if (!keys.contains(key)) {
+      return Corrupt(absl::StrCat(where, ": unknown field \"", key, "\""));
+    }
+    if (absl::Status st = field(key, value); !st.ok()) return st;
+  }
+  for (const std::string& key : keys) {
+    if (!obj.contains(key)) return Corrupt(absl::StrCat(where, ": missing field \"", key, "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadString(const json& v, absl::string_view where, std::string* out) {
+  if (!v.is_string()) return Corrupt(absl::StrCat(where, ": not a string"));
+  *out = v.get<std::string>();
+  return absl::OkStatus();
+}
+
+absl::Status ReadAllocation(const json& v, absl::string_view where, Allocation* a) {
+  static const std::set<std::string> kKeys = {"owner", "kind", "namespace", "name",
+                                              "cpus",  "gpus", "answer",    "phase"};
+  return ReadObject(v, where, kKeys, [&](const std::string& key, const json& value) {
+    const std::string at = absl::StrCat(where, " field \"", key, "\"");
+    std::string text;
+    if (key == "owner") return ReadString(value, at, &a->owner);
+    if (key == "namespace") return ReadString(value, at, &a->claim_namespace);
+    if (key == "name") return ReadString(value, at, &a->claim_name);
+    if (key == "answer") {
+      a->answer = value;
+      return absl::OkStatus();
+    }
+    if (key == "kind") {
+      if (absl::Status st = ReadString(value, at, &text); !st.ok()) return st;
+      if (text == KindName(AllocationKind::kDraClaim)) {
+        a->kind = AllocationKind::kDraClaim;
+      } else if (text == KindName(AllocationKind::kDevicePlugin)) {
+        a->kind = AllocationKind::kDevicePlugin;
+      } else {
+        return Corrupt(absl::StrCat(at, ": unknown kind \"", text, "\""));
+      }
+      return absl::OkStatus();
+    }
+    if (key == "phase") {
+      if (absl::Status st = ReadString(value, at, &text); !st.ok()) return st;
+      if (text == PhaseName(Phase::kPreparing)) {
+        a->phase = Phase::kPreparing;
+      } else if (text == PhaseName(Phase::kPrepared)) {
+        a->phase = Phase::kPrepared;
+      } else {
+        return Corrupt(absl::StrCat(at, ": unknown phase \"", text, "\""));
+      }
+      return absl::OkStatus();
+    }
+    if (key == "cpus") {
+      if (absl::Status st = ReadString(value, at, &text); !st.ok()) return st;
+      absl::StatusOr<CpuSet> cpus = CpuSet::Parse(text);
+      if (!cpus.ok()) return Corrupt(absl::StrCat(at, ": ", cpus.status().message()));
+      a->cpus = *std::move(cpus);
+      return absl::OkStatus();
+    }
+    // gpus
+    if (!value.is_array()) return Corrupt(absl::StrCat(at, ": not a JSON array"));
+    for (const json& gpu : value) {
+      if (absl::Status st = ReadString(gpu, at, &text); !st.ok()) return st;
+      if (!a->gpus.insert(text).second) {
+        return Corrupt(absl::StrCat(at, ": GPU \"", text, "\" listed twice"));
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<State> ReadPayload(const json& payload) {
+  State state;
+  absl::Status st = ReadObject(
+      payload, "payload", {"allocations"}, [&state](const std::string&, const json& list) {
+        if (!list.is_array()) return Corrupt("payload field \"allocations\": not a JSON array");
+        for (size_t i = 0; i < list.size(); ++i) {
+          Allocation a;
+          const std::string where = absl::StrCat("allocation ", i);
+          if (absl::Status st = ReadAllocation(list[i], where, &a); !st.ok()) return st;
+          if (state.Find(a.owner) != nullptr) {
+            return Corrupt(absl::StrCat(where, ": owner \"", a.owner, "\" appears twice"));
+          }
+          if (absl::Status st = state.Add(std::move(a)); !st.ok()) {
+            return Corrupt(absl::StrCat(where, ": ", st.message()));
+          }
+        }
+        return absl::OkStatus();
+      });
+  if (!st.ok()) return st;
+  return state;
+}
+
+json AllocationToJson(const Allocation& a) {
+  json gpus = json::array();
+  for (const std::string& gpu : a.gpus) gpus.push_back(gpu);
+  return json{
+      {"owner", a.owner},     {"kind", KindName(a.kind)},   {"namespace", a.claim_namespace},
+      {"name", a.claim_name}, {"cpus", a.cpus.ToString()},  {"gpus", std::move(gpus)},
+      {"answer", a.answer},   {"phase", PhaseName(a.phase)}};
+}
+
+std::string WhatToDo(absl::StatusCode code) {
+  const char* forget =
+      "move it aside to start empty, which forgets every prepared claim and device-plugin "
+      "allocation of this node";
+  if (code == absl::StatusCode::kFailedPrecondition) {
+    return absl::StrCat("; run a topodra that reads this version, or ", forget);
+  }
+  return absl::StrCat("; restore a good copy or ", forget);
+}
+
+}  // namespace
+
+uint32_t Crc32c(absl::string_view data) {
+  uint32_t crc = 0xFFFFFFFFu;
+  for (char c : data) crc = (crc >> 8) ^ kCrc32cTable[(crc ^ static_cast<uint8_t>(c)) & 0xFFu];
+  return crc ^ 0xFFFFFFFFu;
+}
+
+std::string CanonicalText(const json& payload) {
+  return payload.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string ChecksumOf(const json& payload) {
+  const uint32_t crc = Crc32c(CanonicalText(payload));
+  std::string hex(8, '0');
+  for (int i = 7, shift = 0; i >= 0; --i, shift += 4)
+    hex[i] = "0123456789abcdef"[(crc >> shift) & 0xFu];
+  return hex;
+}
+
+std::string EncodeCheckpoint(const State& state) {
+  json list = json::array();
+  for (const auto& [owner, allocation] : state.allocations()) {
+    list.push_back(AllocationToJson(allocation));
+  }
+  json payload = {{"allocations", std::move(list)}};
+  json doc = {{"version", kCheckpointVersion}, {"checksum", ChecksumOf(payload)}};
+  doc["payload"] = std::move(payload);
+  return absl::StrCat(doc.dump(-1, ' ', false, json::error_handler_t::replace), "\n");
+}
+
+absl::StatusOr<State> DecodeCheckpoint(absl::string_view text) {
+  if (text.size() > kMaxCheckpointBytes) {
+    return Corrupt(
+        absl::StrCat(text.size(), " bytes is larger than the limit of ", kMaxCheckpointBytes));
+  }
+  bool too_deep = false;
+  json doc;
+  try {
+    doc = json::parse(
+        text.begin(), text.end(),
+        [&too_deep](int depth, json::parse_event_t, json&) {
+          if (depth > kMaxDepth) too_deep = true;
+          return !too_deep;
+        },
+        /*allow_exceptions=*/true, /*ignore_comments=*/false);
+  } catch (const json::exception& e) {
+    absl::string_view what = e.what();
+    if (const size_t end = what.find("] "); absl::StartsWith(what, "[") && end != what.npos) {
+      what.remove_prefix(end + 2);
+    }
+    return Corrupt(absl::StrCat("malformed JSON: ", what));
+  } catch (const std::exception& e) {
+    return Corrupt(absl::StrCat("cannot parse JSON: ", e.what()));
+  }
+  if (too_deep) {
+    return Corrupt(absl::StrCat("malformed JSON: nested deeper than ", kMaxDepth, " levels"));
+  }
+  if (!doc.is_object()) return Corrupt("not a JSON object");
+  // The version first: a newer format may checksum differently.
+  const auto version = doc.find("version");
+  if (version == doc.end()) return Corrupt("missing field \"version\"");
+  if (!version->is_number_integer()) {
+    return Corrupt(absl::StrCat("field \"version\": not an integer: ", CanonicalText(*version)));
+  }
+  if (*version != kCheckpointVersion) {
+    return absl::FailedPreconditionError(absl::StrCat("unknown version ", CanonicalText(*version),
+                                                      " (this topodra reads version ",
+                                                      kCheckpointVersion, ")"));
+  }
+  const json* payload = nullptr;
+  std::string checksum;
+  absl::Status st = ReadObject(doc, "checkpoint", {"version", "checksum", "payload"},
+                               [&](const std::string& key, const json& value) {
+                                 if (key == "checksum") {
+                                   return ReadString(value, "field \"checksum\"", &checksum);
+                                 }
+                                 if (key == "payload") payload = &value;
+                                 return absl::OkStatus();
+                               });
+  if (!st.ok()) return st;
+  if (const std::string actual = ChecksumOf(*payload); actual != checksum) {
+    return Corrupt(absl::StrCat("checksum mismatch: the file says \"", checksum,
+                                "\" but its payload has \"", actual, "\""));
+  }
+  return ReadPayload(*payload);
+}
+
+Checkpoint::Checkpoint(std::string path) : path_(std::move(path)) {
+  const size_t slash = path_.rfind('/');
+  if (slash == std::string::npos) {
+    dir_ = ".";
+    file_name_ = path_;
+  } else {
+    dir_ = slash == 0 ? "/" : path_.substr(0, slash);
+    file_name_ = path_.substr(slash + 1);
+  }
+}
+
+absl::Status Checkpoint::Save(const State& state) const {
+  auto fail = [this](absl::Status st) {
+    return absl::Status(st.code(), absl::StrCat("save checkpoint \"", path_, "\": ", st.message()));
+  };
+  if (file_name_.empty()) return fail(absl::InvalidArgumentError("path names a directory"));
+  if (absl::Status st = MakeDirectories(dir_); !st.ok()) return fail(st);
+  const std::string content = EncodeCheckpoint(state);
+  std::string temp;
+  int raw_fd = -1;
+  for (int attempt = 0; attempt < 100 && raw_fd < 0; ++attempt) {
+    temp = absl::StrCat(dir_, "/", TempName(file_name_));
+    raw_fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (raw_fd < 0 && errno != EEXIST) return fail(Errno(errno, "create", temp));
+  }
+  if (raw_fd < 0) return fail(Errno(EEXIST, "create", temp));
+  Fd fd(raw_fd);
+  // From here on the temporary file exists: every failure removes it.
+  auto fail_temp = [&](absl::Status st) {
+    ::unlink(temp.c_str());
+    return fail(std::move(st));
+  };
+  if (::fchmod(fd.get(), 0600) != 0) return fail_temp(Errno(errno, "chmod", temp));
+  if (absl::Status st = WriteAll(fd.get(), content, temp); !st.ok()) return fail_temp(st);
+  if (::fsync(fd.get()) != 0) return fail_temp(Errno(errno, "fsync", temp));
+  if (fd.Close() != 0) return fail_temp(Errno(errno, "close", temp));
+  if (::rename(temp.c_str(), path_.c_str()) != 0) {
+    return fail_temp(Errno(errno, absl::StrCat("rename \"", temp, "\" to"), path_));
+  }
+  if (absl::Status st = SyncDirectory(dir_); !st.ok()) return fail(st);
+  return absl::OkStatus();
+}
+
+absl::Status Checkpoint::RemoveStaleTemps() const {
+  DIR* dir = ::opendir(dir_.c_str());
+  if (dir == nullptr) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return Errno(errno, "open directory", dir_);
+  }
+  std::vector<std::string> stale;
+  int err = 0;
+  while (true) {
+    errno = 0;
+    const dirent* entry = ::readdir(dir);
+    if (entry == nullptr) {
+      err = errno;
+      break;
+    }
+    if (IsTempName(entry->d_name, file_name_)) stale.emplace_back(entry->d_name);
+  }
+  ::closedir(dir);
+  if (err != 0) return Errno(err, "read directory", dir_);
+  for (const std::string& name : stale) {
+    const std::string path = absl::StrCat(dir_, "/", name);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return Errno(errno, "remove stale temporary file", path);
+    }
+  }
+  if (stale.empty()) return absl::OkStatus();
+  return SyncDirectory(dir_);
+}
+
+absl::StatusOr<State> Checkpoint::Load() const {
+  auto fail = [this](const absl::Status& st) {
+    return absl::Status(st.code(), absl::StrCat("load checkpoint \"", path_, "\": ", st.message()));
+  };
+  if (file_name_.empty()) return fail(absl::InvalidArgumentError("path names a directory"));
+  if (absl::Status st = RemoveStaleTemps(); !st.ok()) return fail(st);
+  Fd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    if (errno == ENOENT) return State{};
+    return fail(Errno(errno, "open", path_));
+  }
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return fail(Errno(errno, "stat", path_));
+  if (!S_ISREG(st.st_mode)) return fail(absl::FailedPreconditionError("not a regular file"));
+  std::string text;
+  char buffer[64 * 1024];
+  // One byte past the limit, so DecodeCheckpoint reports an oversized file.
+  while (text.size() <= kMaxCheckpointBytes) {
+    const ssize_t n = ::read(fd.get(), buffer, sizeof(buffer));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail(Errno(errno, "read", path_));
+    }
+    if (n == 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  absl::StatusOr<State> state = DecodeCheckpoint(text);
+  if (!state.ok()) {
+    return absl::Status(state.status().code(),
+                        absl::StrCat("checkpoint \"", path_, "\": ", state.status().message(),
+                                     WhatToDo(state.status().code())));
+  }
+  return state;
+}
+
+}  // namespace topodra::state

@@ -1,0 +1,59 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "driver/state/state.h"
+#include "nlohmann/json.hpp"
+
+namespace topodra::state {
+
+// Version of the checkpoint format this build writes and reads.
+inline constexpr int kCheckpointVersion = 1;
+// A node holds at most a few thousand allocations; anything far larger is not ours.
+inline constexpr std::size_t kMaxCheckpointBytes = 64 << 20;
+
+// CRC-32C (Castagnoli, reflected, as in iSCSI and ext4): Crc32c("123456789") == 0xE3069283.
+uint32_t Crc32c(absl::string_view data);
+
+// The canonical text of `payload` (sorted keys, no whitespace, invalid UTF-8 replaced): what the
+// checksum covers.
+std::string CanonicalText(const nlohmann::json& payload);
+// 8 lowercase hex digits of Crc32c(CanonicalText(payload)).
+std::string ChecksumOf(const nlohmann::json& payload);
+
+// The file format, pure: {"version": 1, "checksum": "<hex>", "payload": {"allocations": [...]}}.
+std::string EncodeCheckpoint(const State& state);
+// Strict inverse of EncodeCheckpoint. DataLoss for anything corrupt (bad JSON, checksum
+// mismatch, bad field, duplicate owner or holder), FailedPrecondition for an unknown version.
+// Messages do not name a file; Checkpoint::Load adds that.
+absl::StatusOr<State> DecodeCheckpoint(absl::string_view text);
+
+// The State's file. Save replaces it atomically (temp file in the same directory, fsync, rename,
+// directory fsync), so after a crash the file holds either the old or the new state, whole.
+class Checkpoint {
+ public:
+  explicit Checkpoint(std::string path);
+
+  const std::string& path() const { return path_; }
+
+  // Creates the directory (0700) if missing; the file is 0600.
+  absl::Status Save(const State& state) const;
+  // A missing file is the empty state. A corrupt file is an error telling the operator what to
+  // do, never silently dropped. Removes temporary files a crashed Save left behind, so call it
+  // at start, not concurrently with Save.
+  absl::StatusOr<State> Load() const;
+
+ private:
+  absl::Status RemoveStaleTemps() const;
+
+  std::string path_;
+  std::string dir_;
+  std::string file_name_;
+};
+
+}  // namespace topodra::state

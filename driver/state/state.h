@@ -1,0 +1,78 @@
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "absl/status/status.h"
+#include "nlohmann/json.hpp"
+#include "topology/cpuset.h"
+
+namespace topodra::state {
+
+enum class AllocationKind { kDraClaim, kDevicePlugin };
+enum class Phase { kPreparing, kPrepared };
+
+// "DraClaim" / "DevicePlugin", "Preparing" / "Prepared": the spellings of the checkpoint file.
+const char* KindName(AllocationKind kind);
+const char* PhaseName(Phase phase);
+
+// What one owner holds. The owner is a claim UID for kDraClaim, or
+// "<pod uid>/<container>/<resource>" for kDevicePlugin.
+struct Allocation {
+  AllocationKind kind = AllocationKind::kDraClaim;
+  std::string owner;
+  // The claim's namespace and name (kDraClaim only), for messages naming the holder.
+  std::string claim_namespace;
+  std::string claim_name;
+  CpuSet cpus;
+  // PCI bus ids, e.g. "0000:3b:00.0".
+  std::set<std::string> gpus;
+  // What prepare returned, replayed when the kubelet repeats an idempotent prepare.
+  nlohmann::json answer;
+  // Preparing is recorded before any side effect, Prepared after all of them, so a crash in
+  // between is found at start and rolled forward or back.
+  Phase phase = Phase::kPreparing;
+
+  bool operator==(const Allocation& other) const;
+};
+
+// "claim default/gpu-claim (uid 1234)" or "device-plugin allocation pod/ctr/res".
+std::string Describe(const Allocation& allocation);
+
+// Every allocation of the node, by owner. A pure value: no I/O, no clock. Invariant: no CPU and
+// no GPU is held by two owners.
+class State {
+ public:
+  // Records `allocation`. Fails (FailedPrecondition) naming the CPU or GPU and its holder when
+  // any of them is held by another owner; fails (AlreadyExists) when the owner already holds a
+  // different allocation; adding the identical allocation again is OK. InvalidArgument for an
+  // allocation that is not well formed (empty owner, claim without namespace/name, ...).
+  absl::Status Add(Allocation allocation);
+  // Preparing -> Prepared with the answer to replay. NotFound for an unknown owner.
+  absl::Status MarkPrepared(const std::string& owner, nlohmann::json answer);
+  // Forgets `owner`; an unknown owner is OK (unprepare is idempotent).
+  absl::Status Remove(const std::string& owner);
+
+  const Allocation* Find(const std::string& owner) const;
+  CpuSet HeldCpus() const;
+  std::set<std::string> HeldGpus() const;
+  std::optional<std::string> HolderOfCpu(int cpu) const;
+  std::optional<std::string> HolderOfGpu(const std::string& gpu) const;
+
+  // Sorted by owner: iteration order is deterministic.
+  const std::map<std::string, Allocation>& allocations() const { return allocations_; }
+  int Size() const { return static_cast<int>(allocations_.size()); }
+  bool Empty() const { return allocations_.empty(); }
+
+  bool operator==(const State& other) const { return allocations_ == other.allocations_; }
+
+ private:
+  std::map<std::string, Allocation> allocations_;
+  // Indexes kept in step with allocations_, so Add stays cheap with thousands of owners.
+  std::map<int, std::string> cpu_holders_;
+  std::map<std::string, std::string> gpu_holders_;
+};
+
+}  // namespace topodra::state

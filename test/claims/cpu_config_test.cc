@@ -1,0 +1,435 @@
+// ResolveCpuAssignments and ParseCpuConfig: every acceptance and rejection rule of the opaque
+// cpuset config, on inline claims and the shared machine exports.
+#include "driver/claims/cpu_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "test/testing/fixtures.h"
+
+namespace topodra::claims {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr char kDriver[] = "dra.cpu";
+// 16 CPUs, all online.
+constexpr char kFull[] = "16em64t-4s2c2t.xml";
+// Online 0-1,3-4,6,12,15; the rest of 0-15 present but offline.
+constexpr char kOfflines[] = "16em64t-4s2c2t-offlines.xml";
+
+const topology::Topology& Load(const std::string& name) {
+  static std::map<std::string, topology::Topology> cache;
+  auto it = cache.find(name);
+  if (it == cache.end()) it = cache.emplace(name, testing::LoadTopology(name)).first;
+  return it->second;
+}
+
+// Reserved 0-1; CPU 3 prepared for other/c2, CPU 13 for a claim the checkpoint cannot name.
+NodeCpuState TestNode() {
+  NodeCpuState node;
+  node.reserved = CpuSet{0, 1};
+  node.held_by_others = CpuSet{3, 13};
+  node.holder = [](int cpu) -> std::optional<ClaimRef> {
+    if (cpu == 3) return ClaimRef{"other", "c2", "u2"};
+    return std::nullopt;
+  };
+  return node;
+}
+
+std::string Result(const std::string& request, const std::string& capacity,
+                   const std::string& driver = kDriver) {
+  const std::string cap =
+      capacity.empty() ? "" : R"(, "consumedCapacity": {"dra.cpu/cpu": ")" + capacity + "\"}";
+  return R"({"request": ")" + request + R"(", "driver": ")" + driver +
+         R"(", "pool": "node1", "device": "cpus-)" + request + "\"" + cap + "}";
+}
+
+std::string Config(const std::string& source, const std::string& requests,
+                   const std::string& parameters, const std::string& driver = kDriver) {
+  return R"({"source": ")" + source + R"(", "requests": )" + requests +
+         R"(, "opaque": {"driver": ")" + driver + R"(", "parameters": )" + parameters + "}}";
+}
+
+std::string Cpuset(const std::string& cpus) {
+  return R"({"apiVersion": "v1alpha1", "cpuConfig": {"cpuset": ")" + cpus + "\"}}";
+}
+
+std::string ClaimJson(const std::vector<std::string>& results,
+                      const std::vector<std::string>& configs) {
+  auto join = [](const std::vector<std::string>& items) {
+    std::string out = "[";
+    for (size_t i = 0; i < items.size(); ++i) out += (i ? "," : "") + items[i];
+    return out + "]";
+  };
+  return R"({"metadata": {"uid": "u1", "namespace": "default", "name": "c1"},
+             "status": {"allocation": {"devices": {"results": )" +
+         join(results) + R"(, "config": )" + join(configs) + "}}}}";
+}
+
+// What one assignment should be: request, count and the explicit cpuset ("" when none).
+struct Want {
+  std::string request;
+  int count;
+  std::string cpus;
+};
+
+struct Case {
+  std::string name;
+  std::string topology;
+  std::string claim;
+  std::vector<Want> want;  // when error is empty
+  std::string error;       // the whole message
+};
+
+class ResolveTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ResolveTest, Resolves) {
+  const Case& c = GetParam();
+  absl::StatusOr<Claim> claim = ParseClaim(json::parse(c.claim));
+  ASSERT_TRUE(claim.ok()) << claim.status();
+  absl::StatusOr<std::vector<CpuAssignment>> got =
+      ResolveCpuAssignments(*claim, kDriver, Load(c.topology), TestNode());
+  if (!c.error.empty()) {
+    ASSERT_FALSE(got.ok()) << "accepted";
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(got.status().message(), c.error);
+    return;
+  }
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), c.want.size());
+  for (size_t i = 0; i < got->size(); ++i) {
+    const CpuAssignment& a = (*got)[i];
+    const DeviceResult& r = claim->results[a.result_index];
+    EXPECT_EQ(a.request, c.want[i].request) << i;
+    EXPECT_EQ(a.request, r.request) << i;
+    EXPECT_EQ(a.base_request, BaseRequest(r.request)) << i;
+    EXPECT_EQ(a.pool, "node1") << i;
+    EXPECT_EQ(a.device, r.device) << i;
+    EXPECT_EQ(a.count, c.want[i].count) << i;
+    if (c.want[i].cpus.empty()) {
+      EXPECT_FALSE(a.explicit_cpus.has_value()) << i << ": " << *a.explicit_cpus;
+    } else {
+      ASSERT_TRUE(a.explicit_cpus.has_value()) << i;
+      EXPECT_EQ(a.explicit_cpus->ToString(), c.want[i].cpus) << i;
+    }
+  }
+}
+
+const std::string kPrefix = "claim default/c1 request \"cpus\": ";
+const std::string kConfig0 = kPrefix + "config[0] (FromClaim): ";
+
+std::vector<Case> Cases() {
+  const std::string one = Result("cpus", "4");
+  return {
+      // Accepted.
+      {"NoConfigCountFromCapacity", kFull, ClaimJson({one}, {}), {{"cpus", 4, ""}}, ""},
+      {"MilliCapacity", kFull, ClaimJson({Result("cpus", "4000m")}, {}), {{"cpus", 4, ""}}, ""},
+      {"ExplicitCpuset",
+       kFull,
+       ClaimJson({one}, {Config("FromClaim", R"(["cpus"])", Cpuset("8-11"))}),
+       {{"cpus", 4, "8-11"}},
+       ""},
+      {"EmptyRequestsApply",
+       kFull,
+       ClaimJson({one}, {Config("FromClaim", "[]", Cpuset("4-5,8-9"))}),
+       {{"cpus", 4, "4-5,8-9"}},
+       ""},
+      {"BaseRequestCoversSubrequest",
+       kFull,
+       ClaimJson({Result("cpus/big", "2")}, {Config("FromClaim", R"(["cpus"])", Cpuset("14-15"))}),
+       {{"cpus/big", 2, "14-15"}},
+       ""},
+      {"ExactSubrequest",
+       kFull,
+       ClaimJson({Result("cpus/big", "2")},
+                 {Config("FromClaim", R"(["cpus/big"])", Cpuset("14-15"))}),
+       {{"cpus/big", 2, "14-15"}},
+       ""},
+      {"OtherSubrequestDoesNotApply",
+       kFull,
+       ClaimJson({Result("cpus/big", "2")},
+                 {Config("FromClaim", R"(["cpus/small"])", Cpuset("14"))}),
+       {{"cpus/big", 2, ""}},
+       ""},
+      {"OtherRequestDoesNotApply",
+       kFull,
+       ClaimJson({one}, {Config("FromClaim", R"(["memory", "cpu"])", Cpuset("2"))}),
+       {{"cpus", 4, ""}},
+       ""},
+      {"OtherDriversIgnored",
+       kFull,
+       ClaimJson({one, Result("gpu", "", "gpu.example.com")},
+                 {Config("FromClaim", "[]", R"({"anything": ["goes"]})", "gpu.example.com")}),
+       {{"cpus", 4, ""}},
+       ""},
+      {"ClaimConfigOverridesClass",
+       kFull,
+       ClaimJson({one}, {Config("FromClass", "[]", Cpuset("2,4-6")),
+                         Config("FromClaim", R"(["cpus"])", Cpuset("8-11"))}),
+       {{"cpus", 4, "8-11"}},
+       ""},
+      {"ClaimConfigOverridesLaterListedClass",
+       kFull,
+       ClaimJson({one}, {Config("FromClaim", R"(["cpus"])", Cpuset("8-11")),
+                         Config("FromClass", "[]", Cpuset("2,4-6"))}),
+       {{"cpus", 4, "8-11"}},
+       ""},
+      {"ClassConfigAlone",
+       kFull,
+       ClaimJson({one}, {Config("FromClass", "[]", Cpuset("2,4-6"))}),
+       {{"cpus", 4, "2,4-6"}},
+       ""},
+      {"TwoResultsDisjoint",
+       kFull,
+       ClaimJson({Result("a", "2"), Result("b", "3")},
+                 {Config("FromClaim", R"(["a"])", Cpuset("8-9")),
+                  Config("FromClaim", R"(["b"])", Cpuset("10-12"))}),
+       {{"a", 2, "8-9"}, {"b", 3, "10-12"}},
+       ""},
+      {"OnlineCpusOfHoleyMachine",
+       kOfflines,
+       ClaimJson({Result("cpus", "3")}, {Config("FromClaim", "[]", Cpuset("6,12,15"))}),
+       {{"cpus", 3, "6,12,15"}},
+       ""},
+      {"NoResultsOfThisDriver",
+       kFull,
+       ClaimJson({Result("gpu", "", "gpu.example.com")}, {}),
+       {},
+       ""},
+
+      // Rejected: the consumed capacity.
+      {"CapacityMissing",
+       kFull,
+       ClaimJson({Result("cpus", "")}, {}),
+       {},
+       kPrefix + "consumedCapacity dra.cpu/cpu is missing"},
+      {"CapacityZero",
+       kFull,
+       ClaimJson({Result("cpus", "0")}, {}),
+       {},
+       kPrefix + "consumedCapacity dra.cpu/cpu is 0 (\"0\")"},
+      {"CapacityFractional",
+       kFull,
+       ClaimJson({Result("cpus", "1500m")}, {}),
+       {},
+       kPrefix + "consumedCapacity dra.cpu/cpu is fractional (\"1500m\")"},
+      {"CapacityNegative",
+       kFull,
+       ClaimJson({Result("cpus", "-2")}, {}),
+       {},
+       kPrefix + "consumedCapacity dra.cpu/cpu is negative (\"-2\")"},
+      {"CapacityNotQuantity",
+       kFull,
+       ClaimJson({Result("cpus", "four")}, {}),
+       {},
+       kPrefix + "consumedCapacity dra.cpu/cpu is not a quantity (\"four\")"},
+      {"CapacityHuge",
+       kFull,
+       ClaimJson({Result("cpus", "1M")}, {}),
+       {},
+       kPrefix + "consumedCapacity dra.cpu/cpu is more CPUs than any node has (\"1M\")"},
+
+      // Rejected: the config JSON.
+      {"UnknownTopField",
+       kFull,
+       ClaimJson({one}, {Config("FromClaim", "[]",
+                                R"({"apiVersion": "v1alpha1", "kind": "CpuConfig",
+                                    "cpuConfig": {"cpuset": "8-11"}})")}),
+       {},
+       kConfig0 + "unknown field \"kind\""},
+      {"UnknownNestedField",
+       kFull,
+       ClaimJson({one}, {Config("FromClaim", "[]",
+                                R"({"apiVersion": "v1alpha1",
+                                    "cpuConfig": {"cpuset": "8-11", "exclusive": true}})")}),
+       {},
+       kConfig0 + "unknown field \"cpuConfig.exclusive\""},
+      {"UnsupportedApiVersion",
+       kFull,
+       ClaimJson({one}, {Config("FromClaim", "[]",
+                                R"({"apiVersion": "v1", "cpuConfig": {"cpuset": "8-11"}})")}),
+       {},
+       kConfig0 + "unsupported apiVersion \"v1\" (expected \"v1alpha1\")"},
+      {"MissingApiVersion",
+       kFull,
+       ClaimJson({one}, {Config("FromClaim", "[]", R"({"cpuConfig": {"cpuset": "8-11"}})")}),
+       {},
+       kConfig0 + "apiVersion is missing (expected \"v1alpha1\")"},
+      {"ApiVersionNumber",
+       kFull,
+       ClaimJson({one}, {Config("FromClaim", "[]", R"({"apiVersion": 1})")}),
+       {},
+       kConfig0 + "apiVersion: expected a string, got number"},
+      {"MissingCpuConfig",
+       kFull,
+       ClaimJson({one}, {Config("FromClaim", "[]", R"({"apiVersion": "v1alpha1"})")}),
+       {},
+       kConfig0 + "cpuConfig is missing"},
+      {"CpuConfigString",
+       kFull,
+       ClaimJson({one},
+                 {Config("FromClaim", "[]", R"({"apiVersion": "v1alpha1", "cpuConfig": "8-11"})")}),
+       {},
+       kConfig0 + "cpuConfig: expected an object, got string"},
+      {"MissingCpuset",
+       kFull,
+       ClaimJson({one},
+                 {Config("FromClaim", "[]", R"({"apiVersion": "v1alpha1", "cpuConfig": {}})")}),
+       {},
+       kConfig0 + "cpuConfig.cpuset is missing"},
+      {"CpusetNumber",
+       kFull,
+       ClaimJson({one}, {Config("FromClaim", "[]",
+                                R"({"apiVersion": "v1alpha1", "cpuConfig": {"cpuset": 8}})")}),
+       {},
+       kConfig0 + "cpuConfig.cpuset: expected a string, got number"},
+      {"EmptyCpuset",
+       kFull,
+       ClaimJson({one}, {Config("FromClaim", "[]", Cpuset(""))}),
+       {},
+       kConfig0 + "cpuConfig.cpuset is empty"},
+      {"ReversedCpuset",
+       kFull,
+       ClaimJson({one}, {Config("FromClaim", "[]", Cpuset("5-2"))}),
+       {},
+       kConfig0 + "cpuConfig.cpuset: " + std::string(CpuSet::Parse("5-2").status().message())},
+      {"GarbageCpuset",
+       kFull,
+       ClaimJson({one}, {Config("FromClaim", "[]", Cpuset("all"))}),
+       {},
+       kConfig0 + "cpuConfig.cpuset: " + std::string(CpuSet::Parse("all").status().message())},
+      {"ClassConfigNamedInError",
+       kFull,
+       ClaimJson({one}, {Config("FromClass", "[]", Cpuset("x"))}),
+       {},
+       kPrefix + "config[0] (FromClass): cpuConfig.cpuset: " +
+           std::string(CpuSet::Parse("x").status().message())},
+
+      // Rejected: the cpuset against the request and the node.
+      {"SizeDiffers",
+       kFull,
+       ClaimJson({Result("cpus", "6")}, {Config("FromClaim", "[]", Cpuset("2-5"))}),
+       {},
+       kPrefix + "cpuset \"2-5\" has 4 CPUs but the request consumes 6 dra.cpu/cpu"},
+      {"Offline",
+       kOfflines,
+       ClaimJson({Result("cpus", "2")}, {Config("FromClaim", "[]", Cpuset("6-7"))}),
+       {},
+       kPrefix + "cpuset \"6-7\": CPU 7 is offline"},
+      {"OfflineSeveral",
+       kOfflines,
+       ClaimJson({Result("cpus", "3")}, {Config("FromClaim", "[]", Cpuset("8-9,12"))}),
+       {},
+       kPrefix + "cpuset \"8-9,12\": CPUs 8-9 are offline"},
+      {"NotOnNode",
+       kFull,
+       ClaimJson({Result("cpus", "2")}, {Config("FromClaim", "[]", Cpuset("15-16"))}),
+       {},
+       kPrefix + "cpuset \"15-16\": CPU 16 is not on this node"},
+      {"Reserved",
+       kFull,
+       ClaimJson({Result("cpus", "3")}, {Config("FromClaim", "[]", Cpuset("0-2"))}),
+       {},
+       kPrefix + "cpuset \"0-2\": CPUs 0-1 are reserved (--reserved-cpus)"},
+      {"HeldByNamedClaim",
+       kFull,
+       ClaimJson({Result("cpus", "2")}, {Config("FromClaim", "[]", Cpuset("2-3"))}),
+       {},
+       kPrefix + "cpuset \"2-3\": CPU 3 is already prepared for claim other/c2 (uid u2)"},
+      {"HeldByTwoClaims",
+       kFull,
+       ClaimJson({Result("cpus", "3")}, {Config("FromClaim", "[]", Cpuset("3,12-13"))}),
+       {},
+       kPrefix +
+           "cpuset \"3,12-13\": CPU 3 is already prepared for claim other/c2 (uid u2); CPU 13 is "
+           "already prepared for another claim"},
+      {"UsedTwice",
+       kFull,
+       ClaimJson({Result("a", "2"), Result("b", "2")},
+                 {Config("FromClaim", R"(["a"])", Cpuset("8-9")),
+                  Config("FromClaim", R"(["b"])", Cpuset("9-10"))}),
+       {},
+       "claim default/c1: CPU 9 is used by two results (requests \"a\" and \"b\")"},
+      {"EmptyRequestsConfigOnTwoResults",
+       kFull,
+       ClaimJson({Result("a", "2"), Result("b/x", "2")},
+                 {Config("FromClaim", "[]", Cpuset("8-9"))}),
+       {},
+       "claim default/c1: CPUs 8-9 are used by two results (requests \"a\" and \"b/x\")"},
+      {"TwoClaimConfigsSameRequest",
+       kFull,
+       ClaimJson({one}, {Config("FromClaim", R"(["cpus"])", Cpuset("8-11")),
+                         Config("FromClass", "[]", Cpuset("2-5")),
+                         Config("FromClaim", "[]", Cpuset("8-11"))}),
+       {},
+       kPrefix + "2 configs target request \"cpus\" (FromClaim config[0], config[2])"},
+      {"TwoClassConfigsSameRequest",
+       kFull,
+       ClaimJson({Result("cpus/big", "4")}, {Config("FromClass", R"(["cpus/big"])", Cpuset("8-11")),
+                                             Config("FromClass", R"(["cpus"])", Cpuset("8-11"))}),
+       {},
+       "claim default/c1 request \"cpus/big\": 2 configs target request \"cpus/big\" (FromClass "
+       "config[0], config[1])"},
+      {"NotAllocated",
+       kFull,
+       R"({"metadata": {"uid": "u1", "namespace": "default", "name": "c1"}})",
+       {},
+       "claim default/c1 is not allocated"},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, ResolveTest, ::testing::ValuesIn(Cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.name;
+                         });
+
+TEST(ResolveCpuAssignmentsTest, FixturesAreWhatTheCasesAssume) {
+  EXPECT_EQ(Load(kFull).online.ToString(), "0-15");
+  EXPECT_EQ(Load(kOfflines).online.ToString(), "0-1,3-4,6,12,15");
+  EXPECT_TRUE(Load(kOfflines).offline.Contains(7));
+  EXPECT_TRUE(Load(kOfflines).offline.Contains(8));
+  EXPECT_TRUE(Load(kOfflines).offline.Contains(9));
+}
+
+TEST(ResolveCpuAssignmentsTest, CapacityNameIsAParameter) {
+  absl::StatusOr<Claim> claim = ParseClaim(
+      json::parse(ClaimJson({R"({"request": "cpus", "driver": "dra.cpu", "pool": "p", "device": "d",
+           "consumedCapacity": {"example.com/cores": "2"}})"},
+                            {Config("FromClaim", "[]", Cpuset("4-5"))})));
+  ASSERT_TRUE(claim.ok()) << claim.status();
+  absl::StatusOr<std::vector<CpuAssignment>> got =
+      ResolveCpuAssignments(*claim, kDriver, Load(kFull), TestNode(), "example.com/cores");
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 1u);
+  EXPECT_EQ((*got)[0].explicit_cpus, (CpuSet{4, 5}));
+  EXPECT_EQ(ResolveCpuAssignments(*claim, kDriver, Load(kFull), TestNode()).status().message(),
+            kPrefix + "consumedCapacity dra.cpu/cpu is missing");
+}
+
+TEST(ResolveCpuAssignmentsTest, HolderLookupIsOptional) {
+  absl::StatusOr<Claim> claim = ParseClaim(
+      json::parse(ClaimJson({Result("cpus", "1")}, {Config("FromClaim", "[]", Cpuset("3"))})));
+  ASSERT_TRUE(claim.ok()) << claim.status();
+  NodeCpuState node;
+  node.held_by_others = CpuSet{3};
+  EXPECT_EQ(ResolveCpuAssignments(*claim, kDriver, Load(kFull), node).status().message(),
+            kPrefix + "cpuset \"3\": CPU 3 is already prepared for another claim");
+}
+
+TEST(ParseCpuConfigTest, AcceptsTheDraDriverCpuForm) {
+  absl::StatusOr<CpuSet> cpus =
+      ParseCpuConfig(json::parse(R"({"apiVersion":"v1alpha1","cpuConfig":{"cpuset":"2-11"}})"));
+  ASSERT_TRUE(cpus.ok()) << cpus.status();
+  EXPECT_EQ(*cpus, CpuSet::Range(2, 11));
+  EXPECT_EQ(ParseCpuConfig(json::array()).status().message(),
+            "parameters: expected an object, got array");
+}
+
+}  // namespace
+}  // namespace topodra::claims

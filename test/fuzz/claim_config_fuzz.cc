@@ -1,0 +1,84 @@
+// Arbitrary bytes as a ResourceClaim: parsing, config resolution and the cpuset checks must return
+// a status, never crash, and every accepted assignment must satisfy the rules it was checked for.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "driver/claims/allocation_result.h"
+#include "driver/claims/cpu_config.h"
+#include "nlohmann/json.hpp"
+#include "topology/topology.h"
+
+namespace {
+
+using topodra::CpuSet;
+namespace claims = topodra::claims;
+
+// 8 online CPUs on one core each, 8-9 offline: enough to reach every rule.
+const topodra::topology::Topology& Machine() {
+  static const topodra::topology::Topology topo = [] {
+    topodra::topology::Topology t;
+    topodra::topology::Package package{0, CpuSet::Range(0, 7)};
+    t.packages.push_back(package);
+    for (int cpu = 0; cpu < 8; ++cpu) {
+      topodra::topology::Core core;
+      core.id = cpu;
+      core.os_id = cpu;
+      core.package = 0;
+      core.cpus = CpuSet{cpu};
+      t.cores.push_back(core);
+      t.cpus.push_back({cpu, cpu});
+    }
+    t.online = CpuSet::Range(0, 7);
+    t.offline = CpuSet{8, 9};
+    t.source = "synthetic:fuzz";
+    t.Finalize();
+    return t;
+  }();
+  return topo;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const nlohmann::json j = nlohmann::json::parse(data, data + size, nullptr, false);
+  if (j.is_discarded()) return 0;
+  (void)claims::ParseCpuConfig(j);
+  absl::StatusOr<claims::Claim> claim = claims::ParseClaim(j);
+  if (!claim.ok()) return 0;
+  for (const claims::DeviceResult& r : claim->results) {
+    (void)claims::BaseRequest(r.request);
+    for (const claims::DeviceConfig* c : claims::ConfigsFor(*claim, r, r.driver)) {
+      if (c->driver != r.driver) std::abort();
+    }
+  }
+  claims::NodeCpuState node;
+  node.reserved = CpuSet{0};
+  node.held_by_others = CpuSet{1, 2};
+  node.holder = [](int cpu) -> std::optional<claims::ClaimRef> {
+    if (cpu == 1) return claims::ClaimRef{"other", "c2", "u2"};
+    return std::nullopt;
+  };
+  for (const std::string& driver : {std::string("dra.cpu"), std::string("d")}) {
+    absl::StatusOr<std::vector<claims::CpuAssignment>> got =
+        claims::ResolveCpuAssignments(*claim, driver, Machine(), node);
+    if (!got.ok()) continue;
+    CpuSet used;
+    for (const claims::CpuAssignment& a : *got) {
+      if (a.count <= 0) std::abort();
+      if (claim->results[a.result_index].driver != driver) std::abort();
+      if (!a.explicit_cpus.has_value()) continue;
+      const CpuSet& cpus = *a.explicit_cpus;
+      if (cpus.Size() != a.count || !cpus.IsSubsetOf(Machine().online) ||
+          cpus.Intersects(node.reserved) || cpus.Intersects(node.held_by_others) ||
+          cpus.Intersects(used)) {
+        std::abort();
+      }
+      used |= cpus;
+    }
+  }
+  return 0;
+}
