@@ -1,6 +1,7 @@
 # Two commands for a fresh Debian bookworm machine (see README "Quick start"):
-#   make test   install missing packages, build with ASan+UBSan, run every test; build the
-#               libFuzzer targets with clang and run each one briefly
+#   make test   install missing packages, build the release binary (catches -O3-only warnings),
+#               build the libFuzzer targets with clang and run each one, then build with
+#               ASan+UBSan and run every test
 #   make demo   install missing packages, build release, show this machine and the
 #               ResourceSlices it would publish
 # Other targets: make build (release), make bench, make format, make tidy, make clean.
@@ -11,7 +12,7 @@ all: build
 deps:
 	@scripts/install-deps.sh
 
-test: test-fuzz test-unit
+test: build test-fuzz test-unit
 
 test-unit: deps
 	cmake --preset asan
