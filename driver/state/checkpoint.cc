@@ -16,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/file_io.h"
 
 namespace topodra::state {
 namespace {
@@ -37,81 +38,7 @@ constexpr std::array<uint32_t, 256> MakeCrc32cTable() {
 }
 constexpr std::array<uint32_t, 256> kCrc32cTable = MakeCrc32cTable();
 
-// ---- File helpers (the same approach as cdi/spec_store.cc; state/ may not depend on cdi/).
-
-absl::Status Errno(int err, absl::string_view op, const std::string& path) {
-  return absl::ErrnoToStatus(err, absl::StrCat(op, " \"", path, "\""));
-}
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-  // A close error on a written file can be the first sign the data did not reach the disk.
-  int Close() {
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    return rc;
-  }
-
- private:
-  int fd_;
-};
-
-// mkdir -p; what it creates is 0700 because the checkpoint names every pod's claims.
-absl::Status MakeDirectories(const std::string& dir) {
-  for (size_t pos = 1; pos <= dir.size(); ++pos) {
-    if (pos != dir.size() && dir[pos] != '/') continue;
-    const std::string prefix = dir.substr(0, pos);
-    if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) {
-      return Errno(errno, "create directory", prefix);
-    }
-  }
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0) return Errno(errno, "stat", dir);
-  if (!S_ISDIR(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat("\"", dir, "\" is not a directory"));
-  }
-  return absl::OkStatus();
-}
-
-// A rename or unlink survives a crash only once the directory itself is on disk.
-absl::Status SyncDirectory(const std::string& dir) {
-  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.get() < 0) return Errno(errno, "open directory", dir);
-  if (::fsync(fd.get()) != 0) return Errno(errno, "fsync directory", dir);
-  return absl::OkStatus();
-}
-
-absl::Status WriteAll(int fd, absl::string_view content, const std::string& path) {
-  while (!content.empty()) {
-    const ssize_t n = ::write(fd, content.data(), content.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Errno(errno, "write", path);
-    }
-    content.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
-}
-
-bool IsTempName(absl::string_view name, absl::string_view file_name) {
-  return name.size() > file_name.size() + 6 && absl::StartsWith(name, ".") &&
-         absl::StartsWith(name.substr(1), file_name) && name[file_name.size() + 1] == '.' &&
-         absl::EndsWith(name, ".tmp");
-}
-
-// Unique among threads (counter) and processes (pid); O_EXCL catches a crashed process's
-// leftover with the same pid.
-std::string TempName(const std::string& file_name) {
-  static std::atomic<uint64_t> counter{0};
-  return absl::StrCat(".", file_name, ".", ::getpid(), "-", counter.fetch_add(1), ".tmp");
-}
+using files::ErrnoStatus;
 
 // ---- Decoding.
 
@@ -339,30 +266,12 @@ absl::Status Checkpoint::Save(const State& state) const {
     return absl::Status(st.code(), absl::StrCat("save checkpoint \"", path_, "\": ", st.message()));
   };
   if (file_name_.empty()) return fail(absl::InvalidArgumentError("path names a directory"));
-  if (absl::Status st = MakeDirectories(dir_); !st.ok()) return fail(st);
-  const std::string content = EncodeCheckpoint(state);
-  std::string temp;
-  int raw_fd = -1;
-  for (int attempt = 0; attempt < 100 && raw_fd < 0; ++attempt) {
-    temp = absl::StrCat(dir_, "/", TempName(file_name_));
-    raw_fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (raw_fd < 0 && errno != EEXIST) return fail(Errno(errno, "create", temp));
+  // 0600 / 0700: the checkpoint names every pod's claims.
+  if (absl::Status st =
+          files::WriteFileAtomically(dir_, file_name_, EncodeCheckpoint(state), 0600, 0700);
+      !st.ok()) {
+    return fail(st);
   }
-  if (raw_fd < 0) return fail(Errno(EEXIST, "create", temp));
-  Fd fd(raw_fd);
-  // From here on the temporary file exists: every failure removes it.
-  auto fail_temp = [&](absl::Status st) {
-    ::unlink(temp.c_str());
-    return fail(std::move(st));
-  };
-  if (::fchmod(fd.get(), 0600) != 0) return fail_temp(Errno(errno, "chmod", temp));
-  if (absl::Status st = WriteAll(fd.get(), content, temp); !st.ok()) return fail_temp(st);
-  if (::fsync(fd.get()) != 0) return fail_temp(Errno(errno, "fsync", temp));
-  if (fd.Close() != 0) return fail_temp(Errno(errno, "close", temp));
-  if (::rename(temp.c_str(), path_.c_str()) != 0) {
-    return fail_temp(Errno(errno, absl::StrCat("rename \"", temp, "\" to"), path_));
-  }
-  if (absl::Status st = SyncDirectory(dir_); !st.ok()) return fail(st);
   return absl::OkStatus();
 }
 
@@ -370,7 +279,7 @@ absl::Status Checkpoint::RemoveStaleTemps() const {
   DIR* dir = ::opendir(dir_.c_str());
   if (dir == nullptr) {
     if (errno == ENOENT) return absl::OkStatus();
-    return Errno(errno, "open directory", dir_);
+    return ErrnoStatus(errno, "open directory", dir_);
   }
   std::vector<std::string> stale;
   int err = 0;
@@ -381,18 +290,18 @@ absl::Status Checkpoint::RemoveStaleTemps() const {
       err = errno;
       break;
     }
-    if (IsTempName(entry->d_name, file_name_)) stale.emplace_back(entry->d_name);
+    if (files::IsTempNameFor(entry->d_name, file_name_)) stale.emplace_back(entry->d_name);
   }
   ::closedir(dir);
-  if (err != 0) return Errno(err, "read directory", dir_);
+  if (err != 0) return ErrnoStatus(err, "read directory", dir_);
   for (const std::string& name : stale) {
     const std::string path = absl::StrCat(dir_, "/", name);
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-      return Errno(errno, "remove stale temporary file", path);
+      return ErrnoStatus(errno, "remove stale temporary file", path);
     }
   }
   if (stale.empty()) return absl::OkStatus();
-  return SyncDirectory(dir_);
+  return files::SyncDirectory(dir_);
 }
 
 absl::StatusOr<State> Checkpoint::Load() const {
@@ -401,27 +310,13 @@ absl::StatusOr<State> Checkpoint::Load() const {
   };
   if (file_name_.empty()) return fail(absl::InvalidArgumentError("path names a directory"));
   if (absl::Status st = RemoveStaleTemps(); !st.ok()) return fail(st);
-  Fd fd(::open(path_.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) {
-    if (errno == ENOENT) return State{};
-    return fail(Errno(errno, "open", path_));
+  // One byte past the limit comes back, so DecodeCheckpoint reports an oversized file.
+  absl::StatusOr<std::string> text = files::ReadFileBounded(path_, kMaxCheckpointBytes);
+  if (!text.ok()) {
+    if (absl::IsNotFound(text.status())) return State{};
+    return fail(text.status());
   }
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return fail(Errno(errno, "stat", path_));
-  if (!S_ISREG(st.st_mode)) return fail(absl::FailedPreconditionError("not a regular file"));
-  std::string text;
-  char buffer[64 * 1024];
-  // One byte past the limit, so DecodeCheckpoint reports an oversized file.
-  while (text.size() <= kMaxCheckpointBytes) {
-    const ssize_t n = ::read(fd.get(), buffer, sizeof(buffer));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail(Errno(errno, "read", path_));
-    }
-    if (n == 0) break;
-    text.append(buffer, static_cast<size_t>(n));
-  }
-  absl::StatusOr<State> state = DecodeCheckpoint(text);
+  absl::StatusOr<State> state = DecodeCheckpoint(*text);
   if (!state.ok()) {
     return absl::Status(state.status().code(),
                         absl::StrCat("checkpoint \"", path_, "\": ", state.status().message(),

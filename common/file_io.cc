@@ -1,0 +1,143 @@
+#include "common/file_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace topodra::files {
+namespace {
+
+// Closes on every path out of a function, so an early error return cannot leak the descriptor.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+  // A close error on a written file can be the first sign the data did not reach the disk.
+  int Close() {
+    const int rc = ::close(fd_);
+    fd_ = -1;
+    return rc;
+  }
+
+ private:
+  int fd_;
+};
+
+absl::Status WriteAll(int fd, absl::string_view content, const std::string& path) {
+  while (!content.empty()) {
+    const ssize_t n = ::write(fd, content.data(), content.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "write", path);
+    }
+    content.remove_prefix(static_cast<size_t>(n));
+  }
+  return absl::OkStatus();
+}
+
+// Unique among threads (counter) and processes (pid); O_EXCL catches a crashed process's
+// leftover with the same pid.
+std::string TempName(const std::string& file_name) {
+  static std::atomic<uint64_t> counter{0};
+  return absl::StrCat(".", file_name, ".", ::getpid(), "-", counter.fetch_add(1), ".tmp");
+}
+
+}  // namespace
+
+absl::Status ErrnoStatus(int err, absl::string_view op, const std::string& path) {
+  return absl::ErrnoToStatus(err, absl::StrCat(op, " \"", path, "\""));
+}
+
+absl::Status MakeDirectories(const std::string& dir, mode_t dir_mode) {
+  for (size_t pos = 1; pos <= dir.size(); ++pos) {
+    if (pos != dir.size() && dir[pos] != '/') continue;
+    const std::string prefix = dir.substr(0, pos);
+    if (::mkdir(prefix.c_str(), dir_mode) != 0 && errno != EEXIST) {
+      return ErrnoStatus(errno, "create directory", prefix);
+    }
+  }
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return ErrnoStatus(errno, "stat", dir);
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat("\"", dir, "\" is not a directory"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SyncDirectory(const std::string& dir) {
+  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoStatus(errno, "open directory", dir);
+  if (::fsync(fd.get()) != 0) return ErrnoStatus(errno, "fsync directory", dir);
+  return absl::OkStatus();
+}
+
+absl::Status WriteFileAtomically(const std::string& dir, const std::string& file_name,
+                                 absl::string_view content, mode_t file_mode, mode_t dir_mode) {
+  if (absl::Status st = MakeDirectories(dir, dir_mode); !st.ok()) return st;
+  const std::string target = absl::StrCat(dir, "/", file_name);
+  std::string temp;
+  int raw_fd = -1;
+  for (int attempt = 0; attempt < 100 && raw_fd < 0; ++attempt) {
+    temp = absl::StrCat(dir, "/", TempName(file_name));
+    raw_fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, file_mode);
+    if (raw_fd < 0 && errno != EEXIST) return ErrnoStatus(errno, "create", temp);
+  }
+  if (raw_fd < 0) return ErrnoStatus(EEXIST, "create", temp);
+  Fd fd(raw_fd);
+  // From here on the temporary file exists: every failure removes it.
+  auto fail = [&temp](absl::Status st) {
+    ::unlink(temp.c_str());
+    return st;
+  };
+  // The mode is what the caller asked for, whatever the umask.
+  if (::fchmod(fd.get(), file_mode) != 0) return fail(ErrnoStatus(errno, "chmod", temp));
+  if (absl::Status st = WriteAll(fd.get(), content, temp); !st.ok()) return fail(st);
+  if (::fsync(fd.get()) != 0) return fail(ErrnoStatus(errno, "fsync", temp));
+  if (fd.Close() != 0) return fail(ErrnoStatus(errno, "close", temp));
+  if (::rename(temp.c_str(), target.c_str()) != 0) {
+    return fail(ErrnoStatus(errno, absl::StrCat("rename \"", temp, "\" to"), target));
+  }
+  return SyncDirectory(dir);
+}
+
+bool IsTempNameFor(absl::string_view name, absl::string_view file_name) {
+  return name.size() > file_name.size() + 6 && absl::StartsWith(name, ".") &&
+         absl::StartsWith(name.substr(1), file_name) && name[file_name.size() + 1] == '.' &&
+         absl::EndsWith(name, ".tmp");
+}
+
+absl::StatusOr<std::string> ReadFileBounded(const std::string& path, size_t max_bytes) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoStatus(errno, "open", path);
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "stat", path);
+  if (!S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat("\"", path, "\" is not a regular file"));
+  }
+  std::string text;
+  char buffer[64 * 1024];
+  while (text.size() <= max_bytes) {
+    const ssize_t n = ::read(fd.get(), buffer, sizeof(buffer));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "read", path);
+    }
+    if (n == 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  return text;
+}
+
+}  // namespace topodra::files
