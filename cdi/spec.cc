@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/json_parse.h"
 
 namespace topodra::cdi {
 namespace {
@@ -623,31 +624,9 @@ absl::StatusOr<Spec> FromJson(absl::string_view text) {
     return absl::InvalidArgumentError(absl::StrCat(
         "spec of ", text.size(), " bytes is larger than the limit of ", kMaxSpecBytes));
   }
-  bool too_deep = false;
-  json doc;
-  try {
-    doc = json::parse(
-        text.begin(), text.end(),
-        [&too_deep](int depth, json::parse_event_t, json&) {
-          if (depth > kMaxDepth) too_deep = true;
-          return !too_deep;
-        },
-        /*allow_exceptions=*/true, /*ignore_comments=*/false);
-  } catch (const json::exception& e) {
-    // what() is "[json.exception.parse_error.101] parse error at line 1, ..."; the tag in
-    // brackets helps nobody reading the message.
-    absl::string_view what = e.what();
-    if (const size_t end = what.find("] "); absl::StartsWith(what, "[") && end != what.npos) {
-      what.remove_prefix(end + 2);
-    }
-    return absl::InvalidArgumentError(absl::StrCat("malformed JSON: ", what));
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot parse JSON: ", e.what()));
-  }
-  if (too_deep) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("malformed JSON: nested deeper than ", kMaxDepth, " levels"));
-  }
+  absl::StatusOr<json> parsed = files::ParseJsonBounded(text, kMaxDepth);
+  if (!parsed.ok()) return parsed.status();
+  const json& doc = *parsed;
   Spec spec;
   absl::Status st =
       ReadObject(doc, "", [&spec](const std::string& k, const json& v, const std::string& p) {

@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
+#include "common/json_parse.h"
 
 namespace topodra::state {
 namespace {
@@ -198,28 +199,9 @@ absl::StatusOr<State> DecodeCheckpoint(absl::string_view text) {
     return Corrupt(
         absl::StrCat(text.size(), " bytes is larger than the limit of ", kMaxCheckpointBytes));
   }
-  bool too_deep = false;
-  json doc;
-  try {
-    doc = json::parse(
-        text.begin(), text.end(),
-        [&too_deep](int depth, json::parse_event_t, json&) {
-          if (depth > kMaxDepth) too_deep = true;
-          return !too_deep;
-        },
-        /*allow_exceptions=*/true, /*ignore_comments=*/false);
-  } catch (const json::exception& e) {
-    absl::string_view what = e.what();
-    if (const size_t end = what.find("] "); absl::StartsWith(what, "[") && end != what.npos) {
-      what.remove_prefix(end + 2);
-    }
-    return Corrupt(absl::StrCat("malformed JSON: ", what));
-  } catch (const std::exception& e) {
-    return Corrupt(absl::StrCat("cannot parse JSON: ", e.what()));
-  }
-  if (too_deep) {
-    return Corrupt(absl::StrCat("malformed JSON: nested deeper than ", kMaxDepth, " levels"));
-  }
+  absl::StatusOr<json> parsed = files::ParseJsonBounded(text, kMaxDepth);
+  if (!parsed.ok()) return Corrupt(parsed.status().message());
+  const json& doc = *parsed;
   if (!doc.is_object()) return Corrupt("not a JSON object");
   // The version first: a newer format may checksum differently.
   const auto version = doc.find("version");
