@@ -69,14 +69,20 @@ absl::Status ReadString(const json& v, absl::string_view where, std::string* out
 }
 
 absl::Status ReadAllocation(const json& v, absl::string_view where, Allocation* a) {
-  static const std::set<std::string> kKeys = {"owner", "kind", "namespace", "name",
-                                              "cpus",  "gpus", "answer",    "phase"};
+  static const std::set<std::string> kKeys = {"owner", "kind",   "namespace", "name",  "driver",
+                                              "cpus",  "gpus",   "answer",    "phase", "cdi"};
   return ReadObject(v, where, kKeys, [&](const std::string& key, const json& value) {
     const std::string at = absl::StrCat(where, " field \"", key, "\"");
     std::string text;
     if (key == "owner") return ReadString(value, at, &a->owner);
     if (key == "namespace") return ReadString(value, at, &a->claim_namespace);
     if (key == "name") return ReadString(value, at, &a->claim_name);
+    if (key == "driver") return ReadString(value, at, &a->driver);
+    if (key == "cdi") {
+      if (!value.is_null() && !value.is_object()) return Corrupt(absl::StrCat(at, ": not an object"));
+      a->cdi = value;
+      return absl::OkStatus();
+    }
     if (key == "answer") {
       a->answer = value;
       return absl::OkStatus();
@@ -122,10 +128,20 @@ absl::Status ReadAllocation(const json& v, absl::string_view where, Allocation* 
   });
 }
 
-absl::StatusOr<State> ReadPayload(const json& payload) {
+absl::StatusOr<State> ReadPayload(const json& payload, uint64_t* seq) {
   State state;
+  *seq = 0;
+  if (!payload.is_object()) return Corrupt("payload: not a JSON object");
+  // "seq" (the last journal record the snapshot covers) is written only by a StateStore.
+  std::set<std::string> keys = {"allocations"};
+  if (payload.contains("seq")) keys.insert("seq");
   absl::Status st = ReadObject(
-      payload, "payload", {"allocations"}, [&state](const std::string&, const json& list) {
+      payload, "payload", keys, [&state, seq](const std::string& key, const json& list) {
+        if (key == "seq") {
+          if (!list.is_number_unsigned()) return Corrupt("payload field \"seq\": not a count");
+          *seq = list.get<uint64_t>();
+          return absl::OkStatus();
+        }
         if (!list.is_array()) return Corrupt("payload field \"allocations\": not a JSON array");
         for (size_t i = 0; i < list.size(); ++i) {
           Allocation a;
@@ -144,13 +160,22 @@ absl::StatusOr<State> ReadPayload(const json& payload) {
   return state;
 }
 
+}  // namespace
+
 json AllocationToJson(const Allocation& a) {
   json gpus = json::array();
   for (const std::string& gpu : a.gpus) gpus.push_back(gpu);
   return json{
       {"owner", a.owner},     {"kind", KindName(a.kind)},   {"namespace", a.claim_namespace},
       {"name", a.claim_name}, {"cpus", a.cpus.ToString()},  {"gpus", std::move(gpus)},
-      {"answer", a.answer},   {"phase", PhaseName(a.phase)}};
+      {"answer", a.answer},   {"phase", PhaseName(a.phase)}, {"driver", a.driver},
+      {"cdi", a.cdi}};
+}
+
+absl::StatusOr<Allocation> AllocationFromJson(const json& value) {
+  Allocation a;
+  if (absl::Status st = ReadAllocation(value, "allocation", &a); !st.ok()) return st;
+  return a;
 }
 
 std::string WhatToDo(absl::StatusCode code) {
@@ -162,8 +187,6 @@ std::string WhatToDo(absl::StatusCode code) {
   }
   return absl::StrCat("; restore a good copy or ", forget);
 }
-
-}  // namespace
 
 uint32_t Crc32c(absl::string_view data) {
   uint32_t crc = 0xFFFFFFFFu;
@@ -183,18 +206,25 @@ std::string ChecksumOf(const json& payload) {
   return hex;
 }
 
-std::string EncodeCheckpoint(const State& state) {
+std::string EncodeCheckpoint(const State& state, uint64_t seq, bool prepared_only) {
   json list = json::array();
   for (const auto& [owner, allocation] : state.allocations()) {
+    if (prepared_only && allocation.phase != Phase::kPrepared) continue;
     list.push_back(AllocationToJson(allocation));
   }
   json payload = {{"allocations", std::move(list)}};
+  if (seq != 0) payload["seq"] = seq;
   json doc = {{"version", kCheckpointVersion}, {"checksum", ChecksumOf(payload)}};
   doc["payload"] = std::move(payload);
   return absl::StrCat(doc.dump(-1, ' ', false, json::error_handler_t::replace), "\n");
 }
 
 absl::StatusOr<State> DecodeCheckpoint(absl::string_view text) {
+  uint64_t seq = 0;
+  return DecodeCheckpoint(text, &seq);
+}
+
+absl::StatusOr<State> DecodeCheckpoint(absl::string_view text, uint64_t* seq) {
   if (text.size() > kMaxCheckpointBytes) {
     return Corrupt(
         absl::StrCat(text.size(), " bytes is larger than the limit of ", kMaxCheckpointBytes));
@@ -229,7 +259,7 @@ absl::StatusOr<State> DecodeCheckpoint(absl::string_view text) {
     return Corrupt(absl::StrCat("checksum mismatch: the file says \"", checksum,
                                 "\" but its payload has \"", actual, "\""));
   }
-  return ReadPayload(*payload);
+  return ReadPayload(*payload, seq);
 }
 
 Checkpoint::Checkpoint(std::string path) : path_(std::move(path)) {
@@ -287,6 +317,12 @@ absl::Status Checkpoint::RemoveStaleTemps() const {
 }
 
 absl::StatusOr<State> Checkpoint::Load() const {
+  uint64_t seq = 0;
+  return Load(&seq);
+}
+
+absl::StatusOr<State> Checkpoint::Load(uint64_t* seq) const {
+  *seq = 0;
   auto fail = [this](const absl::Status& st) {
     return absl::Status(st.code(), absl::StrCat("load checkpoint \"", path_, "\": ", st.message()));
   };
@@ -298,7 +334,7 @@ absl::StatusOr<State> Checkpoint::Load() const {
     if (absl::IsNotFound(text.status())) return State{};
     return fail(text.status());
   }
-  absl::StatusOr<State> state = DecodeCheckpoint(*text);
+  absl::StatusOr<State> state = DecodeCheckpoint(*text, seq);
   if (!state.ok()) {
     return absl::Status(state.status().code(),
                         absl::StrCat("checkpoint \"", path_, "\": ", state.status().message(),

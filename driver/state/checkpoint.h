@@ -27,11 +27,22 @@ std::string CanonicalText(const nlohmann::json& payload);
 std::string ChecksumOf(const nlohmann::json& payload);
 
 // The file format, pure: {"version": 1, "checksum": "<hex>", "payload": {"allocations": [...]}}.
-std::string EncodeCheckpoint(const State& state);
+// `seq` (when not 0) records the last journal record a StateStore snapshot covers; prepared_only
+// leaves out allocations still being prepared.
+std::string EncodeCheckpoint(const State& state, uint64_t seq = 0, bool prepared_only = false);
 // Strict inverse of EncodeCheckpoint. DataLoss for anything corrupt (bad JSON, checksum
 // mismatch, bad field, duplicate owner or holder), FailedPrecondition for an unknown version.
 // Messages do not name a file; Checkpoint::Load adds that.
 absl::StatusOr<State> DecodeCheckpoint(absl::string_view text);
+absl::StatusOr<State> DecodeCheckpoint(absl::string_view text, uint64_t* seq);
+
+// One allocation as the checkpoint and the journal spell it, and its strict inverse (DataLoss).
+nlohmann::json AllocationToJson(const Allocation& allocation);
+absl::StatusOr<Allocation> AllocationFromJson(const nlohmann::json& value);
+
+// What the operator can do about a corrupt (DataLoss) or unreadable-version (FailedPrecondition)
+// state file, appended to the message that stops the daemon.
+std::string WhatToDo(absl::StatusCode code);
 
 // The State's file. Save replaces it atomically (temp file in the same directory, fsync, rename,
 // directory fsync), so after a crash the file holds either the old or the new state, whole.
@@ -47,6 +58,8 @@ class Checkpoint {
   // do, never silently dropped. Removes temporary files a crashed Save left behind, so call it
   // at start, not concurrently with Save.
   absl::StatusOr<State> Load() const;
+  // Also gives the journal sequence number a StateStore snapshot covers (0 for none).
+  absl::StatusOr<State> Load(uint64_t* seq) const;
 
  private:
   absl::Status RemoveStaleTemps() const;

@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
@@ -46,12 +47,24 @@ const char* PhaseName(Phase phase) { return phase == Phase::kPreparing ? "Prepar
 bool Allocation::operator==(const Allocation& other) const {
   return kind == other.kind && owner == other.owner && claim_namespace == other.claim_namespace &&
          claim_name == other.claim_name && cpus == other.cpus && gpus == other.gpus &&
-         answer == other.answer && phase == other.phase;
+         driver == other.driver && answer == other.answer && cdi == other.cdi &&
+         phase == other.phase;
+}
+
+std::string DraOwner(const std::string& driver, const std::string& claim_uid) {
+  return absl::StrCat(driver, "/", claim_uid);
+}
+
+std::string ClaimUid(const Allocation& a) {
+  if (!a.driver.empty() && absl::StartsWith(a.owner, a.driver + "/")) {
+    return a.owner.substr(a.driver.size() + 1);
+  }
+  return a.owner;
 }
 
 std::string Describe(const Allocation& a) {
   if (a.kind == AllocationKind::kDraClaim) {
-    return absl::StrCat("claim ", a.claim_namespace, "/", a.claim_name, " (uid ", a.owner, ")");
+    return absl::StrCat("claim ", a.claim_namespace, "/", a.claim_name, " (uid ", ClaimUid(a), ")");
   }
   return absl::StrCat("device-plugin allocation ", a.owner);
 }

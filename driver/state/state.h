@@ -26,17 +26,28 @@ struct Allocation {
   // The claim's namespace and name (kDraClaim only), for messages naming the holder.
   std::string claim_namespace;
   std::string claim_name;
+  // The DRA driver that prepared the claim (kDraClaim only). A claim with CPU and GPU results is
+  // prepared once by each driver, so a claim's owner is DraOwner(driver, uid).
+  std::string driver;
   CpuSet cpus;
   // PCI bus ids, e.g. "0000:3b:00.0".
   std::set<std::string> gpus;
   // What prepare returned, replayed when the kubelet repeats an idempotent prepare.
   nlohmann::json answer;
+  // The CDI spec written for the claim, {"file": name, "spec": {...}}, or null: kept so a file lost
+  // in a node crash (written without fsync) is restored at start.
+  nlohmann::json cdi;
   // Preparing is recorded before any side effect, Prepared after all of them, so a crash in
   // between is found at start and rolled forward or back.
   Phase phase = Phase::kPreparing;
 
   bool operator==(const Allocation& other) const;
 };
+
+// The owner key of a DRA claim prepared by `driver`.
+std::string DraOwner(const std::string& driver, const std::string& claim_uid);
+// The claim UID of a kDraClaim allocation (the owner without its driver prefix).
+std::string ClaimUid(const Allocation& allocation);
 
 // "claim default/gpu-claim (uid 1234)" or "device-plugin allocation pod/ctr/res".
 std::string Describe(const Allocation& allocation);

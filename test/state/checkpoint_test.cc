@@ -74,7 +74,8 @@ std::string WithChecksum(const json& payload, const json& version = 1) {
 
 json PayloadAllocation(const std::string& owner, const std::string& cpus) {
   return {{"owner", owner}, {"kind", "DraClaim"},    {"namespace", "ns"}, {"name", "n-" + owner},
-          {"cpus", cpus},   {"gpus", json::array()}, {"answer", nullptr}, {"phase", "Preparing"}};
+          {"cpus", cpus},   {"gpus", json::array()}, {"answer", nullptr}, {"phase", "Preparing"},
+          {"driver", ""},   {"cdi", nullptr}};
 }
 
 class CheckpointTest : public testing::Test {

@@ -1,0 +1,90 @@
+// The State on disk, made for thousands of claims and concurrent callers: a snapshot in the
+// Checkpoint format plus an append-only journal of changes.
+//
+// Why not rewrite the checkpoint on every change: with 10,000 prepared claims that file is
+// megabytes, and every prepare would pay for encoding and writing all of it. A journal record is
+// one line, and concurrent callers share one fdatasync (group commit), so a prepare costs one
+// small write and, at most, one sync.
+//
+// Files, both 0600 in a 0700 directory:
+//   <path>          snapshot: the Checkpoint format with payload.seq = last record it covers
+//   <path>.journal  lines "<crc32c hex> <json>\n", json = {"seq":N,"put":{allocation}} or
+//                   {"seq":N,"remove":"<owner>"}; the CRC covers the json text
+//
+// Crash safety: a record is durable before Put/Remove return. A crash while appending leaves at
+// most one torn last line, which Open drops (that change was never acknowledged). A bad line
+// followed by good ones is corruption, reported like a corrupt snapshot, never skipped.
+// Compaction writes a new snapshot atomically, then empties the journal; records the snapshot
+// already covers (seq <= payload.seq) are skipped on replay, so a crash in between is harmless.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "driver/state/checkpoint.h"
+#include "driver/state/state.h"
+
+namespace topodra::state {
+
+class StateStore {
+ public:
+  // Loads snapshot + journal (the result is in `loaded`), drops a torn last record, and opens
+  // the journal for appending. Errors name the file and what to do; never a silent reset.
+  struct Opened {
+    std::unique_ptr<StateStore> store;
+    State loaded;
+    int replayed = 0;         // journal records applied
+    bool dropped_torn = false;  // a torn last record was dropped
+  };
+  static absl::StatusOr<Opened> Open(const std::string& path);
+
+  ~StateStore();
+  StateStore(const StateStore&) = delete;
+  StateStore& operator=(const StateStore&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string journal_path() const { return path_ + ".journal"; }
+
+  // Thread-safe. Durable when they return OK. Put records the whole allocation (an upsert).
+  absl::Status Put(const Allocation& allocation);
+  absl::Status Remove(const std::string& owner);
+
+  // True when the journal has grown past the size that makes a snapshot worthwhile.
+  bool ShouldCompact(int state_size) const;
+  // Writes `state` (its Prepared allocations) as the snapshot and empties the journal. The
+  // caller must pass a state that already reflects every Put/Remove issued so far (hold the
+  // lock that orders changes to the State while calling this).
+  absl::Status Compact(const State& state);
+
+  int64_t records() const;
+
+ private:
+  StateStore(std::string path, int fd, uint64_t seq, int64_t records, int64_t bytes);
+  absl::Status Append(const nlohmann::json& body);
+
+  const std::string path_;
+  mutable std::mutex mu_;
+  std::condition_variable synced_cv_;
+  int fd_ = -1;
+  uint64_t next_seq_ = 0;    // last seq handed out
+  uint64_t written_seq_ = 0;  // last seq whose line is in the file
+  uint64_t synced_seq_ = 0;   // last seq known durable
+  bool syncing_ = false;
+  int64_t records_ = 0;  // lines in the journal
+  int64_t bytes_ = 0;    // size of the journal
+};
+
+// Minimum journal length before ShouldCompact says yes; beyond it, compaction happens once the
+// journal has more records than twice the state, so its cost per change stays constant.
+inline constexpr int64_t kMinCompactRecords = 1000;
+
+// The journal line of a record, and its strict parse (nullopt-like errors are DataLoss).
+std::string EncodeJournalLine(const nlohmann::json& body);
+absl::StatusOr<nlohmann::json> DecodeJournalLine(absl::string_view line);
+
+}  // namespace topodra::state
