@@ -151,7 +151,7 @@ absl::StatusOr<CpuSet> ParseCpuConfig(const json& parameters) {
 
 absl::StatusOr<std::vector<CpuAssignment>> ResolveCpuAssignments(
     const Claim& claim, std::string_view driver, const topology::Topology& topo,
-    const NodeCpuState& node, std::string_view cpu_capacity_name) {
+    const NodeCpuState& node, const CpuPool& pool, std::string_view cpu_capacity_name) {
   const std::string claim_prefix = absl::StrCat("claim ", claim.Ref());
   if (!claim.allocated) return Invalid(claim_prefix, " is not allocated");
   std::vector<CpuAssignment> out;
@@ -166,9 +166,24 @@ absl::StatusOr<std::vector<CpuAssignment>> ResolveCpuAssignments(
     a.pool = result.pool;
     a.device = result.device;
     a.share_id = result.share_id;
-    absl::StatusOr<int> count = ConsumedCpus(result, cpu_capacity_name);
-    if (!count.ok()) return Invalid(prefix, Message(count.status()));
-    a.count = *count;
+    if (result.pool != pool.name) {
+      return Invalid(prefix, absl::StrCat("pool ", Quote(result.pool), " is not this node's pool ",
+                                          Quote(pool.name)));
+    }
+    auto device = pool.devices.find(result.device);
+    if (device == pool.devices.end()) {
+      return Invalid(prefix, absl::StrCat("device ", Quote(result.device),
+                                          " is not a CPU device of this node"));
+    }
+    a.device_cpus = device->second.cpus;
+    const bool individual = device->second.kind == CpuDeviceKind::kIndividual;
+    if (individual) {
+      a.count = 1;
+    } else {
+      absl::StatusOr<int> count = ConsumedCpus(result, cpu_capacity_name);
+      if (!count.ok()) return Invalid(prefix, Message(count.status()));
+      a.count = *count;
+    }
 
     const std::vector<const DeviceConfig*> configs = ConfigsFor(claim, result, driver);
     for (ConfigSource source : {ConfigSource::kFromClass, ConfigSource::kFromClaim}) {
@@ -183,7 +198,33 @@ absl::StatusOr<std::vector<CpuAssignment>> ResolveCpuAssignments(
                                             " ", absl::StrJoin(names, ", "), ")"));
       }
     }
-    if (!configs.empty()) {
+    if (individual && !configs.empty()) {
+      const DeviceConfig& config = *configs.back();
+      return Invalid(prefix, absl::StrCat("config[", &config - claim.configs.data(),
+                                          "]: device ", Quote(result.device),
+                                          " is one CPU (individual mode); a cpuset config is not "
+                                          "accepted for it"));
+    }
+    if (device->second.kind == CpuDeviceKind::kMachine && configs.empty()) {
+      return Invalid(prefix, absl::StrCat("device ", Quote(result.device),
+                                          " spans the whole machine: an opaque config ",
+                                          "{\"apiVersion\":\"v1alpha1\",\"cpuConfig\":{\"cpuset\":",
+                                          "\"...\"}} naming the CPUs is required"));
+    }
+    if (individual) {
+      const CpuSet cpus = device->second.cpus;
+      if (absl::Status s = CheckAgainstNode(cpus, topo, node); !s.ok()) {
+        return Invalid(prefix, absl::StrCat("device ", Quote(result.device), ": ", Message(s)));
+      }
+      for (const CpuAssignment& earlier : out) {
+        if (earlier.explicit_cpus.has_value() && earlier.explicit_cpus->Intersects(cpus)) {
+          return Invalid(claim_prefix,
+                         absl::StrCat(": ", CpusAre(cpus), " used by two results (requests ",
+                                      Quote(earlier.request), " and ", Quote(result.request), ")"));
+        }
+      }
+      a.explicit_cpus = cpus;
+    } else if (!configs.empty()) {
       // Claim configs come after class configs: the last one wins.
       const DeviceConfig& config = *configs.back();
       const std::string where = absl::StrCat("config[", &config - claim.configs.data(), "] (",
@@ -198,6 +239,11 @@ absl::StatusOr<std::vector<CpuAssignment>> ResolveCpuAssignments(
       }
       if (absl::Status s = CheckAgainstNode(*cpus, topo, node); !s.ok()) {
         return Invalid(prefix, absl::StrCat("cpuset ", quoted, ": ", Message(s)));
+      }
+      if (const CpuSet outside = *cpus - device->second.cpus; !outside.Empty()) {
+        return Invalid(prefix, absl::StrCat("cpuset ", quoted, ": ", CpusAre(outside),
+                                            " not in the allocated device ", Quote(result.device),
+                                            " (CPUs ", device->second.cpus.ToString(), ")"));
       }
       for (const CpuAssignment& earlier : out) {
         if (!earlier.explicit_cpus.has_value()) continue;

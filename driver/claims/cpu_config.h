@@ -3,11 +3,10 @@
 // and its check against the node before anything is prepared. Pure: the node's state comes in as
 // values, so the kubelet plugin, the checkpoint replay and the tests all share one set of rules.
 //
-// Out of scope: individual-mode CPU devices (one device per CPU, "cpudevNNN", no consumed
-// capacity). Such results are rejected as "consumedCapacity ... is missing".
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -43,6 +42,21 @@ struct NodeCpuState {
   std::function<std::optional<ClaimRef>(int cpu)> holder;
 };
 
+// The node's CPU pool as published: what each device name stands for.
+enum class CpuDeviceKind {
+  kIndividual,  // one CPU, named exactly; no consumed capacity
+  kGroup,       // a NUMA node or socket: the driver picks `dra.cpu/cpu` CPUs inside it
+  kMachine,     // every CPU: the claim must name its CPUs with an opaque cpuset config
+};
+struct CpuDevice {
+  CpuDeviceKind kind = CpuDeviceKind::kGroup;
+  CpuSet cpus;  // individual: its CPU; groups: the usable CPUs of the group
+};
+struct CpuPool {
+  std::string name;  // the pool name (the node name)
+  std::map<std::string, CpuDevice> devices;
+};
+
 struct CpuAssignment {
   int result_index = 0;  // into Claim::results
   std::string request;   // as in the result: "<main>" or "<main>/<sub>"
@@ -50,17 +64,22 @@ struct CpuAssignment {
   std::string pool;
   std::string device;
   std::string share_id;
-  // Set when a config names the CPUs; otherwise the allocator picks `count` CPUs later.
+  // Set when a config names the CPUs or the device is one CPU; otherwise the allocator picks
+  // `count` CPUs of `device_cpus` later.
   std::optional<CpuSet> explicit_cpus;
+  CpuSet device_cpus;
   int count = 0;  // the consumed capacity; equals explicit_cpus->Size() when set
 };
 
 // One assignment per result of `driver`, in claim order, or the first violation as
 // InvalidArgument prefixed with `claim <ns>/<name>` (and `request "<r>"` when it is about one
 // result). Config precedence: claim configs override class configs; two applicable configs of the
-// same source are ambiguous and rejected.
+// same source are ambiguous and rejected. Results must name a device of `pool`. An explicit
+// cpuset must lie inside its group device; the machine device requires one; individual devices
+// take no cpuset config (the device is the CPU).
 absl::StatusOr<std::vector<CpuAssignment>> ResolveCpuAssignments(
     const Claim& claim, std::string_view driver, const topology::Topology& topo,
-    const NodeCpuState& node, std::string_view cpu_capacity_name = kCpuCapacityName);
+    const NodeCpuState& node, const CpuPool& pool,
+    std::string_view cpu_capacity_name = kCpuCapacityName);
 
 }  // namespace topodra::claims

@@ -137,6 +137,44 @@ std::vector<Device> GroupedCpuDevices(const Topology& topo, const PublishOptions
   return out;
 }
 
+}  // namespace
+
+std::map<std::string, CpuSet> CpuDeviceCpus(const Topology& topo, const PublishOptions& opts) {
+  std::map<std::string, CpuSet> out;
+  if (opts.cpu_mode == CpuDeviceMode::kIndividual) {
+    int index = 0;
+    for (const Core& core : topo.cores) {
+      for (int cpu : core.cpus) {
+        const int n = index++;
+        if (!opts.reserved_cpus.Contains(cpu)) out[absl::StrFormat("cpudev%03d", n)] = CpuSet{cpu};
+      }
+    }
+    return out;
+  }
+  switch (opts.group_by) {
+    case GroupBy::kNuma:
+      for (const topology::NumaNode& n : topo.numa_nodes) {
+        const CpuSet usable = n.cpus - opts.reserved_cpus;
+        if (!usable.Empty()) out[absl::StrFormat("cpudevnuma%03d", n.id)] = usable;
+      }
+      break;
+    case GroupBy::kSocket:
+      for (const topology::Package& p : topo.packages) {
+        const CpuSet usable = p.cpus - opts.reserved_cpus;
+        if (!usable.Empty()) out[absl::StrFormat("cpudevsocket%03d", p.id)] = usable;
+      }
+      break;
+    case GroupBy::kMachine:
+      if (const CpuSet usable = topo.online - opts.reserved_cpus; !usable.Empty()) {
+        out["cpudevmachine"] = usable;
+      }
+      break;
+  }
+  return out;
+}
+
+namespace {
+
 Device GpuDevice(const topology::Gpu& g) {
   Device d;
   d.name = GpuDeviceName(g);

@@ -3,6 +3,7 @@
 // §4.3) so DeviceClasses and claims written for it work unchanged.
 #pragma once
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -42,6 +43,11 @@ absl::Status ValidateOptions(const PublishOptions& opts, const topology::Topolog
 // A pool may have no devices (everything reserved): it is still published, empty, so stale
 // slices are replaced.
 std::vector<Pool> BuildPools(const topology::Topology& topo, const PublishOptions& opts);
+
+// The CPUs behind each CPU device BuildPools publishes, by device name: one CPU per individual
+// device, the group's usable (online, unreserved) CPUs per grouped device.
+std::map<std::string, CpuSet> CpuDeviceCpus(const topology::Topology& topo,
+                                            const PublishOptions& opts);
 
 // Device names are stable for a machine: CPU devices are numbered over every online CPU (SMT
 // siblings adjacent), GPUs are named from their PCI bus id.

@@ -72,6 +72,16 @@ std::string ClaimJson(const std::vector<std::string>& results,
          join(results) + R"(, "config": )" + join(configs) + "}}}}";
 }
 
+// Every device the cases name is a group of the whole machine, so only the config rules decide.
+CpuPool TestPool(const topology::Topology& topo) {
+  CpuPool pool;
+  pool.name = "node1";
+  for (const char* request : {"a", "b", "b/x", "cpus", "cpus/big", "gpu"}) {
+    pool.devices[std::string("cpus-") + request] = CpuDevice{CpuDeviceKind::kGroup, topo.online};
+  }
+  return pool;
+}
+
 // What one assignment should be: request, count and the explicit cpuset ("" when none).
 struct Want {
   std::string request;
@@ -94,7 +104,8 @@ TEST_P(ResolveTest, Resolves) {
   absl::StatusOr<Claim> claim = ParseClaim(json::parse(c.claim));
   ASSERT_TRUE(claim.ok()) << claim.status();
   absl::StatusOr<std::vector<CpuAssignment>> got =
-      ResolveCpuAssignments(*claim, kDriver, Load(c.topology), TestNode());
+      ResolveCpuAssignments(*claim, kDriver, Load(c.topology), TestNode(),
+                            TestPool(Load(c.topology)));
   if (!c.error.empty()) {
     ASSERT_FALSE(got.ok()) << "accepted";
     EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
@@ -399,16 +410,19 @@ TEST(ResolveCpuAssignmentsTest, FixturesAreWhatTheCasesAssume) {
 
 TEST(ResolveCpuAssignmentsTest, CapacityNameIsAParameter) {
   absl::StatusOr<Claim> claim = ParseClaim(
-      json::parse(ClaimJson({R"({"request": "cpus", "driver": "dra.cpu", "pool": "p", "device": "d",
+      json::parse(ClaimJson({R"({"request": "cpus", "driver": "dra.cpu", "pool": "node1", "device": "cpus-cpus",
            "consumedCapacity": {"example.com/cores": "2"}})"},
                             {Config("FromClaim", "[]", Cpuset("4-5"))})));
   ASSERT_TRUE(claim.ok()) << claim.status();
   absl::StatusOr<std::vector<CpuAssignment>> got =
-      ResolveCpuAssignments(*claim, kDriver, Load(kFull), TestNode(), "example.com/cores");
+      ResolveCpuAssignments(*claim, kDriver, Load(kFull), TestNode(), TestPool(Load(kFull)),
+                            "example.com/cores");
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_EQ(got->size(), 1u);
   EXPECT_EQ((*got)[0].explicit_cpus, (CpuSet{4, 5}));
-  EXPECT_EQ(ResolveCpuAssignments(*claim, kDriver, Load(kFull), TestNode()).status().message(),
+  EXPECT_EQ(ResolveCpuAssignments(*claim, kDriver, Load(kFull), TestNode(), TestPool(Load(kFull)))
+                .status()
+                .message(),
             kPrefix + "consumedCapacity dra.cpu/cpu is missing");
 }
 
@@ -418,7 +432,9 @@ TEST(ResolveCpuAssignmentsTest, HolderLookupIsOptional) {
   ASSERT_TRUE(claim.ok()) << claim.status();
   NodeCpuState node;
   node.held_by_others = CpuSet{3};
-  EXPECT_EQ(ResolveCpuAssignments(*claim, kDriver, Load(kFull), node).status().message(),
+  EXPECT_EQ(ResolveCpuAssignments(*claim, kDriver, Load(kFull), node, TestPool(Load(kFull)))
+                .status()
+                .message(),
             kPrefix + "cpuset \"3\": CPU 3 is already prepared for another claim");
 }
 
@@ -429,6 +445,92 @@ TEST(ParseCpuConfigTest, AcceptsTheDraDriverCpuForm) {
   EXPECT_EQ(*cpus, CpuSet::Range(2, 11));
   EXPECT_EQ(ParseCpuConfig(json::array()).status().message(),
             "parameters: expected an object, got array");
+}
+
+}  // namespace
+}  // namespace topodra::claims
+
+namespace topodra::claims {
+namespace {
+
+// The device kinds of a published pool: 16em64t-4s2c2t has 4 sockets of 4 CPUs.
+class PoolRulesTest : public ::testing::Test {
+ protected:
+  PoolRulesTest() {
+    pool_.name = "node1";
+    pool_.devices["cpudevsocket001"] = {CpuDeviceKind::kGroup, CpuSet::Range(4, 7)};
+    pool_.devices["cpudevmachine"] = {CpuDeviceKind::kMachine, CpuSet::Range(2, 15)};
+    pool_.devices["cpudev009"] = {CpuDeviceKind::kIndividual, CpuSet{9}};
+    pool_.devices["cpudev003"] = {CpuDeviceKind::kIndividual, CpuSet{3}};
+  }
+  absl::StatusOr<std::vector<CpuAssignment>> Resolve(const std::string& result,
+                                                     const std::vector<std::string>& configs) {
+    absl::StatusOr<Claim> claim = ParseClaim(json::parse(ClaimJson({result}, configs)));
+    EXPECT_TRUE(claim.ok()) << claim.status();
+    claim_ = *claim;
+    return ResolveCpuAssignments(claim_, kDriver, Load(kFull), TestNode(), pool_);
+  }
+  static std::string R(const std::string& pool, const std::string& device,
+                       const std::string& capacity) {
+    return R"({"request": "cpus", "driver": "dra.cpu", "pool": ")" + pool + R"(", "device": ")" +
+           device + "\"" +
+           (capacity.empty() ? "" : R"(, "consumedCapacity": {"dra.cpu/cpu": ")" + capacity + "\"}") +
+           "}";
+  }
+  CpuPool pool_;
+  Claim claim_;
+};
+
+TEST_F(PoolRulesTest, GroupPicksLaterOrTakesACpusetInside) {
+  absl::StatusOr<std::vector<CpuAssignment>> got = Resolve(R("node1", "cpudevsocket001", "2"), {});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ((*got)[0].count, 2);
+  EXPECT_FALSE((*got)[0].explicit_cpus.has_value());
+  EXPECT_EQ((*got)[0].device_cpus.ToString(), "4-7");
+  got = Resolve(R("node1", "cpudevsocket001", "2"), {Config("FromClaim", "[]", Cpuset("5-6"))});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ((*got)[0].explicit_cpus->ToString(), "5-6");
+  EXPECT_EQ(Resolve(R("node1", "cpudevsocket001", "2"), {Config("FromClaim", "[]", Cpuset("7-8"))})
+                .status()
+                .message(),
+            kConfig0.substr(0, kPrefix.size()) +
+                "cpuset \"7-8\": CPU 8 is not in the allocated device \"cpudevsocket001\" (CPUs "
+                "4-7)");
+}
+
+TEST_F(PoolRulesTest, MachineNeedsACpuset) {
+  EXPECT_EQ(Resolve(R("node1", "cpudevmachine", "2"), {}).status().message(),
+            kPrefix +
+                "device \"cpudevmachine\" spans the whole machine: an opaque config "
+                "{\"apiVersion\":\"v1alpha1\",\"cpuConfig\":{\"cpuset\":\"...\"}} naming the CPUs "
+                "is required");
+  absl::StatusOr<std::vector<CpuAssignment>> got =
+      Resolve(R("node1", "cpudevmachine", "2"), {Config("FromClaim", "[]", Cpuset("10-11"))});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ((*got)[0].explicit_cpus->ToString(), "10-11");
+}
+
+TEST_F(PoolRulesTest, IndividualIsTheNamedCpu) {
+  absl::StatusOr<std::vector<CpuAssignment>> got = Resolve(R("node1", "cpudev009", ""), {});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ((*got)[0].count, 1);
+  EXPECT_EQ((*got)[0].explicit_cpus->ToString(), "9");
+  EXPECT_EQ(Resolve(R("node1", "cpudev003", ""), {}).status().message(),
+            kPrefix +
+                "device \"cpudev003\": CPU 3 is already prepared for claim other/c2 (uid u2)");
+  EXPECT_EQ(Resolve(R("node1", "cpudev009", ""), {Config("FromClaim", "[]", Cpuset("9"))})
+                .status()
+                .message(),
+            kPrefix +
+                "config[0]: device \"cpudev009\" is one CPU (individual mode); a cpuset config is "
+                "not accepted for it");
+}
+
+TEST_F(PoolRulesTest, ResultsMustNameThisNodesDevices) {
+  EXPECT_EQ(Resolve(R("node2", "cpudev009", ""), {}).status().message(),
+            kPrefix + "pool \"node2\" is not this node's pool \"node1\"");
+  EXPECT_EQ(Resolve(R("node1", "cpudev999", ""), {}).status().message(),
+            kPrefix + "device \"cpudev999\" is not a CPU device of this node");
 }
 
 }  // namespace

@@ -41,6 +41,20 @@ const topodra::topology::Topology& Machine() {
   return topo;
 }
 
+// Devices of every kind, so the fuzzer reaches each rule: "d" is a group of 0-3, "m" the
+// machine, "c5" the individual CPU 5.
+const claims::CpuPool& Pool() {
+  static const claims::CpuPool pool = [] {
+    claims::CpuPool p;
+    p.name = "p";
+    p.devices["d"] = {claims::CpuDeviceKind::kGroup, CpuSet::Range(0, 3)};
+    p.devices["m"] = {claims::CpuDeviceKind::kMachine, CpuSet::Range(0, 7)};
+    p.devices["c5"] = {claims::CpuDeviceKind::kIndividual, CpuSet{5}};
+    return p;
+  }();
+  return pool;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -64,7 +78,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   };
   for (const std::string& driver : {std::string("dra.cpu"), std::string("d")}) {
     absl::StatusOr<std::vector<claims::CpuAssignment>> got =
-        claims::ResolveCpuAssignments(*claim, driver, Machine(), node);
+        claims::ResolveCpuAssignments(*claim, driver, Machine(), node, Pool());
     if (!got.ok()) continue;
     CpuSet used;
     for (const claims::CpuAssignment& a : *got) {

@@ -257,3 +257,37 @@ TEST(DeviceBuilderTest, FlagParsingAndValidation) {
 
 }  // namespace
 }  // namespace topodra::publish
+
+namespace topodra::publish {
+namespace {
+
+// The prepare side resolves device names through CpuDeviceCpus: it must name exactly the CPU
+// devices BuildPools publishes, with the CPUs they advertise.
+TEST(DeviceBuilderTest, CpuDeviceCpusMatchesThePublishedDevices) {
+  for (const std::string& fixture : testing::AllFixtures()) {
+    const Topology topo = Load(fixture);
+    for (const PublishOptions& opts :
+         {Opts(CpuDeviceMode::kIndividual, GroupBy::kNuma, CpuSet{1}),
+          Opts(CpuDeviceMode::kGrouped, GroupBy::kNuma, CpuSet{1}),
+          Opts(CpuDeviceMode::kGrouped, GroupBy::kSocket), Opts(CpuDeviceMode::kGrouped, GroupBy::kMachine)}) {
+      const std::map<std::string, CpuSet> cpus = CpuDeviceCpus(topo, opts);
+      const Pool pool = BuildPools(topo, opts)[0];
+      ASSERT_EQ(cpus.size(), pool.devices.size()) << fixture;
+      CpuSet all;
+      for (const Device& d : pool.devices) {
+        auto it = cpus.find(d.name);
+        ASSERT_NE(it, cpus.end()) << fixture << " " << d.name;
+        all |= it->second;
+        if (opts.cpu_mode == CpuDeviceMode::kIndividual) {
+          EXPECT_EQ(it->second, CpuSet{static_cast<int>(IntAttr(d, "dra.cpu/cpuID"))}) << d.name;
+        } else {
+          EXPECT_EQ(it->second.Size(), IntAttr(d, "dra.cpu/numCPUs")) << fixture << " " << d.name;
+        }
+      }
+      EXPECT_EQ(all, topo.online - opts.reserved_cpus) << fixture;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace topodra::publish
