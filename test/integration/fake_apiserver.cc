@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -23,11 +24,13 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "curl/curl.h"
 
 #ifndef TOPODRA_FAKE_APISERVER_PY
 #error "TOPODRA_FAKE_APISERVER_PY must be the path of fake_apiserver.py"
@@ -497,6 +500,158 @@ absl::StatusOr<nlohmann::json> FakeApiServer::Requests() const {
 
 absl::StatusOr<nlohmann::json> FakeApiServer::State() const {
   return ParseJson(Control("GET", "/__control/state"), "GET /__control/state");
+}
+
+namespace {
+
+constexpr char kResourceGroup[] = "resource.k8s.io";
+
+size_t AppendToString(char* data, size_t size, size_t n, void* out) {
+  static_cast<std::string*>(out)->append(data, size * n);
+  return size * n;
+}
+
+// The status for a non-2xx answer (see FakeApiServer::Api).
+absl::Status HttpError(const std::string& what, long code, const std::string& body) {
+  const std::string message = absl::StrCat(what, ": HTTP ", code, ": ", Tail(body, 2000));
+  switch (code) {
+    case 404:
+      return absl::NotFoundError(message);
+    case 409: {
+      nlohmann::json status = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+      if (status.is_object() && status.value("reason", "") == "AlreadyExists") {
+        return absl::AlreadyExistsError(message);
+      }
+      return absl::AbortedError(message);
+    }
+    case 422:
+      return absl::InvalidArgumentError(message);
+    default:
+      return absl::UnknownError(message);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<nlohmann::json> FakeApiServer::Api(const std::string& method,
+                                                  const std::string& path_and_query,
+                                                  const nlohmann::json* body) const {
+  const std::string what = absl::StrCat(method, " ", path_and_query);
+  if (pid_ <= 0 || port_ == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(what, ": fake API server is not running"));
+  }
+  CURL* curl = curl_easy_init();
+  if (curl == nullptr) return absl::InternalError(absl::StrCat(what, ": curl_easy_init failed"));
+  struct Cleanup {
+    CURL* curl;
+    curl_slist* headers = nullptr;
+    ~Cleanup() {
+      curl_slist_free_all(headers);
+      curl_easy_cleanup(curl);
+    }
+  } cleanup{curl};
+  cleanup.headers = curl_slist_append(cleanup.headers, "Accept: application/json");
+  const std::string content_type =
+      method == "PATCH" ? "application/merge-patch+json" : "application/json";
+  const std::string payload = body != nullptr ? body->dump() : "";
+  if (body != nullptr) {
+    cleanup.headers = curl_slist_append(cleanup.headers, ("Content-Type: " + content_type).c_str());
+  }
+  if (!opts_.token.empty()) {
+    cleanup.headers =
+        curl_slist_append(cleanup.headers, ("Authorization: Bearer " + opts_.token).c_str());
+  }
+  // No "Expect: 100-continue" round trip for larger bodies.
+  cleanup.headers = curl_slist_append(cleanup.headers, "Expect:");
+  const std::string full_url = url() + path_and_query;
+  std::string response;
+  char error[CURL_ERROR_SIZE] = "";
+  curl_easy_setopt(curl, CURLOPT_URL, full_url.c_str());
+  curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method.c_str());
+  if (method == "HEAD") curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, cleanup.headers);
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT, 30L);
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_PROXY, "");  // never a proxy from the environment
+  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, AppendToString);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &response);
+  if (body != nullptr) {
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, payload.c_str());
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(payload.size()));
+  }
+  if (opts_.tls) {
+    curl_easy_setopt(curl, CURLOPT_CAINFO, ca_file_.c_str());
+    curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, 1L);
+    curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, 2L);
+    if (opts_.mtls) {
+      curl_easy_setopt(curl, CURLOPT_SSLCERT, client_cert_file_.c_str());
+      curl_easy_setopt(curl, CURLOPT_SSLKEY, client_key_file_.c_str());
+    }
+  }
+  const CURLcode rc = curl_easy_perform(curl);
+  if (rc != CURLE_OK) {
+    return absl::UnavailableError(
+        absl::StrCat(what, ": ", error[0] != '\0' ? error : curl_easy_strerror(rc)));
+  }
+  long code = 0;
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
+  if (code < 200 || code > 299) return HttpError(what, code, response);
+  if (response.empty()) return nlohmann::json();
+  return ParseJson(response, what);
+}
+
+std::string FakeApiServer::ResourcePrefix(const nlohmann::json& obj) const {
+  const auto served = [&](const std::string& v) {
+    return std::find(opts_.versions.begin(), opts_.versions.end(), v) != opts_.versions.end();
+  };
+  std::string version;
+  if (obj.is_object() && obj.contains("apiVersion") && obj["apiVersion"].is_string()) {
+    const std::string api_version = obj["apiVersion"].get<std::string>();
+    const std::string group_prefix = absl::StrCat(kResourceGroup, "/");
+    if (absl::StartsWith(api_version, group_prefix) &&
+        served(api_version.substr(group_prefix.size()))) {
+      version = api_version.substr(group_prefix.size());
+    }
+  }
+  if (version.empty()) {
+    version = served("v1") || opts_.versions.empty() ? "v1" : opts_.versions.front();
+  }
+  return absl::StrCat("/apis/", kResourceGroup, "/", version);
+}
+
+absl::StatusOr<nlohmann::json> FakeApiServer::CreateClaim(const nlohmann::json& claim) const {
+  if (!claim.is_object()) return absl::InvalidArgumentError("CreateClaim: not a JSON object");
+  std::string ns = "default";
+  const nlohmann::json* meta = claim.contains("metadata") ? &claim["metadata"] : nullptr;
+  if (meta != nullptr && meta->is_object() && meta->contains("namespace") &&
+      (*meta)["namespace"].is_string() && !(*meta)["namespace"].get<std::string>().empty()) {
+    ns = (*meta)["namespace"].get<std::string>();
+  }
+  return Api("POST", absl::StrCat(ResourcePrefix(claim), "/namespaces/", ns, "/resourceclaims"),
+             &claim);
+}
+
+absl::StatusOr<nlohmann::json> FakeApiServer::AllocateClaim(
+    const std::string& ns, const std::string& name, const nlohmann::json& allocation,
+    const nlohmann::json& reserved_for) const {
+  const std::string path =
+      absl::StrCat(ResourcePrefix(nlohmann::json()), "/namespaces/", ns, "/resourceclaims/", name);
+  absl::StatusOr<nlohmann::json> claim = Api("GET", path);
+  if (!claim.ok()) return claim.status();
+  nlohmann::json& status = (*claim)["status"];
+  if (!status.is_object()) status = nlohmann::json::object();
+  status["allocation"] = allocation;
+  if (reserved_for.is_array() && reserved_for.empty()) {
+    status.erase("reservedFor");
+  } else {
+    status["reservedFor"] = reserved_for;
+  }
+  return Api("PUT", path + "/status", &*claim);
+}
+
+absl::StatusOr<nlohmann::json> FakeApiServer::CreateDeviceClass(const nlohmann::json& cls) const {
+  return Api("POST", absl::StrCat(ResourcePrefix(cls), "/deviceclasses"), &cls);
 }
 
 }  // namespace topodra::testing

@@ -1,8 +1,9 @@
 // Starts test/integration/fake_apiserver.py (a fake Kubernetes API server, Python standard
 // library only) as a child process for gtest-based tests, waits until it listens and gives its
-// URL, CA and token. The server enforces the real API's rules for ResourceSlices (schema,
-// validation limits, resourceVersion conflicts, watch with bookmarks and 410 Expired, field
-// selectors, dry-run, strict field validation); see the script's docstring and --help.
+// URL, CA and token. The server enforces the real API's rules for ResourceSlices,
+// ResourceClaims (with their /status subresource) and DeviceClasses (schema, validation limits,
+// resourceVersion conflicts, watch with bookmarks and 410 Expired, field selectors, dry-run,
+// strict field validation); see the script's docstring and --help.
 //
 // Besides the API port the server always opens a plain-HTTP control port (also when the API is
 // TLS) on which the control helpers below talk to /__control/*.
@@ -80,10 +81,37 @@ class FakeApiServer {
   // {resourceVersion, oldestWatchableResourceVersion, openWatches, objects}
   absl::StatusOr<nlohmann::json> State() const;
 
+  // One request to the API port (over HTTPS with the CA, client cert and bearer token when the
+  // server has them), e.g. Api("GET", "/apis/resource.k8s.io/v1/deviceclasses"). `body`, when
+  // given, is sent as JSON: "application/merge-patch+json" for PATCH, "application/json"
+  // otherwise. Returns the parsed JSON body of a 2xx answer. Other answers become an error
+  // whose message is "<METHOD> <path>: HTTP <code>: <body>", with the code mapped as
+  //   404 -> NotFound, 409 -> AlreadyExists (reason AlreadyExists) or Aborted (Conflict),
+  //   422 -> InvalidArgument, any other -> Unknown;
+  // transport failures are Unavailable, a 2xx body that is not JSON is Internal.
+  absl::StatusOr<nlohmann::json> Api(const std::string& method, const std::string& path_and_query,
+                                     const nlohmann::json* body = nullptr) const;
+
+  // Conveniences on Api() for resource.k8s.io, in the version the object's apiVersion names
+  // when the server serves it, else v1 when served, else the first configured version.
+  // POSTs a ResourceClaim to the namespace of its metadata.namespace ("default" when unset);
+  // returns the stored object (uid, resourceVersion, defaults, empty status).
+  absl::StatusOr<nlohmann::json> CreateClaim(const nlohmann::json& claim) const;
+  // GETs the claim, sets status.allocation and status.reservedFor (removed when empty) and PUTs
+  // it to .../resourceclaims/<name>/status; returns the stored object. The server refuses to
+  // change an existing allocation (InvalidArgument) and a concurrent write is Aborted.
+  absl::StatusOr<nlohmann::json> AllocateClaim(
+      const std::string& ns, const std::string& name, const nlohmann::json& allocation,
+      const nlohmann::json& reserved_for = nlohmann::json::array()) const;
+  // POSTs a (cluster-scoped) DeviceClass; returns the stored object.
+  absl::StatusOr<nlohmann::json> CreateDeviceClass(const nlohmann::json& cls) const;
+
  private:
   explicit FakeApiServer(FakeApiServerOptions opts) : opts_(std::move(opts)) {}
   absl::Status MakePki();
   absl::Status Spawn(int port);
+  // "/apis/resource.k8s.io/<version>" for an object with this apiVersion (see CreateClaim).
+  std::string ResourcePrefix(const nlohmann::json& obj) const;
 
   FakeApiServerOptions opts_;
   std::string dir_;

@@ -1,16 +1,40 @@
 #!/usr/bin/python3
 """A fake Kubernetes API server for topodra's tests (standard library only).
 
-It serves resource.k8s.io ResourceSlices (v1 and v1beta2) and read-only Nodes on 127.0.0.1 and
-enforces the rules of the real API that a node driver runs into: the ResourceSlice schema and
-validation limits (Kubernetes 1.36), resourceVersion conflicts, delete preconditions, watch with
-bookmarks and 410 Expired, field and label selectors, dry-run, strict field validation, quantity
+It serves on 127.0.0.1, in every configured resource.k8s.io version (v1 and v1beta2 share one
+JSON shape):
+  * ResourceSlices (cluster-scoped; all verbs),
+  * ResourceClaims (namespaced; all verbs, plus GET/PUT/PATCH of the /status subresource;
+    also listed and watched across namespaces at /apis/resource.k8s.io/<v>/resourceclaims),
+  * DeviceClasses (cluster-scoped; create, get, list, watch, update, delete),
+  * Nodes (read-only, from --node flags),
+and enforces the rules of the real API that a node driver runs into: the schemas and validation
+limits of Kubernetes 1.36, resourceVersion conflicts, delete preconditions, watch with bookmarks
+and 410 Expired, field and label selectors, dry-run, strict field validation, quantity
 canonicalisation, TLS with a bearer token. Tests talk to it over HTTP(S) and steer it through
 /__control/* endpoints (request log, reset, error injection, closing watches).
 
+ResourceClaims behave like a 1.34+ server: create assigns uid, resourceVersion,
+creationTimestamp and generation 1, defaults allocationMode (ExactCount), count (1) and toleration
+operators (Equal), and drops any status; spec is immutable (422 "field is immutable"); an update
+of the main resource keeps the stored status; PUT/PATCH of /status changes only the status
+(spec/metadata changes in the body are ignored; a stale resourceVersion is a 409 Conflict).
+status.allocation may be set when absent, never changed once set, and removed only together
+with reservedFor. Limits checked (422 Invalid with field paths): requests <=32 with unique
+DNS-label names and exactly one of exactly/firstAvailable, deviceClassName, allocationMode and
+count, selectors <=32, tolerations <=16, firstAvailable <=8 with unique names (no adminAccess
+field), constraints <=32, config <=32 whose requests name existing requests (`<main>` or
+`<main>/<sub>`), opaque.driver a driver name and opaque.parameters a JSON object of at most
+10 KiB; in status: results <=32 naming existing requests/subrequests with valid driver, pool and
+device names, allocation config <=64 with source FromClass|FromClaim, reservedFor <=256 unique by
+uid, status.devices entries matching an allocation result by (driver, pool, device, shareID),
+with data a JSON object <=10 KiB, conditions <=8 and valid networkData. Field selectors:
+metadata.name and metadata.namespace. Namespaces are implicit: any DNS-label namespace exists
+(no Namespace objects), any other name in a namespaced path is 404.
+
 The object store is generic: a ResourceType describes a resource (paths, schema of known fields,
-field selectors, validation), so ResourceClaims or a CRD can be added later with their own
-validators.
+field selectors, validation, an optional /status subresource), and all types share one
+resourceVersion counter and event history, so a CRD can be added the same way.
 
 Control endpoints (no auth; also on the --control-port-file listener):
   GET    /__control/requests       [{method, path, query, code}] of API requests since start
@@ -26,7 +50,7 @@ Control endpoints (no auth; also on the --control-port-file listener):
 
 Where it differs from a real 1.36 API server on purpose or by omission:
   * PUT without metadata.resourceVersion is a 409 Conflict unless --unconditional-update allow
-    (the real server accepts it for ResourceSlices).
+    (the real server accepts it for ResourceSlices, ResourceClaims and DeviceClasses).
   * Malformed quantities and JSON type mismatches are 400 BadRequest (decode errors), as on the
     real server, not 422.
   * No server-side apply (415); strategic merge patch is handled as a JSON merge patch.
@@ -35,6 +59,13 @@ Where it differs from a real 1.36 API server on purpose or by omission:
   * No protobuf, no YAML bodies, no managedFields, no admission (RBAC, ValidatingAdmissionPolicy).
   * Gated fields at their 1.36 defaults: list attributes, nodeAllocatableResources,
     partitionTypeAttribute and skipNodeOperations are known but silently dropped.
+  * ResourceClaims/DeviceClasses: CEL selectors are checked for presence and length only (not
+    compiled, no cost limit); adminAccess is allowed in every namespace (the real server wants
+    the namespace label resource.kubernetes.io/admin-access=true); no admission (no
+    DeviceClass lookup, no node or driver authorization of status writes, no
+    resourceclaims/binding); status.allocation is compared as stored JSON; no
+    server-side-apply list-map merging of status.devices. DeviceClasses have no patch and no
+    deletecollection here. Empty lists are kept instead of omitted.
 
 Run with /usr/bin/python3 fake_apiserver.py --help.
 """
@@ -45,6 +76,7 @@ import collections
 import datetime
 import fractions
 import hmac
+import ipaddress
 import json
 import os
 import re
@@ -840,7 +872,8 @@ class ResourceType:
 
     def __init__(self, group, versions, plural, singular, kind, namespaced, verbs, schema,
                  field_labels=None, validate_create=None, validate_update=None,
-                 prepare=None, warnings=None, typed_list_items=False):
+                 prepare=None, warnings=None, typed_list_items=False,
+                 status_subresource=False, validate_status_update=None):
         self.group = group
         self.versions = tuple(versions)
         self.plural = plural
@@ -855,6 +888,10 @@ class ResourceType:
         self.prepare = prepare  # fn(obj, old) after decoding: defaults, gated fields
         self.warnings = warnings  # fn(obj) -> [str]
         self.typed_list_items = typed_list_items  # CRD lists carry kind/apiVersion per item
+        # With a /status subresource: `status` is emptied on create and kept on updates of the
+        # main resource; it only changes through /status, which changes nothing else.
+        self.status_subresource = status_subresource
+        self.validate_status_update = validate_status_update  # fn(obj, old) -> [FieldError]
         self.type_key = (group, plural)
 
     def qualified(self):
@@ -985,12 +1022,16 @@ TAINT_EFFECTS = ("NoExecute", "NoSchedule", "None")
 LIST_ATTRIBUTE_FIELDS = ("ints", "bools", "strings", "versions")
 
 
-def resourceslice_schema(accept_mixins, accept_list_attributes):
+def node_selector_schema():
     requirement = Obj({"key": STR, "operator": STR, "values": ListOf(STR)},
                       zero=("key", "operator"))
-    node_selector = Obj({"nodeSelectorTerms": ListOf(Obj({"matchExpressions": ListOf(requirement),
-                                                          "matchFields": ListOf(requirement)}))},
-                        zero=("nodeSelectorTerms",))
+    return Obj({"nodeSelectorTerms": ListOf(Obj({"matchExpressions": ListOf(requirement),
+                                                 "matchFields": ListOf(requirement)}))},
+               zero=("nodeSelectorTerms",))
+
+
+def resourceslice_schema(accept_mixins, accept_list_attributes):
+    node_selector = node_selector_schema()
     counter = Obj({"value": QTY}, zero=("value",))
     attribute = Obj({"int": INT, "bool": BOOL, "string": STR, "version": STR,
                      "ints": ListOf(INT), "bools": ListOf(BOOL), "strings": ListOf(STR),
@@ -1644,6 +1685,625 @@ def make_resourceslice_type(cfg):
         warnings=resourceslice_warnings)
 
 
+# --- ResourceClaim and DeviceClass -----------------------------------------------------------
+
+MAX_REQUESTS = 32  # DeviceRequestsMaxSize (also the limit of requests[] in constraints/config)
+MAX_SUBREQUESTS = 8  # FirstAvailableDeviceRequestMaxSize
+MAX_SELECTORS = 32  # DeviceSelectorsMaxSize
+MAX_CEL_LENGTH = 10 * 1024  # CELSelectorExpressionMaxLength
+MAX_TOLERATIONS = 16  # DeviceTolerationsMaxLength
+MAX_CONSTRAINTS = 32  # DeviceConstraintsMaxSize
+MAX_CONFIGS = 32  # DeviceConfigMaxSize (claim spec and DeviceClass spec)
+MAX_ALLOCATION_CONFIGS = 64  # AllocationConfigMaxSize (class + claim configs)
+MAX_RESULTS = 32  # AllocationResultsMaxSize
+MAX_RESERVED_FOR = 256  # ResourceClaimReservedForMaxSize
+MAX_OPAQUE_PARAMETERS = 10 * 1024  # OpaqueParametersMaxLength
+MAX_DEVICE_STATUS_DATA = 10 * 1024  # AllocatedDeviceStatusDataMaxLength
+MAX_DEVICE_CONDITIONS = 8  # AllocatedDeviceStatusMaxConditions
+MAX_NETWORK_IPS = 16  # NetworkDeviceDataMaxIPs
+MAX_INTERFACE_NAME = 256  # NetworkDeviceDataInterfaceNameMaxLength
+MAX_HARDWARE_ADDRESS = 128  # NetworkDeviceDataHardwareAddressMaxLength
+ALLOCATION_MODES = ("All", "ExactCount")
+TOLERATION_OPERATORS = ("Equal", "Exists")
+CONFIG_SOURCES = ("FromClaim", "FromClass")
+CONDITION_STATUSES = ("False", "True", "Unknown")
+_CONDITION_REASON_RE = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
+_UUID_RE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
+                      r"[0-9a-fA-F]{12}")
+_MSG_REQUEST_REF = ("must be the name of a request in the claim or the name of a request and a "
+                    "subrequest separated by '/'")
+
+
+def _device_claim_schemas():
+    """The pieces of the resource.k8s.io v1 (= v1beta2) DRA schema shared by claims and
+    classes."""
+    selector = Obj({"cel": Obj({"expression": STR}, zero=("expression",))})
+    opaque = Obj({"driver": STR, "parameters": ANY}, zero=("driver",))
+    toleration = Obj({"key": STR, "operator": STR, "value": STR, "effect": STR,
+                      "tolerationSeconds": INT})
+    return selector, opaque, toleration
+
+
+def resourceclaim_schema():
+    selector, opaque, toleration = _device_claim_schemas()
+    capacity = Obj({"requests": MapOf(QTY)})
+    exactly = Obj({"deviceClassName": STR, "selectors": ListOf(selector), "allocationMode": STR,
+                   "count": INT, "adminAccess": BOOL, "tolerations": ListOf(toleration),
+                   "capacity": capacity}, zero=("deviceClassName",))
+    # DeviceSubRequest has no adminAccess: it is an unknown field there.
+    subrequest = Obj({"name": STR, "deviceClassName": STR, "selectors": ListOf(selector),
+                      "allocationMode": STR, "count": INT, "tolerations": ListOf(toleration),
+                      "capacity": capacity}, zero=("name", "deviceClassName"))
+    request = Obj({"name": STR, "exactly": exactly, "firstAvailable": ListOf(subrequest)},
+                  zero=("name",))
+    constraint = Obj({"requests": ListOf(STR), "matchAttribute": STR,
+                      "distinctAttribute": STR})
+    claim_config = Obj({"requests": ListOf(STR), "opaque": opaque})
+    spec = Obj({"devices": Obj({"requests": ListOf(request), "constraints": ListOf(constraint),
+                                "config": ListOf(claim_config)})},
+               zero=("devices",))
+    result = Obj({"request": STR, "driver": STR, "pool": STR, "device": STR,
+                  "adminAccess": BOOL, "tolerations": ListOf(toleration),
+                  "bindingConditions": ListOf(STR), "bindingFailureConditions": ListOf(STR),
+                  "shareID": STR, "consumedCapacity": MapOf(QTY)},
+                 zero=("request", "driver", "pool", "device"))
+    allocation_config = Obj({"source": STR, "requests": ListOf(STR), "opaque": opaque},
+                            zero=("source",))
+    allocation = Obj({"devices": Obj({"results": ListOf(result),
+                                      "config": ListOf(allocation_config)}),
+                      "nodeSelector": node_selector_schema(), "allocationTimestamp": TIME},
+                     zero=("devices",))
+    consumer = Obj({"apiGroup": STR, "resource": STR, "name": STR, "uid": STR},
+                   zero=("resource", "name", "uid"))
+    condition = Obj({"type": STR, "status": STR, "observedGeneration": INT,
+                     "lastTransitionTime": TIME, "reason": STR, "message": STR},
+                    zero=("type", "status", "reason", "message"))
+    device_status = Obj({"driver": STR, "pool": STR, "device": STR, "shareID": STR,
+                         "conditions": ListOf(condition), "data": ANY,
+                         "networkData": Obj({"interfaceName": STR, "ips": ListOf(STR),
+                                             "hardwareAddress": STR})},
+                        zero=("driver", "pool", "device"))
+    status = Obj({"allocation": allocation, "reservedFor": ListOf(consumer),
+                  "devices": ListOf(device_status)})
+    return Obj({"apiVersion": STR, "kind": STR, "metadata": METADATA_SCHEMA, "spec": spec,
+                "status": status}, zero=("spec", "status"))
+
+
+def deviceclass_schema():
+    selector, opaque, _ = _device_claim_schemas()
+    spec = Obj({"selectors": ListOf(selector), "config": ListOf(Obj({"opaque": opaque})),
+                "extendedResourceName": STR})
+    return Obj({"apiVersion": STR, "kind": STR, "metadata": METADATA_SCHEMA, "spec": spec},
+               zero=("spec",))
+
+
+def _compact_json_size(value):
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+
+
+def validate_raw_object(obj, field, path, limit, required):
+    """validateRawExtension: a JSON object of at most `limit` bytes (serialized)."""
+    if obj.get(field) is None:
+        return [f_required(path)] if required else []
+    value = obj[field]
+    if _compact_json_size(value) > limit:
+        return [f_too_long(path, limit)]
+    if not isinstance(value, dict):
+        return [f_invalid(path, "<value omitted>", "must be valid JSON object")]
+    return []
+
+
+def validate_dns_label(v, path):
+    if not v:
+        return [f_required(path)]
+    return [f_invalid(path, v, m) for m in is_dns1123_label(v)]
+
+
+def validate_opaque(opaque, path):
+    errs = validate_driver_name(opaque.get("driver", ""), child(path, "driver"))
+    errs.extend(validate_raw_object(opaque, "parameters", child(path, "parameters"),
+                                    MAX_OPAQUE_PARAMETERS, required=True))
+    return errs
+
+
+def validate_config_entry(entry, path):
+    """DeviceConfiguration: exactly one kind of configuration, and opaque is the only one."""
+    if "opaque" not in entry:
+        return [f_required(path, "exactly one of `opaque` is required")]
+    return validate_opaque(entry["opaque"], child(path, "opaque"))
+
+
+def validate_selectors(selectors, path):
+    if len(selectors) > MAX_SELECTORS:
+        return [f_too_many(path, len(selectors), MAX_SELECTORS)]
+    errs = []
+    for i, sel in enumerate(selectors):
+        p = index(path, i)
+        if "cel" not in sel:
+            errs.append(f_required(child(p, "cel")))
+            continue
+        expression = sel["cel"].get("expression", "")
+        ep = child(child(p, "cel"), "expression")
+        if not expression:
+            errs.append(f_required(ep))
+        elif len(expression.encode("utf-8")) > MAX_CEL_LENGTH:
+            errs.append(f_too_long(ep, MAX_CEL_LENGTH))
+    return errs
+
+
+def validate_tolerations(tolerations, path):
+    if len(tolerations) > MAX_TOLERATIONS:
+        return [f_too_many(path, len(tolerations), MAX_TOLERATIONS)]
+    errs = []
+    for i, t in enumerate(tolerations):
+        p = index(path, i)
+        k = t.get("key", "")
+        if k:
+            errs.extend(f_invalid(child(p, "key"), k, m) for m in is_qualified_name(k))
+        op = t.get("operator", "Equal")
+        if op == "Exists":
+            if t.get("value"):
+                errs.append(f_invalid(child(p, "value"), t["value"],
+                                      "value must be empty when `operator` is 'Exists'"))
+        elif op == "Equal":
+            if not k:
+                errs.append(f_invalid(child(p, "operator"), op,
+                                      "operator must be Exists when `key` is empty, which means "
+                                      "\"match all values and all keys\""))
+            errs.extend(f_invalid(child(p, "value"), t.get("value", ""), m)
+                        for m in is_label_value(t.get("value", "")))
+        else:
+            errs.append(f_not_supported(child(p, "operator"), op, TOLERATION_OPERATORS))
+        effect = t.get("effect", "")
+        if effect and effect not in TAINT_EFFECTS:
+            errs.append(f_not_supported(child(p, "effect"), effect, TAINT_EFFECTS))
+        if "tolerationSeconds" in t and effect != "NoExecute":
+            errs.append(f_invalid(child(p, "effect"), effect,
+                                  "effect must be 'NoExecute' when `tolerationSeconds` is set"))
+    return errs
+
+
+def validate_fully_qualified_name(name, path):
+    errs = validate_qualified_key(name, path)
+    if len(name.split("/")) != 2:
+        errs.append(f_invalid(path, name, "must include a domain"))
+    return errs
+
+
+def validate_request_ref(ref, path, names):
+    """`<request>` or `<request>/<subrequest>` naming a request (subrequest) of the claim."""
+    parts = ref.split("/")
+    if (len(parts) > 2 or parts[0] not in names
+            or (len(parts) == 2 and parts[1] not in names[parts[0]])):
+        return [f_invalid(path, ref, _MSG_REQUEST_REF)]
+    return []
+
+
+def validate_request_refs(refs, path, names):
+    if len(refs) > MAX_REQUESTS:
+        return [f_too_many(path, len(refs), MAX_REQUESTS)]
+    errs = []
+    seen = set()
+    for i, ref in enumerate(refs):
+        errs.extend(validate_request_ref(ref, index(path, i), names))
+        if ref in seen:
+            errs.append(f_duplicate(index(path, i), ref))
+        seen.add(ref)
+    return errs
+
+
+def validate_capacity_requests(capacity, path):
+    errs = []
+    for name in capacity.get("requests", {}):
+        errs.extend(validate_qualified_key(name, child(path, "requests")))
+    return errs
+
+
+def validate_uuid(v, path):
+    if not _UUID_RE.fullmatch(v):
+        return [f_invalid(path, v, "must be a valid UUID in RFC 4122 normalized form, "
+                          "`xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` with lowercase hexadecimal "
+                          "characters")]
+    return []
+
+
+def validate_conditions(conditions, path):
+    """metav1validation.ValidateConditions plus the list limit of AllocatedDeviceStatus."""
+    if len(conditions) > MAX_DEVICE_CONDITIONS:
+        return [f_too_many(path, len(conditions), MAX_DEVICE_CONDITIONS)]
+    errs = []
+    seen = set()
+    for i, c in enumerate(conditions):
+        p = index(path, i)
+        t = c.get("type", "")
+        if not t:
+            errs.append(f_required(child(p, "type")))
+        else:
+            errs.extend(f_invalid(child(p, "type"), t, m) for m in is_qualified_name(t))
+        if t in seen:
+            errs.append(f_duplicate(child(p, "type"), t))
+        seen.add(t)
+        if c.get("status", "") not in CONDITION_STATUSES:
+            errs.append(f_not_supported(child(p, "status"), c.get("status", ""),
+                                        CONDITION_STATUSES))
+        if c.get("observedGeneration", 0) < 0:
+            errs.append(f_invalid(child(p, "observedGeneration"), c["observedGeneration"],
+                                  "must be greater than or equal to zero"))
+        if not c.get("lastTransitionTime"):
+            errs.append(f_required(child(p, "lastTransitionTime"), "must be set"))
+        reason = c.get("reason", "")
+        if not reason:
+            errs.append(f_required(child(p, "reason"), "must be set"))
+        else:
+            if len(reason) > 1024:
+                errs.append(f_too_long(child(p, "reason"), 1024))
+            if not _CONDITION_REASON_RE.fullmatch(reason):
+                errs.append(f_invalid(child(p, "reason"), reason,
+                                      "a condition reason must start with alphabetic character, "
+                                      "optionally followed by a string of alphanumeric "
+                                      "characters or '_,:', and must end with an alphanumeric "
+                                      "character or '_' (e.g. 'my_name',  or 'MY_NAME',  or "
+                                      "'MyName',  or 'ReasonA,ReasonB',  or 'ReasonA:ReasonB', "
+                                      "regex used for validation is "
+                                      "'[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?')"))
+        if len(c.get("message", "")) > 32768:
+            errs.append(f_too_long(child(p, "message"), 32768))
+    return errs
+
+
+def validate_network_data(data, path):
+    errs = []
+    if len(data.get("interfaceName", "")) > MAX_INTERFACE_NAME:
+        errs.append(f_too_long(child(path, "interfaceName"), MAX_INTERFACE_NAME))
+    if len(data.get("hardwareAddress", "")) > MAX_HARDWARE_ADDRESS:
+        errs.append(f_too_long(child(path, "hardwareAddress"), MAX_HARDWARE_ADDRESS))
+    ips = data.get("ips", [])
+    ip_path = child(path, "ips")
+    if len(ips) > MAX_NETWORK_IPS:
+        errs.append(f_too_many(ip_path, len(ips), MAX_NETWORK_IPS))
+        return errs
+    seen = set()
+    for i, ip in enumerate(ips):
+        p = index(ip_path, i)
+        try:
+            if "/" not in ip:
+                raise ValueError()
+            ipaddress.ip_interface(ip)
+        except ValueError:
+            errs.append(f_invalid(p, ip, "must be a valid address in CIDR form, (e.g. "
+                                  "10.9.8.7/24 or 2001:db8::1/64)"))
+        if ip in seen:
+            errs.append(f_duplicate(p, ip))
+        seen.add(ip)
+    return errs
+
+
+def prepare_resourceclaim(obj, old):
+    """The defaults of the v1 API: allocationMode ExactCount, count 1, toleration operator
+    Equal (for the exactly request and every firstAvailable subrequest)."""
+    for request in obj.get("spec", {}).get("devices", {}).get("requests", []):
+        targets = list(request.get("firstAvailable", []))
+        if "exactly" in request:
+            targets.append(request["exactly"])
+        for r in targets:
+            if not r.get("allocationMode"):
+                r["allocationMode"] = "ExactCount"
+            if r["allocationMode"] == "ExactCount" and not r.get("count"):
+                r["count"] = 1
+            for t in r.get("tolerations", []):
+                if not t.get("operator"):
+                    t["operator"] = "Equal"
+
+
+class ClaimValidator:
+    """validation.ValidateResourceClaim / ...Update / ...StatusUpdate of Kubernetes 1.36, minus
+    CEL compilation and the admin-access namespace label check."""
+
+    @staticmethod
+    def request_names(spec):
+        """{request name: {subrequest names}} of a claim spec."""
+        names = {}
+        for r in spec.get("devices", {}).get("requests", []):
+            names.setdefault(r.get("name", ""), set()).update(
+                s.get("name", "") for s in r.get("firstAvailable", []))
+        return names
+
+    def validate_create(self, obj):
+        errs = validate_object_meta(obj.get("metadata", {}), namespaced=True)
+        return errs + self.validate_spec(obj["spec"], "spec")
+
+    def validate_update(self, obj, old):
+        errs = validate_object_meta(obj.get("metadata", {}), namespaced=True)
+        if obj["spec"] != old["spec"]:
+            errs.append(f_invalid("spec", obj["spec"], "field is immutable"))
+        return errs
+
+    def validate_request_common(self, r, path):
+        """deviceClassName, selectors, allocationMode/count, tolerations, capacity."""
+        errs = []
+        cls = r.get("deviceClassName", "")
+        if not cls:
+            errs.append(f_required(child(path, "deviceClassName")))
+        else:
+            errs.extend(f_invalid(child(path, "deviceClassName"), cls, m)
+                        for m in is_dns1123_subdomain(cls))
+        errs.extend(validate_selectors(r.get("selectors", []), child(path, "selectors")))
+        mode = r.get("allocationMode", "")
+        count = r.get("count", 0)
+        if mode == "ExactCount":
+            if count <= 0:
+                errs.append(f_invalid(child(path, "count"), count, "must be greater than zero"))
+        elif mode == "All":
+            if count != 0:
+                errs.append(f_invalid(child(path, "count"), count,
+                                      "must not be specified when allocationMode is 'All'"))
+        else:
+            errs.append(f_not_supported(child(path, "allocationMode"), mode, ALLOCATION_MODES))
+        errs.extend(validate_tolerations(r.get("tolerations", []), child(path, "tolerations")))
+        if "capacity" in r:
+            errs.extend(validate_capacity_requests(r["capacity"], child(path, "capacity")))
+        return errs
+
+    def validate_spec(self, spec, path):
+        errs = []
+        devices = spec.get("devices", {})
+        dp = child(path, "devices")
+        requests = devices.get("requests", [])
+        rp = child(dp, "requests")
+        names = self.request_names(spec)
+        if len(requests) > MAX_REQUESTS:
+            errs.append(f_too_many(rp, len(requests), MAX_REQUESTS))
+        else:
+            seen = set()
+            for i, req in enumerate(requests):
+                p = index(rp, i)
+                name = req.get("name", "")
+                errs.extend(validate_dns_label(name, child(p, "name")))
+                if name in seen:
+                    errs.append(f_duplicate(child(p, "name"), name))
+                seen.add(name)
+                exactly = req.get("exactly")
+                first = req.get("firstAvailable")
+                if exactly is None and not first:
+                    errs.append(f_required(p, "exactly one of `exactly` or `firstAvailable` is "
+                                           "required"))
+                elif exactly is not None and first:
+                    errs.append(f_invalid(p, None, "exactly one of `exactly` or "
+                                          "`firstAvailable` is required, but multiple fields "
+                                          "are set"))
+                elif exactly is not None:
+                    errs.extend(self.validate_request_common(exactly, child(p, "exactly")))
+                else:
+                    fp = child(p, "firstAvailable")
+                    if len(first) > MAX_SUBREQUESTS:
+                        errs.append(f_too_many(fp, len(first), MAX_SUBREQUESTS))
+                        continue
+                    sub_seen = set()
+                    for j, sub in enumerate(first):
+                        sp = index(fp, j)
+                        sub_name = sub.get("name", "")
+                        errs.extend(validate_dns_label(sub_name, child(sp, "name")))
+                        if sub_name in sub_seen:
+                            errs.append(f_duplicate(child(sp, "name"), sub_name))
+                        sub_seen.add(sub_name)
+                        errs.extend(self.validate_request_common(sub, sp))
+
+        constraints = devices.get("constraints", [])
+        cp = child(dp, "constraints")
+        if len(constraints) > MAX_CONSTRAINTS:
+            errs.append(f_too_many(cp, len(constraints), MAX_CONSTRAINTS))
+        else:
+            for i, c in enumerate(constraints):
+                p = index(cp, i)
+                errs.extend(validate_request_refs(c.get("requests", []), child(p, "requests"),
+                                                  names))
+                match, distinct = c.get("matchAttribute"), c.get("distinctAttribute")
+                if match is None and distinct is None:
+                    errs.append(f_required(p, "exactly one of `matchAttribute` or "
+                                           "`distinctAttribute` is required"))
+                elif match is not None and distinct is not None:
+                    errs.append(f_invalid(p, None, "exactly one of `matchAttribute` or "
+                                          "`distinctAttribute` is required, but multiple fields "
+                                          "are set"))
+                elif match is not None:
+                    errs.extend(validate_fully_qualified_name(match, child(p, "matchAttribute")))
+                else:
+                    errs.extend(validate_fully_qualified_name(distinct,
+                                                              child(p, "distinctAttribute")))
+
+        configs = devices.get("config", [])
+        gp = child(dp, "config")
+        if len(configs) > MAX_CONFIGS:
+            errs.append(f_too_many(gp, len(configs), MAX_CONFIGS))
+        else:
+            for i, c in enumerate(configs):
+                p = index(gp, i)
+                errs.extend(validate_request_refs(c.get("requests", []), child(p, "requests"),
+                                                  names))
+                errs.extend(validate_config_entry(c, p))
+        return errs
+
+    def validate_status_update(self, obj, old):
+        errs = validate_object_meta(obj.get("metadata", {}), namespaced=True)
+        status = obj.get("status", {})
+        old_status = old.get("status", {})
+        names = self.request_names(obj["spec"])
+        allocation = status.get("allocation")
+        old_allocation = old_status.get("allocation")
+        if allocation is not None:
+            if old_allocation is not None:
+                if allocation != old_allocation:
+                    errs.append(f_invalid("status.allocation", allocation, "field is immutable"))
+            else:
+                errs.extend(self.validate_allocation(allocation, "status.allocation", names))
+        reserved = status.get("reservedFor", [])
+        rp = "status.reservedFor"
+        if reserved and allocation is None:
+            errs.append(f_forbidden(rp, "may not be specified when `allocated` is not set"))
+        if len(reserved) > MAX_RESERVED_FOR:
+            errs.append(f_too_many(rp, len(reserved), MAX_RESERVED_FOR))
+        else:
+            seen = set()
+            for i, ref in enumerate(reserved):
+                p = index(rp, i)
+                if ref.get("apiGroup"):
+                    errs.extend(f_invalid(child(p, "apiGroup"), ref["apiGroup"], m)
+                                for m in is_dns1123_subdomain(ref["apiGroup"]))
+                for f in ("resource", "name", "uid"):
+                    if not ref.get(f):
+                        errs.append(f_required(child(p, f)))
+                uid = ref.get("uid", "")
+                if uid in seen:
+                    errs.append(f_duplicate(p, uid))
+                seen.add(uid)
+        errs.extend(self.validate_device_statuses(status.get("devices", []), allocation))
+        return errs
+
+    def validate_allocation(self, allocation, path, names):
+        errs = []
+        devices = allocation.get("devices", {})
+        dp = child(path, "devices")
+        results = devices.get("results", [])
+        rp = child(dp, "results")
+        if len(results) > MAX_RESULTS:
+            errs.append(f_too_many(rp, len(results), MAX_RESULTS))
+        else:
+            for i, r in enumerate(results):
+                errs.extend(self.validate_result(r, index(rp, i), names))
+        configs = devices.get("config", [])
+        cp = child(dp, "config")
+        if len(configs) > MAX_ALLOCATION_CONFIGS:
+            errs.append(f_too_many(cp, len(configs), MAX_ALLOCATION_CONFIGS))
+        else:
+            for i, c in enumerate(configs):
+                p = index(cp, i)
+                source = c.get("source", "")
+                if not source:
+                    errs.append(f_required(child(p, "source")))
+                elif source not in CONFIG_SOURCES:
+                    errs.append(f_not_supported(child(p, "source"), source, CONFIG_SOURCES))
+                errs.extend(validate_request_refs(c.get("requests", []), child(p, "requests"),
+                                                  names))
+                errs.extend(validate_config_entry(c, p))
+        if "nodeSelector" in allocation:
+            errs.extend(validate_node_selector(allocation["nodeSelector"],
+                                               child(path, "nodeSelector")))
+        return errs
+
+    def validate_result(self, r, path, names):
+        errs = []
+        request = r.get("request", "")
+        if not request:
+            errs.append(f_required(child(path, "request")))
+        else:
+            errs.extend(validate_request_ref(request, child(path, "request"), names))
+        errs.extend(validate_driver_name(r.get("driver", ""), child(path, "driver")))
+        errs.extend(validate_pool_name(r.get("pool", ""), child(path, "pool")))
+        errs.extend(validate_dns_label(r.get("device", ""), child(path, "device")))
+        if "shareID" in r:
+            errs.extend(validate_uuid(r["shareID"], child(path, "shareID")))
+        errs.extend(validate_tolerations(r.get("tolerations", []), child(path, "tolerations")))
+        for field in ("bindingConditions", "bindingFailureConditions"):
+            items = r.get(field, [])
+            p = child(path, field)
+            if len(items) > MAX_BINDING_CONDITIONS:
+                errs.append(f_too_many(p, len(items), MAX_BINDING_CONDITIONS))
+                continue
+            for i, c in enumerate(items):
+                errs.extend(f_invalid(index(p, i), c, m) for m in is_qualified_name(c))
+        for name in r.get("consumedCapacity", {}):
+            errs.extend(validate_qualified_key(name, child(path, "consumedCapacity")))
+        return errs
+
+    def validate_device_statuses(self, statuses, allocation):
+        errs = []
+        allocated = set()
+        if allocation is not None:
+            for r in allocation.get("devices", {}).get("results", []):
+                allocated.add((r.get("driver", ""), r.get("pool", ""), r.get("device", ""),
+                               r.get("shareID", "")))
+        seen = set()
+        for i, d in enumerate(statuses):
+            p = index("status.devices", i)
+            errs.extend(validate_driver_name(d.get("driver", ""), child(p, "driver")))
+            errs.extend(validate_pool_name(d.get("pool", ""), child(p, "pool")))
+            errs.extend(validate_dns_label(d.get("device", ""), child(p, "device")))
+            if "shareID" in d:
+                errs.extend(validate_uuid(d["shareID"], child(p, "shareID")))
+            k = (d.get("driver", ""), d.get("pool", ""), d.get("device", ""),
+                 d.get("shareID", ""))
+            if k in seen:
+                errs.append(f_duplicate(p, "/".join(x for x in k if x)))
+            elif k not in allocated:
+                errs.append(f_invalid(p, "/".join(x for x in k if x),
+                                      "must be an allocated device in the claim"))
+            seen.add(k)
+            errs.extend(validate_conditions(d.get("conditions", []), child(p, "conditions")))
+            errs.extend(validate_raw_object(d, "data", child(p, "data"), MAX_DEVICE_STATUS_DATA,
+                                            required=False))
+            if "networkData" in d:
+                errs.extend(validate_network_data(d["networkData"], child(p, "networkData")))
+        return errs
+
+
+def validate_extended_resource_name(name, path):
+    """v1helper.IsExtendedResourceName: domain-prefixed, not kubernetes.io, and valid as a
+    quota key `requests.<name>`."""
+    native = "/" not in name or "kubernetes.io/" in name
+    if native or name.startswith("requests.") or is_qualified_name("requests." + name):
+        return [f_invalid(path, name, "must be a valid extended resource name")]
+    return []
+
+
+class DeviceClassValidator:
+    def validate_create(self, obj):
+        errs = validate_object_meta(obj.get("metadata", {}), namespaced=False)
+        return errs + self.validate_spec(obj["spec"])
+
+    def validate_update(self, obj, old):
+        return self.validate_create(obj)  # a DeviceClass spec is mutable
+
+    @staticmethod
+    def validate_spec(spec):
+        errs = validate_selectors(spec.get("selectors", []), "spec.selectors")
+        configs = spec.get("config", [])
+        if len(configs) > MAX_CONFIGS:
+            errs.append(f_too_many("spec.config", len(configs), MAX_CONFIGS))
+        else:
+            for i, c in enumerate(configs):
+                errs.extend(validate_config_entry(c, index("spec.config", i)))
+        if "extendedResourceName" in spec:
+            errs.extend(validate_extended_resource_name(spec["extendedResourceName"],
+                                                        "spec.extendedResourceName"))
+        return errs
+
+
+def make_resourceclaim_type(cfg):
+    validator = ClaimValidator()
+    return ResourceType(
+        RESOURCE_GROUP, cfg.versions, "resourceclaims", "resourceclaim", "ResourceClaim",
+        namespaced=True,
+        verbs=("create", "delete", "deletecollection", "get", "list", "patch", "update",
+               "watch"),
+        schema=resourceclaim_schema(),
+        validate_create=validator.validate_create,
+        validate_update=validator.validate_update,
+        prepare=prepare_resourceclaim,
+        status_subresource=True,
+        validate_status_update=validator.validate_status_update)
+
+
+def make_deviceclass_type(cfg):
+    validator = DeviceClassValidator()
+    return ResourceType(
+        RESOURCE_GROUP, cfg.versions, "deviceclasses", "deviceclass", "DeviceClass",
+        namespaced=False,
+        verbs=("create", "delete", "get", "list", "update", "watch"),
+        schema=deviceclass_schema(),
+        validate_create=validator.validate_create,
+        validate_update=validator.validate_update)
+
+
 def make_node_type():
     return ResourceType(
         "", ("v1",), "nodes", "node", "Node", namespaced=False, verbs=("get", "list", "watch"),
@@ -1900,6 +2560,8 @@ class Api:
         self.types = {}  # (group, version, plural) -> ResourceType
         self.type_list = []
         self.register(make_resourceslice_type(cfg))
+        self.register(make_resourceclaim_type(cfg))
+        self.register(make_deviceclass_type(cfg))
         self.register(make_node_type())
         self.node_type = self.type_list[-1]
         self.requests = []
@@ -2124,6 +2786,8 @@ class Api:
         if meta.get("resourceVersion"):
             raise ApiError(500, "", "resourceVersion should not be set on objects to be created")
         self._prepare_meta_for_create(rt, obj, ns)
+        if rt.status_subresource:
+            obj["status"] = {}  # status is only written through /status
         if rt.prepare:
             rt.prepare(obj, None)
         if rt.warnings:
@@ -2148,7 +2812,10 @@ class Api:
             stored = self.store.commit(rt.type_key, "ADDED", k, obj, None)
         return 201, rt.render(stored, version), warnings
 
-    def update(self, rt, version, ns, name, body, params, is_patch=False):
+    def update(self, rt, version, ns, name, body, params, is_patch=False, subresource=""):
+        """PUT of the object, or of its /status (subresource "status"): then only the status
+        of the stored object is replaced; spec and metadata changes in the body are ignored,
+        except that a resourceVersion or uid in it must match."""
         field_validation = parse_field_validation(params)
         dry_run = parse_dry_run(params)
         obj, warnings = self.decode(rt, version, body, field_validation)
@@ -2187,17 +2854,25 @@ class Api:
             if meta.get("uid") and meta["uid"] != old_meta.get("uid"):
                 raise rt.conflict(name, "Precondition failed: UID in precondition: %s, UID in "
                                   "object meta: %s" % (old_meta.get("uid"), meta["uid"]))
-            for f in ("uid", "creationTimestamp", "deletionTimestamp",
-                      "deletionGracePeriodSeconds"):
-                if f in old_meta:
-                    meta[f] = old_meta[f]
-                else:
-                    meta.pop(f, None)
-            meta.pop("managedFields", None)
-            meta.pop("selfLink", None)
-            meta["resourceVersion"] = old_meta["resourceVersion"]
-            if rt.prepare:
-                rt.prepare(obj, old)
+            if subresource == "status":
+                status = obj.get("status", {})
+                obj = dict(old)
+                obj["status"] = status
+                meta = obj["metadata"] = dict(old_meta)
+            else:
+                for f in ("uid", "creationTimestamp", "deletionTimestamp",
+                          "deletionGracePeriodSeconds"):
+                    if f in old_meta:
+                        meta[f] = old_meta[f]
+                    else:
+                        meta.pop(f, None)
+                meta.pop("managedFields", None)
+                meta.pop("selfLink", None)
+                meta["resourceVersion"] = old_meta["resourceVersion"]
+                if rt.status_subresource:
+                    obj["status"] = old.get("status", {})
+                if rt.prepare:
+                    rt.prepare(obj, old)
             spec_changed = any(obj.get(f) != old.get(f) for f in set(obj) | set(old)
                                if f not in ("metadata", "status"))
             meta["generation"] = old_meta.get("generation", 1) + (1 if spec_changed else 0)
@@ -2206,7 +2881,8 @@ class Api:
                 errs = [f_forbidden("metadata.finalizers", "no new finalizers can be added if "
                                     "the object is being deleted")]
                 raise rt.invalid(name, errs)
-            errs = rt.validate_update(obj, old) if rt.validate_update else []
+            validate = rt.validate_status_update if subresource else rt.validate_update
+            errs = validate(obj, old) if validate else []
             if errs:
                 raise rt.invalid(name, errs)
             if obj == old:  # a no-op update writes nothing and sends no event
@@ -2219,7 +2895,7 @@ class Api:
             stored = self.store.commit(rt.type_key, "MODIFIED", k, obj, old)
         return 200, rt.render(stored, version), warnings
 
-    def patch(self, rt, version, ns, name, body, params, content_type):
+    def patch(self, rt, version, ns, name, body, params, content_type, subresource=""):
         """Merge patch (RFC 7386; strategic merge patch is treated alike, which is what it
         amounts to for ResourceSlices) or JSON patch (RFC 6902), then an update. The patched
         object keeps the stored resourceVersion unless the patch sets one, so a patch is
@@ -2243,7 +2919,8 @@ class Api:
             except ValueError as e:
                 raise ApiError(422, "Invalid", "the server rejected our request due to an error "
                                "in our request: %s" % e)
-            return self.update(rt, version, ns, name, result, params, is_patch=True)
+            return self.update(rt, version, ns, name, result, params, is_patch=True,
+                               subresource=subresource)
 
     def delete(self, rt, version, ns, name, body, params):
         options = {}
@@ -2350,6 +3027,10 @@ class Api:
                 resources.append({"name": rt.plural, "singularName": rt.singular,
                                   "namespaced": rt.namespaced, "kind": rt.kind,
                                   "verbs": sorted(rt.verbs)})
+                if rt.status_subresource:
+                    resources.append({"name": rt.plural + "/status", "singularName": "",
+                                      "namespaced": rt.namespaced, "kind": rt.kind,
+                                      "verbs": ["get", "patch", "update"]})
         return {"kind": "APIResourceList", "apiVersion": "v1",
                 "groupVersion": group + "/" + version if group else version,
                 "resources": resources}
@@ -2567,11 +3248,50 @@ class Handler(BaseHTTPRequestHandler):
             raise not_found_path()
         name = rest[1] if len(rest) > 1 else ""
         sub = rest[2] if len(rest) > 2 else ""
-        if sub:
-            raise not_found_path()  # no subresources yet (ResourceSlice has none)
+        if sub and (sub != "status" or not rt.status_subresource):
+            raise not_found_path()
         if rt.namespaced and not ns and name:
             raise not_found_path()
+        if ns and is_dns1123_label(ns):
+            # Namespaces are implicit: every valid name exists, no other does.
+            raise ApiError(404, "NotFound", 'namespaces "%s" not found' % ns,
+                           {"name": ns, "kind": "namespaces"})
+        if sub:
+            return self.status_subresource(rt, version, ns, name, method, params, body)
         self.resource(rt, version, ns, name, method, params, body)
+
+    def status_subresource(self, rt, version, ns, name, method, params, body):
+        """GET, PUT and PATCH of <object>/status."""
+        api = self.api
+        content_type = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if method in ("GET", "HEAD") and "get" in rt.verbs:
+            return self.send_json(200, api.get(rt, version, ns, name))
+        if method == "PUT" and "update" in rt.verbs:
+            if content_type not in ("", "application/json"):
+                raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an "
+                               "unknown format - accepted media types include: "
+                               "application/json")
+            code, obj, warnings = api.update(rt, version, ns, name, body, params,
+                                             subresource="status")
+            return self.send_json(code, obj, self.warning_headers(warnings))
+        if method == "PATCH" and "patch" in rt.verbs:
+            self.check_patch_type(content_type)
+            code, obj, warnings = api.patch(rt, version, ns, name, body, params, content_type,
+                                            subresource="status")
+            return self.send_json(code, obj, self.warning_headers(warnings))
+        raise method_not_allowed()
+
+    @staticmethod
+    def check_patch_type(content_type):
+        if content_type == "application/apply-patch+yaml":
+            raise ApiError(415, "UnsupportedMediaType", "server-side apply is not supported "
+                           "by the fake API server")
+        if content_type not in ("application/merge-patch+json", "application/json-patch+json",
+                                "application/strategic-merge-patch+json"):
+            raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an "
+                           "unknown format - accepted media types include: "
+                           "application/json-patch+json, application/merge-patch+json, "
+                           "application/strategic-merge-patch+json")
 
     def discovery(self, segs):
         """The discovery document at segs, or None when segs is not a discovery path."""
@@ -2623,6 +3343,8 @@ class Handler(BaseHTTPRequestHandler):
                 return self.send_json(code, obj, self.warning_headers(warnings))
             if method == "DELETE":
                 need("deletecollection")
+                if rt.namespaced and not ns:
+                    raise method_not_allowed()
                 code, obj = api.delete_collection(rt, version, ns, params, body)
                 return self.send_json(code, obj)
             raise method_not_allowed()
@@ -2642,15 +3364,7 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(code, obj, self.warning_headers(warnings))
         if method == "PATCH":
             need("patch")
-            if content_type == "application/apply-patch+yaml":
-                raise ApiError(415, "UnsupportedMediaType", "server-side apply is not supported "
-                               "by the fake API server")
-            if content_type not in ("application/merge-patch+json", "application/json-patch+json",
-                                    "application/strategic-merge-patch+json"):
-                raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an "
-                               "unknown format - accepted media types include: "
-                               "application/json-patch+json, application/merge-patch+json, "
-                               "application/strategic-merge-patch+json")
+            self.check_patch_type(content_type)
             code, obj, warnings = api.patch(rt, version, ns, name, body, params, content_type)
             return self.send_json(code, obj, self.warning_headers(warnings))
         if method == "DELETE":
@@ -2927,7 +3641,9 @@ def write_port_file(path, port):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                epilog="\n\n".join(__doc__.split("\n\n")[3:5]),
+                                epilog="\n\n".join(
+                                    para for para in __doc__.split("\n\n")
+                                    if para.startswith(("Control endpoints", "Where it differs"))),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0: ephemeral)")
     p.add_argument("--port-file", help="write the port here (atomically) once listening")

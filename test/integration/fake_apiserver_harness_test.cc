@@ -1,5 +1,6 @@
 // Tests of the C++ harness around fake_apiserver.py: start over HTTP and HTTPS, requests with
-// libcurl and a raw socket, restart on the same port with an empty store, stop.
+// libcurl and a raw socket, restart on the same port with an empty store, stop, and the Api()
+// helpers for ResourceClaims and DeviceClasses.
 #include "test/integration/fake_apiserver.h"
 
 #include <arpa/inet.h>
@@ -30,6 +31,8 @@ using ::testing::StartsWith;
 
 constexpr char kSlices[] = "/apis/resource.k8s.io/v1/resourceslices";
 constexpr char kNodeUid[] = "3f1e2d4c-5b6a-4978-8a9b-0c1d2e3f4a5b";
+constexpr char kPodUid[] = "9b8e7d6c-5a4f-4e3d-8c2b-1a0f9e8d7c6b";
+constexpr char kClaims[] = "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims";
 
 struct HttpResult {
   CURLcode curl = CURLE_OK;
@@ -349,6 +352,177 @@ TEST(FakeApiServerHarness, WritesKubeconfig) {
   EXPECT_THAT(text.str(), HasSubstr("token: \"abc\"\n"));
   EXPECT_THAT(text.str(), HasSubstr("current-context: fake-apiserver\n"));
   EXPECT_EQ(s.WriteKubeconfig("/nonexistent-dir/kubeconfig"), "");
+}
+
+nlohmann::json ClaimJson(const std::string& name, const std::string& ns = "team-a") {
+  return {{"apiVersion", "resource.k8s.io/v1"},
+          {"kind", "ResourceClaim"},
+          {"metadata", {{"name", name}, {"namespace", ns}}},
+          {"spec",
+           {{"devices",
+             {{"requests", {{{"name", "cpus"}, {"exactly", {{"deviceClassName", "cpu"}}}}}},
+              {"config",
+               {{{"requests", {"cpus"}},
+                 {"opaque",
+                  {{"driver", "cpu.topodra.io"},
+                   {"parameters", {{"kind", "CpuConfig"}, {"exclusive", true}}}}}}}}}}}}};
+}
+
+nlohmann::json AllocationJson(const std::string& device) {
+  return {{"devices",
+           {{"results",
+             {{{"request", "cpus"},
+               {"driver", "cpu.topodra.io"},
+               {"pool", "node-a"},
+               {"device", device}}}}}},
+          {"nodeSelector",
+           {{"nodeSelectorTerms",
+             {{{"matchFields",
+                {{{"key", "metadata.name"}, {"operator", "In"}, {"values", {"node-a"}}}}}}}}}}};
+}
+
+nlohmann::json PodRef() {
+  return nlohmann::json::array({{{"resource", "pods"}, {"name", "pod-a"}, {"uid", kPodUid}}});
+}
+
+TEST(FakeApiServerHarness, ClaimAndDeviceClassHelpers) {
+  auto server = FakeApiServer::Start();
+  ASSERT_TRUE(server.ok()) << server.status();
+  const FakeApiServer& s = **server;
+
+  auto cls = s.CreateDeviceClass(
+      {{"metadata", {{"name", "cpu"}}},
+       {"spec",
+        {{"selectors", {{{"cel", {{"expression", "device.driver == \"cpu.topodra.io\""}}}}}}}}});
+  ASSERT_TRUE(cls.ok()) << cls.status();
+  EXPECT_EQ((*cls)["kind"], "DeviceClass");
+  EXPECT_FALSE((*cls)["metadata"]["uid"].get<std::string>().empty());
+  auto got_cls = s.Api("GET", "/apis/resource.k8s.io/v1/deviceclasses/cpu");
+  ASSERT_TRUE(got_cls.ok()) << got_cls.status();
+  EXPECT_EQ(*got_cls, *cls);
+
+  auto created = s.CreateClaim(ClaimJson("claim-a"));
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_EQ((*created)["metadata"]["namespace"], "team-a");
+  EXPECT_FALSE((*created)["metadata"]["uid"].get<std::string>().empty());
+  EXPECT_EQ((*created)["spec"]["devices"]["requests"][0]["exactly"]["allocationMode"],
+            "ExactCount");
+  EXPECT_EQ((*created)["status"], nlohmann::json::object());
+
+  auto allocated = s.AllocateClaim("team-a", "claim-a", AllocationJson("cpu-0"), PodRef());
+  ASSERT_TRUE(allocated.ok()) << allocated.status();
+  EXPECT_EQ((*allocated)["status"]["allocation"], AllocationJson("cpu-0"));
+  EXPECT_EQ((*allocated)["status"]["reservedFor"], PodRef());
+  EXPECT_EQ((*allocated)["metadata"]["uid"], (*created)["metadata"]["uid"]);
+  EXPECT_NE((*allocated)["metadata"]["resourceVersion"], (*created)["metadata"]["resourceVersion"]);
+
+  auto got = s.Api("GET", absl::StrCat(kClaims, "/claim-a"));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, *allocated);
+  auto listed = s.Api("GET", "/apis/resource.k8s.io/v1/resourceclaims");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ((*listed)["items"].size(), 1u);
+  nlohmann::json item = *allocated;  // list items of built-in types carry no kind/apiVersion
+  item.erase("kind");
+  item.erase("apiVersion");
+  EXPECT_EQ((*listed)["items"][0], item);
+
+  // A merge patch of /status (what a driver does for status.devices).
+  nlohmann::json patch = {{"status",
+                           {{"devices",
+                             {{{"driver", "cpu.topodra.io"},
+                               {"pool", "node-a"},
+                               {"device", "cpu-0"},
+                               {"data", {{"cpus", "0-3"}}}}}}}}};
+  auto patched = s.Api("PATCH", absl::StrCat(kClaims, "/claim-a/status"), &patch);
+  ASSERT_TRUE(patched.ok()) << patched.status();
+  EXPECT_EQ((*patched)["status"]["devices"][0]["data"]["cpus"], "0-3");
+  EXPECT_EQ((*patched)["status"]["allocation"], AllocationJson("cpu-0"));
+
+  auto deleted = s.Api("DELETE", absl::StrCat(kClaims, "/claim-a"));
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_EQ((*deleted)["status"], "Success");
+}
+
+TEST(FakeApiServerHarness, ApiErrorsMapToStatusCodes) {
+  auto server = FakeApiServer::Start();
+  ASSERT_TRUE(server.ok()) << server.status();
+  FakeApiServer& s = **server;
+  ASSERT_TRUE(s.CreateClaim(ClaimJson("claim-a")).ok());
+  ASSERT_TRUE(s.AllocateClaim("team-a", "claim-a", AllocationJson("cpu-0")).ok());
+
+  // 422: an allocation is immutable once set.
+  auto changed = s.AllocateClaim("team-a", "claim-a", AllocationJson("cpu-1"));
+  EXPECT_EQ(changed.status().code(), absl::StatusCode::kInvalidArgument) << changed.status();
+  EXPECT_THAT(std::string(changed.status().message()), HasSubstr("HTTP 422: "));
+  EXPECT_THAT(std::string(changed.status().message()), HasSubstr("field is immutable"));
+  // 422: opaque parameters must be a JSON object.
+  nlohmann::json bad = ClaimJson("claim-b");
+  bad["spec"]["devices"]["config"][0]["opaque"]["parameters"] = "not an object";
+  auto invalid = s.CreateClaim(bad);
+  EXPECT_EQ(invalid.status().code(), absl::StatusCode::kInvalidArgument) << invalid.status();
+  EXPECT_THAT(std::string(invalid.status().message()), HasSubstr("must be valid JSON object"));
+
+  // 404
+  auto missing = s.Api("GET", absl::StrCat(kClaims, "/nothing"));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound) << missing.status();
+  EXPECT_THAT(std::string(missing.status().message()),
+              HasSubstr("GET " + std::string(kClaims) + "/nothing: HTTP 404: "));
+  EXPECT_EQ(s.AllocateClaim("team-a", "nothing", AllocationJson("cpu-0")).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.Api("GET", "/apis/resource.k8s.io/v1/nothings").status().code(),
+            absl::StatusCode::kNotFound);
+
+  // 409: AlreadyExists on create, Aborted for a stale resourceVersion.
+  EXPECT_EQ(s.CreateClaim(ClaimJson("claim-a")).status().code(), absl::StatusCode::kAlreadyExists);
+  nlohmann::json stale = {{"metadata", {{"name", "claim-a"}, {"resourceVersion", "1"}}},
+                          {"status", nlohmann::json::object()}};
+  auto conflict = s.Api("PUT", absl::StrCat(kClaims, "/claim-a/status"), &stale);
+  EXPECT_EQ(conflict.status().code(), absl::StatusCode::kAborted) << conflict.status();
+
+  // Anything else is Unknown, with the code in the message: 400 for a strict decoding error,
+  // 405 for a verb the resource does not have.
+  nlohmann::json unknown_field = ClaimJson("claim-c");
+  unknown_field["spec"]["bogus"] = 1;
+  auto strict = s.Api("POST", absl::StrCat(kClaims, "?fieldValidation=Strict"), &unknown_field);
+  EXPECT_EQ(strict.status().code(), absl::StatusCode::kUnknown) << strict.status();
+  EXPECT_THAT(std::string(strict.status().message()), HasSubstr("HTTP 400: "));
+  EXPECT_THAT(std::string(strict.status().message()),
+              HasSubstr("unknown field \\\"spec.bogus\\\""));
+  auto not_allowed = s.Api("POST", "/apis/resource.k8s.io/v1/resourceclaims", &unknown_field);
+  EXPECT_THAT(std::string(not_allowed.status().message()), HasSubstr("HTTP 405: "));
+
+  ASSERT_TRUE(s.FailNext(1, 503).ok());
+  auto unavailable = s.Api("GET", kClaims);
+  EXPECT_EQ(unavailable.status().code(), absl::StatusCode::kUnknown);
+  EXPECT_THAT(std::string(unavailable.status().message()), HasSubstr("HTTP 503: "));
+
+  ASSERT_TRUE(s.Stop().ok());
+  EXPECT_EQ(s.Api("GET", kClaims).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(FakeApiServerHarness, ApiOverMutualTlsWithToken) {
+  FakeApiServerOptions opts;
+  opts.mtls = true;
+  opts.token = "claims-t0ken";
+  opts.versions = {"v1beta2"};
+  auto server = FakeApiServer::Start(opts);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const FakeApiServer& s = **server;
+  nlohmann::json claim = ClaimJson("claim-a");
+  claim.erase("apiVersion");  // the helpers then use the version the server serves
+  auto created = s.CreateClaim(claim);
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_EQ((*created)["apiVersion"], "resource.k8s.io/v1beta2");
+  auto allocated = s.AllocateClaim("team-a", "claim-a", AllocationJson("cpu-0"), PodRef());
+  ASSERT_TRUE(allocated.ok()) << allocated.status();
+  auto listed = s.Api("GET", "/apis/resource.k8s.io/v1beta2/namespaces/team-a/resourceclaims");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ((*listed)["items"].size(), 1u);
+  EXPECT_EQ((*listed)["items"][0]["status"]["reservedFor"], PodRef());
+  auto requests = s.Requests();
+  ASSERT_TRUE(requests.ok());
+  for (const nlohmann::json& r : *requests) EXPECT_NE(r["code"], 401) << r.dump();
 }
 
 }  // namespace
