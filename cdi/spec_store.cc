@@ -49,7 +49,8 @@ std::string SpecStore::PathOf(absl::string_view file_name) const {
   return absl::StrCat(dir_, "/", file_name);
 }
 
-absl::StatusOr<Spec> SpecStore::Write(absl::string_view file_name, const Spec& spec) const {
+absl::StatusOr<Spec> SpecStore::Write(absl::string_view file_name, const Spec& spec,
+                                      bool synced) const {
   const std::string path = PathOf(file_name);
   if (absl::Status st = ValidateSpecFileName(file_name); !st.ok()) return st;
   Spec out = spec;
@@ -57,16 +58,18 @@ absl::StatusOr<Spec> SpecStore::Write(absl::string_view file_name, const Spec& s
   if (absl::Status st = Validate(out); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("CDI spec \"", path, "\": ", st.message()));
   }
-  if (absl::Status st = WriteAtomically(std::string(file_name), ToJsonText(out)); !st.ok()) {
+  if (absl::Status st = WriteAtomically(std::string(file_name), ToJsonText(out), synced); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("write CDI spec \"", path, "\": ", st.message()));
   }
   return out;
 }
 
-absl::Status SpecStore::WriteAtomically(const std::string& file_name,
-                                        absl::string_view content) const {
+absl::Status SpecStore::WriteAtomically(const std::string& file_name, absl::string_view content,
+                                        bool synced) const {
   // The runtime reads specs whatever our umask is; the directory is the usual 0755.
-  return files::WriteFileAtomically(dir_, file_name, content, 0644, 0755);
+  return files::WriteFileAtomically(
+      dir_, file_name, content, 0644, 0755,
+      synced ? files::Durability::kSynced : files::Durability::kAtomicOnly);
 }
 
 absl::StatusOr<Spec> SpecStore::Read(absl::string_view file_name) const {

@@ -30,7 +30,10 @@ class SpecStore {
   // the directory (0755) if missing. A failure up to the rename leaves the previous file as it
   // was and no temporary file behind; only a failed fsync of the directory after the rename is
   // reported with the new file in place. Returns the spec as written.
-  absl::StatusOr<Spec> Write(absl::string_view file_name, const Spec& spec) const;
+  // With synced = false the fsyncs are skipped (atomic, not durable): for callers that keep the
+  // spec in durable state of their own and rewrite lost files at start.
+  absl::StatusOr<Spec> Write(absl::string_view file_name, const Spec& spec,
+                             bool synced = true) const;
 
   // Parses and validates dir/file_name.
   absl::StatusOr<Spec> Read(absl::string_view file_name) const;
@@ -43,7 +46,8 @@ class SpecStore {
   absl::StatusOr<std::vector<std::string>> List() const;
 
  private:
-  absl::Status WriteAtomically(const std::string& file_name, absl::string_view content) const;
+  absl::Status WriteAtomically(const std::string& file_name, absl::string_view content,
+                               bool synced) const;
 
   std::string dir_;
 };

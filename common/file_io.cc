@@ -84,7 +84,9 @@ absl::Status SyncDirectory(const std::string& dir) {
 }
 
 absl::Status WriteFileAtomically(const std::string& dir, const std::string& file_name,
-                                 absl::string_view content, mode_t file_mode, mode_t dir_mode) {
+                                 absl::string_view content, mode_t file_mode, mode_t dir_mode,
+                                 Durability durability) {
+  const bool sync = durability == Durability::kSynced;
   if (absl::Status st = MakeDirectories(dir, dir_mode); !st.ok()) return st;
   const std::string target = absl::StrCat(dir, "/", file_name);
   std::string temp;
@@ -104,12 +106,12 @@ absl::Status WriteFileAtomically(const std::string& dir, const std::string& file
   // The mode is what the caller asked for, whatever the umask.
   if (::fchmod(fd.get(), file_mode) != 0) return fail(ErrnoStatus(errno, "chmod", temp));
   if (absl::Status st = WriteAll(fd.get(), content, temp); !st.ok()) return fail(st);
-  if (::fsync(fd.get()) != 0) return fail(ErrnoStatus(errno, "fsync", temp));
+  if (sync && ::fsync(fd.get()) != 0) return fail(ErrnoStatus(errno, "fsync", temp));
   if (fd.Close() != 0) return fail(ErrnoStatus(errno, "close", temp));
   if (::rename(temp.c_str(), target.c_str()) != 0) {
     return fail(ErrnoStatus(errno, absl::StrCat("rename \"", temp, "\" to"), target));
   }
-  return SyncDirectory(dir);
+  return sync ? SyncDirectory(dir) : absl::OkStatus();
 }
 
 bool IsTempNameFor(absl::string_view name, absl::string_view file_name) {

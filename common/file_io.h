@@ -26,8 +26,12 @@ absl::Status SyncDirectory(const std::string& dir);
 // Writes dir/file_name: a temporary ".<file_name>.<pid>-<n>.tmp" created with O_EXCL, the whole
 // content, fsync, close, rename over the target, fsync of the directory. The temporary file is
 // removed on any failure before the rename; the directory is created if missing.
+// kAtomicOnly skips both fsyncs: readers still never see a partial file, but after a power loss
+// the file may be the old one or empty. For files that can be rebuilt from durable state.
+enum class Durability { kSynced, kAtomicOnly };
 absl::Status WriteFileAtomically(const std::string& dir, const std::string& file_name,
-                                 absl::string_view content, mode_t file_mode, mode_t dir_mode);
+                                 absl::string_view content, mode_t file_mode, mode_t dir_mode,
+                                 Durability durability = Durability::kSynced);
 
 // True for the temporary names WriteFileAtomically uses for file_name (leftovers of a crash).
 bool IsTempNameFor(absl::string_view name, absl::string_view file_name);

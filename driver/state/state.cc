@@ -108,6 +108,15 @@ absl::Status State::MarkPrepared(const std::string& owner, nlohmann::json answer
   return absl::OkStatus();
 }
 
+absl::Status State::SetPhase(const std::string& owner, Phase phase) {
+  auto it = allocations_.find(owner);
+  if (it == allocations_.end()) {
+    return absl::NotFoundError(absl::StrCat("no allocation for owner \"", owner, "\""));
+  }
+  it->second.phase = phase;
+  return absl::OkStatus();
+}
+
 absl::Status State::Remove(const std::string& owner) {
   auto it = allocations_.find(owner);
   if (it == allocations_.end()) return absl::OkStatus();

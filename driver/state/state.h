@@ -63,6 +63,8 @@ class State {
   absl::Status Add(Allocation allocation);
   // Preparing -> Prepared with the answer to replay. NotFound for an unknown owner.
   absl::Status MarkPrepared(const std::string& owner, nlohmann::json answer);
+  // Moves `owner` to `phase`, keeping its answer. NotFound for an unknown owner.
+  absl::Status SetPhase(const std::string& owner, Phase phase);
   // Forgets `owner`; an unknown owner is OK (unprepare is idempotent).
   absl::Status Remove(const std::string& owner);
 

@@ -1,0 +1,53 @@
+#include "driver/plugin/instance_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/file_io.h"
+
+namespace topodra::plugin {
+
+absl::StatusOr<std::unique_ptr<InstanceLock>> InstanceLock::Acquire(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) {
+    if (absl::Status st = files::MakeDirectories(path.substr(0, slash), 0700); !st.ok()) return st;
+  }
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return files::ErrnoStatus(errno, "open lock file", path);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    std::string holder;
+    char buf[32] = {};
+    const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+    ::close(fd);
+    if (err != EWOULDBLOCK) return files::ErrnoStatus(err, "lock", path);
+    int pid = 0;
+    if (n > 0 && absl::SimpleAtoi(absl::StripAsciiWhitespace(absl::string_view(buf, n)), &pid)) {
+      holder = absl::StrCat(" (pid ", pid, ")");
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("another topodra is running on this node", holder, ": it holds the lock \"",
+                     path, "\"; only one instance may serve a node's kubelet and state"));
+  }
+  // The pid is only for the message above; the flock is what counts.
+  const std::string pid = absl::StrCat(::getpid(), "\n");
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    const int err = errno;
+    ::close(fd);
+    return files::ErrnoStatus(err, "write", path);
+  }
+  return std::unique_ptr<InstanceLock>(new InstanceLock(path, fd));
+}
+
+InstanceLock::~InstanceLock() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+}  // namespace topodra::plugin

@@ -1,0 +1,300 @@
+#include "driver/plugin/kubelet_plugin.h"
+
+#include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <exception>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/file_io.h"
+#include "proto/dra/v1/api.grpc.pb.h"
+#include "proto/dra/v1beta1/api.grpc.pb.h"
+#include "proto/pluginregistration/api.grpc.pb.h"
+
+namespace topodra::plugin {
+namespace {
+
+namespace drav1 = ::k8s::io::kubelet::pkg::apis::dra::v1;
+namespace drav1beta1 = ::k8s::io::kubelet::pkg::apis::dra::v1beta1;
+namespace reg = ::pluginregistration;
+
+// sun_path is 108 bytes including the terminating NUL.
+constexpr size_t kMaxSocketPath = 107;
+
+template <typename Request>
+std::vector<prepare::ClaimRef> ClaimsOf(const Request& request) {
+  std::vector<prepare::ClaimRef> out;
+  out.reserve(request.claims_size());
+  for (const auto& c : request.claims()) out.push_back({c.namespace_(), c.uid(), c.name()});
+  return out;
+}
+
+// The two DRA versions have the same messages except Device.share_id (v1 only); one template
+// serves both.
+template <typename Api, bool kHasShareId>
+class DraService final : public Api::DRAPlugin::Service {
+ public:
+  explicit DraService(prepare::ClaimService* service) : service_(service) {}
+
+  grpc::Status NodePrepareResources(grpc::ServerContext*,
+                                    const typename Api::NodePrepareResourcesRequest* request,
+                                    typename Api::NodePrepareResourcesResponse* response) override {
+    try {
+      const std::map<std::string, prepare::ClaimOutcome> outcomes =
+          service_->Prepare(ClaimsOf(*request));
+      auto* claims = response->mutable_claims();
+      for (const auto& [uid, outcome] : outcomes) {
+        typename Api::NodePrepareResourceResponse& r = (*claims)[uid];
+        if (!outcome.error.empty()) {
+          r.set_error(outcome.error);
+          continue;
+        }
+        for (const prepare::PreparedDevice& d : outcome.devices) {
+          typename Api::Device* device = r.add_devices();
+          for (const std::string& name : d.request_names) device->add_request_names(name);
+          device->set_pool_name(d.pool);
+          device->set_device_name(d.device);
+          for (const std::string& id : d.cdi_device_ids) device->add_cdi_device_ids(id);
+          if constexpr (kHasShareId) {
+            if (d.share_id) device->set_share_id(*d.share_id);
+          }
+        }
+      }
+      return grpc::Status::OK;
+    } catch (const std::exception& e) {
+      return grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat("prepare: ", e.what()));
+    }
+  }
+
+  grpc::Status NodeUnprepareResources(
+      grpc::ServerContext*, const typename Api::NodeUnprepareResourcesRequest* request,
+      typename Api::NodeUnprepareResourcesResponse* response) override {
+    try {
+      const std::map<std::string, std::string> errors = service_->Unprepare(ClaimsOf(*request));
+      auto* claims = response->mutable_claims();
+      for (const auto& [uid, error] : errors) (*claims)[uid].set_error(error);
+      return grpc::Status::OK;
+    } catch (const std::exception& e) {
+      return grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat("unprepare: ", e.what()));
+    }
+  }
+
+ private:
+  prepare::ClaimService* service_;
+};
+
+struct V1 {
+  using DRAPlugin = drav1::DRAPlugin;
+  using NodePrepareResourcesRequest = drav1::NodePrepareResourcesRequest;
+  using NodePrepareResourcesResponse = drav1::NodePrepareResourcesResponse;
+  using NodePrepareResourceResponse = drav1::NodePrepareResourceResponse;
+  using NodeUnprepareResourcesRequest = drav1::NodeUnprepareResourcesRequest;
+  using NodeUnprepareResourcesResponse = drav1::NodeUnprepareResourcesResponse;
+  using Device = drav1::Device;
+};
+struct V1beta1 {
+  using DRAPlugin = drav1beta1::DRAPlugin;
+  using NodePrepareResourcesRequest = drav1beta1::NodePrepareResourcesRequest;
+  using NodePrepareResourcesResponse = drav1beta1::NodePrepareResourcesResponse;
+  using NodePrepareResourceResponse = drav1beta1::NodePrepareResourceResponse;
+  using NodeUnprepareResourcesRequest = drav1beta1::NodeUnprepareResourcesRequest;
+  using NodeUnprepareResourcesResponse = drav1beta1::NodeUnprepareResourcesResponse;
+  using Device = drav1beta1::Device;
+};
+
+class RegistrationService final : public reg::Registration::Service {
+ public:
+  RegistrationService(KubeletPlugin* plugin, std::string driver, std::string endpoint)
+      : plugin_(plugin), driver_(std::move(driver)), endpoint_(std::move(endpoint)) {}
+
+  grpc::Status GetInfo(grpc::ServerContext*, const reg::InfoRequest*,
+                       reg::PluginInfo* info) override {
+    info->set_type("DRAPlugin");
+    info->set_name(driver_);
+    info->set_endpoint(endpoint_);
+    // A 1.34+ kubelet takes the first entry it knows: v1, and v1beta1 for older kubelets.
+    info->add_supported_versions(kDraV1);
+    info->add_supported_versions(kDraV1beta1);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status NotifyRegistrationStatus(grpc::ServerContext*, const reg::RegistrationStatus* status,
+                                        reg::RegistrationStatusResponse*) override {
+    plugin_->OnRegistrationStatus(status->plugin_registered(), status->error());
+    return grpc::Status::OK;
+  }
+
+ private:
+  KubeletPlugin* plugin_;
+  const std::string driver_;
+  const std::string endpoint_;
+};
+
+// Removes a socket left by a dead instance (the instance lock says none is alive). Anything
+// else at that path is not ours to delete.
+absl::Status RemoveStaleSocket(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return files::ErrnoStatus(errno, "stat", path);
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("\"", path, "\" exists and is not a socket; refusing to replace it"));
+  }
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return files::ErrnoStatus(errno, "remove stale socket", path);
+  }
+  return absl::OkStatus();
+}
+
+unsigned long InodeOf(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return 0;
+  return static_cast<unsigned long>(st.st_ino);
+}
+
+// Builds a server on `path` with owner-only permissions from the first moment: the umask is
+// process-wide, so this runs while no other thread creates files (start-up, or the watcher,
+// which only ever runs this).
+absl::StatusOr<std::unique_ptr<grpc::Server>> Serve(const std::string& path,
+                                                     const std::vector<grpc::Service*>& services) {
+  if (path.size() > kMaxSocketPath) {
+    return absl::InvalidArgumentError(absl::StrCat("socket path \"", path, "\" is longer than ",
+                                                   kMaxSocketPath, " bytes"));
+  }
+  if (absl::Status st = RemoveStaleSocket(path); !st.ok()) return st;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("unix:" + path, grpc::InsecureServerCredentials(), &port);
+  for (grpc::Service* s : services) builder.RegisterService(s);
+  builder.SetMaxReceiveMessageSize(16 << 20);
+  const mode_t old = ::umask(0177);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ::umask(old);
+  if (server == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on \"", path, "\""));
+  }
+  if (::chmod(path.c_str(), 0600) != 0) {
+    server->Shutdown();
+    return files::ErrnoStatus(errno, "chmod", path);
+  }
+  return server;
+}
+
+void Shutdown(grpc::Server* server) {
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->Wait();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KubeletPlugin>> KubeletPlugin::Start(
+    PluginOptions opts, prepare::ClaimService* service) {
+  std::unique_ptr<KubeletPlugin> p(new KubeletPlugin(std::move(opts)));
+  p->plugin_dir_ = absl::StrCat(p->opts_.kubelet_root, "/plugins/", p->opts_.driver);
+  p->registry_dir_ = absl::StrCat(p->opts_.kubelet_root, "/plugins_registry");
+  p->dra_socket_ = absl::StrCat(p->plugin_dir_, "/dra.sock");
+  p->reg_socket_ = absl::StrCat(p->registry_dir_, "/", p->opts_.driver, "-reg.sock");
+  if (absl::Status st = files::MakeDirectories(p->plugin_dir_, 0750); !st.ok()) return st;
+  if (absl::Status st = files::MakeDirectories(p->registry_dir_, 0755); !st.ok()) return st;
+
+  p->services_.push_back(std::make_unique<DraService<V1, true>>(service));
+  p->services_.push_back(std::make_unique<DraService<V1beta1, false>>(service));
+  std::vector<grpc::Service*> services;
+  for (auto& s : p->services_) services.push_back(s.get());
+  absl::StatusOr<std::unique_ptr<grpc::Server>> dra = Serve(p->dra_socket_, services);
+  if (!dra.ok()) return dra.status();
+  p->dra_server_ = *std::move(dra);
+
+  p->registration_service_ =
+      std::make_unique<RegistrationService>(p.get(), p->opts_.driver, p->dra_socket_);
+  if (absl::Status st = p->StartRegistration(); !st.ok()) {
+    Shutdown(p->dra_server_.get());
+    ::unlink(p->dra_socket_.c_str());
+    return st;
+  }
+  spdlog::info("driver {}: serving DRA v1 and v1beta1 on {}, registration on {}", p->opts_.driver,
+               p->dra_socket_, p->reg_socket_);
+  p->watcher_ = std::thread([raw = p.get()] { raw->Watch(); });
+  return p;
+}
+
+absl::Status KubeletPlugin::StartRegistration() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (reg_server_ != nullptr) {
+    Shutdown(reg_server_.get());
+    reg_server_.reset();
+  }
+  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
+      Serve(reg_socket_, {registration_service_.get()});
+  if (!server.ok()) return server.status();
+  reg_server_ = *std::move(server);
+  reg_inode_ = InodeOf(reg_socket_);
+  return absl::OkStatus();
+}
+
+void KubeletPlugin::Watch() {
+  const auto period = absl::ToChronoMilliseconds(opts_.registration_check);
+  std::unique_lock<std::mutex> lock(stop_mu_);
+  while (!stop_cv_.wait_for(lock, period, [this] { return stopping_; })) {
+    unsigned long want = 0;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      want = reg_inode_;
+    }
+    if (InodeOf(reg_socket_) == want && want != 0) continue;
+    lock.unlock();
+    spdlog::warn("driver {}: registration socket {} was removed; creating it again so the kubelet "
+                 "registers the plugin again",
+                 opts_.driver, reg_socket_);
+    if (absl::Status st = StartRegistration(); !st.ok()) {
+      spdlog::error("driver {}: cannot re-create the registration socket: {}", opts_.driver,
+                    std::string(st.message()));
+    }
+    lock.lock();
+  }
+}
+
+void KubeletPlugin::OnRegistrationStatus(bool registered, const std::string& error) {
+  if (registered) {
+    const int n = ++registrations_;
+    spdlog::info("driver {}: registered with the kubelet{}", opts_.driver,
+                 n > 1 ? absl::StrCat(" (again, ", n, " times)") : "");
+  } else {
+    spdlog::error("driver {}: the kubelet refused the registration: {}", opts_.driver, error);
+  }
+}
+
+void KubeletPlugin::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (reg_server_ != nullptr) {
+      Shutdown(reg_server_.get());
+      reg_server_.reset();
+      // Only our own socket: a successor may already have made a new one.
+      if (InodeOf(reg_socket_) == reg_inode_) ::unlink(reg_socket_.c_str());
+    }
+  }
+  if (dra_server_ != nullptr) {
+    Shutdown(dra_server_.get());
+    dra_server_.reset();
+    ::unlink(dra_socket_.c_str());
+  }
+}
+
+KubeletPlugin::~KubeletPlugin() { Stop(); }
+
+}  // namespace topodra::plugin

@@ -1,0 +1,299 @@
+#include "driver/prepare/claim_service.h"
+
+#include <spdlog/spdlog.h>
+
+#include <exception>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "driver/claims/allocation_result.h"
+#include "driver/kube/rest_client.h"
+
+namespace topodra::prepare {
+namespace {
+
+using json = nlohmann::json;
+
+std::string Message(const absl::Status& status) {
+  return std::string(status.message().data(), status.message().size());
+}
+
+std::string Ref(const ClaimRef& ref) { return absl::StrCat(ref.ns, "/", ref.name); }
+
+}  // namespace
+
+absl::StatusOr<json> ApiClaimSource::GetClaim(const std::string& ns, const std::string& name) {
+  std::string version;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    version = version_;
+  }
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const std::string path =
+        absl::StrCat("/apis/resource.k8s.io/", version, "/namespaces/", kube::UrlEncode(ns),
+                     "/resourceclaims/", kube::UrlEncode(name));
+    absl::StatusOr<kube::Response> got = client_->Get(path);
+    if (got.ok()) return std::move(got->body);
+    // A 404 for the group version itself (not a Status about the claim): try the other one.
+    const bool claim_not_found = absl::IsNotFound(got.status()) &&
+                                 std::string(got.status().message()).find("resourceclaims") !=
+                                     std::string::npos &&
+                                 std::string(got.status().message()).find("not found") !=
+                                     std::string::npos;
+    if (!absl::IsNotFound(got.status()) || claim_not_found || attempt == 1) return got.status();
+    version = version == "v1" ? "v1beta2" : "v1";
+    std::lock_guard<std::mutex> lock(mu_);
+    version_ = version;
+  }
+  return absl::InternalError("unreachable");
+}
+
+ClaimService::ClaimService(DriverSetup setup, topology::Topology topo, NodeAllocations* node,
+                           const cdi::SpecStore* cdi, ClaimSource* source)
+    : driver_(setup.driver),
+      node_(node),
+      cdi_(cdi),
+      source_(source),
+      setup_(std::move(setup)),
+      topo_(std::move(topo)) {}
+
+void ClaimService::Update(DriverSetup setup, topology::Topology topo) {
+  std::lock_guard<std::mutex> lock(node_->mu);
+  setup_ = std::move(setup);
+  topo_ = std::move(topo);
+}
+
+absl::StatusOr<ClaimService::Reconciled> ClaimService::ReconcileCdi() {
+  Reconciled out;
+  std::set<std::string> wanted;
+  std::vector<std::pair<std::string, json>> specs;
+  {
+    std::lock_guard<std::mutex> lock(node_->mu);
+    for (const auto& [owner, a] : node_->state.allocations()) {
+      if (a.kind != state::AllocationKind::kDraClaim || a.driver != driver_) continue;
+      if (!a.cdi.is_object()) continue;
+      const auto file = a.cdi.find("file");
+      const auto spec = a.cdi.find("spec");
+      if (file == a.cdi.end() || !file->is_string() || spec == a.cdi.end()) continue;
+      wanted.insert(file->get<std::string>());
+      specs.emplace_back(file->get<std::string>(), *spec);
+    }
+  }
+  for (const auto& [file, spec_json] : specs) {
+    absl::StatusOr<cdi::Spec> want = cdi::FromJson(spec_json.dump());
+    if (!want.ok()) {
+      return absl::DataLossError(absl::StrCat("stored CDI spec of ", file, ": ", Message(want.status())));
+    }
+    absl::StatusOr<cdi::Spec> have = cdi_->Read(file);
+    if (have.ok() && *have == *want) continue;
+    if (absl::StatusOr<cdi::Spec> w = cdi_->Write(file, *want); !w.ok()) return w.status();
+    spdlog::info("driver {}: restored CDI spec {}", driver_, cdi_->PathOf(file));
+    ++out.written;
+  }
+  absl::StatusOr<std::vector<std::string>> files = cdi_->List();
+  if (!files.ok()) return files.status();
+  for (const std::string& file : *files) {
+    if (!IsCdiFileOf(driver_, file) || wanted.contains(file)) continue;
+    if (absl::Status st = cdi_->Remove(file); !st.ok()) return st;
+    spdlog::info("driver {}: removed CDI spec {} of a claim that is not prepared", driver_,
+                 cdi_->PathOf(file));
+    ++out.removed;
+  }
+  return out;
+}
+
+std::map<std::string, ClaimOutcome> ClaimService::Prepare(const std::vector<ClaimRef>& claims) {
+  std::map<std::string, ClaimOutcome> out;
+  for (const ClaimRef& ref : claims) {
+    ClaimOutcome outcome;
+    try {
+      outcome = PrepareOne(ref);
+    } catch (const std::exception& e) {
+      // STYLE.md: nothing throws on purpose; this keeps one bug from failing every claim.
+      outcome.error = absl::StrCat("claim ", Ref(ref), ": internal error: ", e.what());
+      spdlog::error("claim {} uid={} driver={}: {}", Ref(ref), ref.uid, driver_, outcome.error);
+    }
+    out[ref.uid] = std::move(outcome);
+  }
+  return out;
+}
+
+ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref) {
+  ClaimOutcome out;
+  const std::string owner = state::DraOwner(driver_, ref.uid);
+  auto fail = [&](std::string message) {
+    spdlog::warn("claim {} uid={} driver={}: prepare failed: {}", Ref(ref), ref.uid, driver_,
+                 message);
+    out.error = std::move(message);
+    return out;
+  };
+  if (ref.uid.empty() || ref.ns.empty() || ref.name.empty()) {
+    return fail(absl::StrCat("claim \"", Ref(ref), "\" uid \"", ref.uid,
+                             "\": namespace, name and uid are required"));
+  }
+  auto replay = [&](const state::Allocation& a) -> std::optional<ClaimOutcome> {
+    if (a.phase != state::Phase::kPrepared) return std::nullopt;
+    absl::StatusOr<std::vector<PreparedDevice>> devices = DevicesFromJson(a.answer);
+    ClaimOutcome o;
+    if (!devices.ok()) {
+      o.error = absl::StrCat("claim ", Ref(ref), ": ", Message(devices.status()));
+    } else {
+      o.devices = *std::move(devices);
+    }
+    spdlog::debug("claim {} uid={} driver={}: already prepared, same answer", Ref(ref), ref.uid,
+                  driver_);
+    return o;
+  };
+  {
+    std::lock_guard<std::mutex> lock(node_->mu);
+    if (const state::Allocation* a = node_->state.Find(owner); a != nullptr) {
+      if (std::optional<ClaimOutcome> o = replay(*a)) return *o;
+      return fail(absl::StrCat("claim ", Ref(ref), ": a concurrent call is preparing or "
+                               "unpreparing it; retry"));
+    }
+  }
+
+  absl::StatusOr<json> object = source_->GetClaim(ref.ns, ref.name);
+  if (!object.ok()) {
+    return fail(absl::StrCat("claim ", Ref(ref), ": get ResourceClaim: ", Message(object.status())));
+  }
+  absl::StatusOr<claims::Claim> claim = claims::ParseClaim(*object);
+  if (!claim.ok()) {
+    return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(claim.status())));
+  }
+  if (claim->uid != ref.uid) {
+    return fail(absl::StrCat("claim ", Ref(ref), ": the API server has uid \"", claim->uid,
+                             "\" but the kubelet asked for uid \"", ref.uid,
+                             "\" (the claim was deleted and re-created)"));
+  }
+
+  Plan plan;
+  {
+    std::lock_guard<std::mutex> lock(node_->mu);
+    // Another call may have prepared it while we fetched it.
+    if (const state::Allocation* a = node_->state.Find(owner); a != nullptr) {
+      if (std::optional<ClaimOutcome> o = replay(*a)) return *o;
+      return fail(absl::StrCat("claim ", Ref(ref), ": a concurrent call is preparing or "
+                               "unpreparing it; retry"));
+    }
+    absl::StatusOr<Plan> planned = PlanClaim(*claim, setup_, topo_, node_->state);
+    if (!planned.ok()) return fail(Message(planned.status()));
+    plan = *std::move(planned);
+    if (absl::Status st = node_->state.Add(plan.allocation); !st.ok()) {
+      return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(st)));
+    }
+  }
+  auto undo = [&]() {
+    if (!plan.cdi_file.empty()) (void)cdi_->Remove(plan.cdi_file);
+    std::lock_guard<std::mutex> lock(node_->mu);
+    (void)node_->state.Remove(owner);
+  };
+  if (!plan.cdi_file.empty()) {
+    if (absl::StatusOr<cdi::Spec> w = cdi_->Write(plan.cdi_file, plan.cdi_spec, /*synced=*/false);
+        !w.ok()) {
+      undo();
+      return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(w.status())));
+    }
+  }
+  state::Allocation prepared = plan.allocation;
+  prepared.phase = state::Phase::kPrepared;
+  {
+    // Prepared in memory before the journal record, so a compaction in between keeps it.
+    std::lock_guard<std::mutex> lock(node_->mu);
+    (void)node_->state.SetPhase(owner, state::Phase::kPrepared);
+  }
+  if (absl::Status st = node_->store->Put(prepared); !st.ok()) {
+    undo();
+    return fail(absl::StrCat("claim ", Ref(ref), ": record the allocation: ", Message(st)));
+  }
+  {
+    std::lock_guard<std::mutex> lock(node_->mu);
+    CompactIfDue();
+  }
+  spdlog::info("claim {} uid={} driver={}: prepared cpus={} gpus={} devices={}", Ref(ref), ref.uid,
+               driver_, prepared.cpus.Empty() ? "none" : prepared.cpus.ToString(),
+               prepared.gpus.size(), plan.devices.size());
+  out.devices = std::move(plan.devices);
+  return out;
+}
+
+std::map<std::string, std::string> ClaimService::Unprepare(const std::vector<ClaimRef>& claims) {
+  std::map<std::string, std::string> out;
+  for (const ClaimRef& ref : claims) {
+    std::string error;
+    try {
+      error = UnprepareOne(ref);
+    } catch (const std::exception& e) {
+      error = absl::StrCat("claim ", Ref(ref), ": internal error: ", e.what());
+      spdlog::error("claim {} uid={} driver={}: {}", Ref(ref), ref.uid, driver_, error);
+    }
+    out[ref.uid] = std::move(error);
+  }
+  return out;
+}
+
+std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
+  const std::string owner = state::DraOwner(driver_, ref.uid);
+  auto fail = [&](std::string message) {
+    spdlog::warn("claim {} uid={} driver={}: unprepare failed: {}", Ref(ref), ref.uid, driver_,
+                 message);
+    return message;
+  };
+  state::Allocation held;
+  {
+    std::lock_guard<std::mutex> lock(node_->mu);
+    const state::Allocation* a = node_->state.Find(owner);
+    if (a == nullptr) {
+      // Not ours (another instance's, or never prepared): nothing to do, but a CDI file of a
+      // crashed prepare may still be there.
+      if (!ref.uid.empty()) (void)cdi_->Remove(CdiFileName(driver_, ref.uid));
+      spdlog::debug("claim {} uid={} driver={}: not prepared, nothing to unprepare", Ref(ref),
+                    ref.uid, driver_);
+      return "";
+    }
+    if (a->phase != state::Phase::kPrepared) {
+      return fail(absl::StrCat("claim ", Ref(ref), ": a concurrent call is preparing or "
+                               "unpreparing it; retry"));
+    }
+    held = *a;
+    // Still holding its CPUs, but out of snapshots: the removal record is about to follow.
+    (void)node_->state.SetPhase(owner, state::Phase::kPreparing);
+  }
+  auto restore = [&]() {
+    std::lock_guard<std::mutex> lock(node_->mu);
+    (void)node_->state.SetPhase(owner, state::Phase::kPrepared);
+  };
+  if (held.cdi.is_object() && held.cdi.contains("file") && held.cdi["file"].is_string()) {
+    if (absl::Status st = cdi_->Remove(held.cdi["file"].get<std::string>()); !st.ok()) {
+      restore();
+      return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(st)));
+    }
+  }
+  if (absl::Status st = node_->store->Remove(owner); !st.ok()) {
+    restore();
+    // The snapshot may have been compacted without it meanwhile: record it again.
+    (void)node_->store->Put(held);
+    return fail(absl::StrCat("claim ", Ref(ref), ": record the release: ", Message(st)));
+  }
+  {
+    std::lock_guard<std::mutex> lock(node_->mu);
+    (void)node_->state.Remove(owner);
+    CompactIfDue();
+  }
+  spdlog::info("claim {} uid={} driver={}: unprepared, freed cpus={} gpus={}", Ref(ref), ref.uid,
+               driver_, held.cpus.Empty() ? "none" : held.cpus.ToString(), held.gpus.size());
+  return "";
+}
+
+void ClaimService::CompactIfDue() {
+  if (!node_->store->ShouldCompact(node_->state.Size())) return;
+  if (absl::Status st = node_->store->Compact(node_->state); !st.ok()) {
+    // The journal keeps growing but stays correct; try again on the next change.
+    spdlog::warn("state compaction failed: {}", Message(st));
+  } else {
+    spdlog::debug("state compacted: {} allocations", node_->state.Size());
+  }
+}
+
+}  // namespace topodra::prepare

@@ -1,0 +1,117 @@
+// NodePrepareResources / NodeUnprepareResources for one DRA driver, without gRPC: claims in,
+// per-claim outcomes out. Owns the order of side effects that makes prepare crash-safe and
+// idempotent:
+//
+//   prepare:   GET claim -> plan and hold the CPUs/GPUs in memory (under the node lock, so two
+//              concurrent calls never get the same CPU) -> write the CDI spec (atomic) ->
+//              journal the allocation (durable) -> answer.
+//   unprepare: mark in transition -> remove the CDI spec -> journal the removal -> free.
+//
+// A crash before the journal record leaves at most an orphan CDI file, removed at start; after
+// it, the claim is prepared and a repeated prepare replays the stored answer. CDI files are
+// written without fsync because the journal holds their content: Start rewrites any that a power
+// loss took.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cdi/spec_store.h"
+#include "driver/prepare/planner.h"
+#include "driver/state/state.h"
+#include "driver/state/store.h"
+#include "nlohmann/json.hpp"
+#include "topology/topology.h"
+
+namespace topodra::kube {
+class RestClient;
+}
+
+namespace topodra::prepare {
+
+// Where claims come from: the API server in the daemon, a map in unit tests.
+class ClaimSource {
+ public:
+  virtual ~ClaimSource() = default;
+  // The ResourceClaim object; NotFound when it does not exist.
+  virtual absl::StatusOr<nlohmann::json> GetClaim(const std::string& ns,
+                                                  const std::string& name) = 0;
+};
+
+// GET /apis/resource.k8s.io/{v1,v1beta2}/namespaces/{ns}/resourceclaims/{name}: v1 first, and
+// v1beta2 (the same JSON) when the server does not serve v1.
+class ApiClaimSource : public ClaimSource {
+ public:
+  explicit ApiClaimSource(kube::RestClient* client) : client_(client) {}
+  absl::StatusOr<nlohmann::json> GetClaim(const std::string& ns, const std::string& name) override;
+
+ private:
+  kube::RestClient* client_;
+  std::mutex mu_;
+  std::string version_ = "v1";
+};
+
+// The node's allocations, shared by every driver and (later) the device plugin: one lock, one
+// State, one StateStore, so nothing is handed out twice whichever API asked for it.
+struct NodeAllocations {
+  std::mutex mu;
+  state::State state;  // guarded by mu
+  state::StateStore* store = nullptr;
+};
+
+struct ClaimRef {
+  std::string ns;
+  std::string uid;
+  std::string name;
+};
+
+struct ClaimOutcome {
+  std::vector<PreparedDevice> devices;
+  std::string error;  // empty on success
+};
+
+class ClaimService {
+ public:
+  ClaimService(DriverSetup setup, topology::Topology topo, NodeAllocations* node,
+               const cdi::SpecStore* cdi, ClaimSource* source);
+
+  const std::string& driver() const { return driver_; }
+
+  // At start, before serving: rewrites the CDI file of every claim this driver has prepared
+  // when it is missing or differs, and removes this driver's CDI files of claims that are not
+  // prepared. Returns how many files were written and removed.
+  struct Reconciled {
+    int written = 0;
+    int removed = 0;
+  };
+  absl::StatusOr<Reconciled> ReconcileCdi();
+
+  // One outcome per claim UID of the request, each independent of the others. Never throws.
+  std::map<std::string, ClaimOutcome> Prepare(const std::vector<ClaimRef>& claims);
+  // uid -> error ("" on success). Unknown claims succeed.
+  std::map<std::string, std::string> Unprepare(const std::vector<ClaimRef>& claims);
+
+  // The machine changed (CPUs offline, GPUs gone): later prepares use the new view. Claims
+  // already prepared keep what they have.
+  void Update(DriverSetup setup, topology::Topology topo);
+
+ private:
+  ClaimOutcome PrepareOne(const ClaimRef& ref);
+  std::string UnprepareOne(const ClaimRef& ref);
+  void CompactIfDue();  // with node_->mu held
+
+  const std::string driver_;
+  NodeAllocations* node_;
+  const cdi::SpecStore* cdi_;
+  ClaimSource* source_;
+  // Guarded by node_->mu.
+  DriverSetup setup_;
+  topology::Topology topo_;
+};
+
+}  // namespace topodra::prepare

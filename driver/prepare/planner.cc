@@ -1,0 +1,310 @@
+#include "driver/prepare/planner.h"
+
+#include <set>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "driver/allocation/cpu_allocator.h"
+
+namespace topodra::prepare {
+namespace {
+
+using json = nlohmann::json;
+
+std::string Message(const absl::Status& status) {
+  return std::string(status.message().data(), status.message().size());
+}
+
+std::string Quote(const std::string& value) {
+  constexpr size_t kMax = 80;
+  if (value.size() <= kMax) return "\"" + value + "\"";
+  return "\"" + value.substr(0, kMax) + "...\"";
+}
+
+// CDI device names must be unique in a spec; a claim can hold two shares of one device.
+std::string UniqueName(const std::string& base, std::set<std::string>* used) {
+  std::string name = base;
+  for (int n = 2; !used->insert(name).second; ++n) name = absl::StrCat(base, "-", n);
+  return name;
+}
+
+std::string QualifiedOrEmpty(const std::string& kind, const std::string& device) {
+  absl::StatusOr<std::string> q = cdi::QualifiedName(kind, device);
+  return q.ok() ? *q : std::string();
+}
+
+struct ResultCpus {
+  const claims::CpuAssignment* assignment;
+  CpuSet cpus;
+};
+
+absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setup,
+                             const topology::Topology& topo, const state::State& held,
+                             const std::string& owner) {
+  claims::NodeCpuState node;
+  node.reserved = setup.reserved;
+  for (const auto& [other, allocation] : held.allocations()) {
+    if (other != owner) node.held_by_others |= allocation.cpus;
+  }
+  node.holder = [&held](int cpu) -> std::optional<claims::ClaimRef> {
+    std::optional<std::string> who = held.HolderOfCpu(cpu);
+    if (!who) return std::nullopt;
+    const state::Allocation* a = held.Find(*who);
+    if (a == nullptr || a->kind != state::AllocationKind::kDraClaim) return std::nullopt;
+    return claims::ClaimRef{a->claim_namespace, a->claim_name, state::ClaimUid(*a)};
+  };
+  absl::StatusOr<std::vector<claims::CpuAssignment>> assignments = claims::ResolveCpuAssignments(
+      claim, setup.driver, topo, node, setup.cpu_pool, setup.cpu_capacity);
+  if (!assignments.ok()) return assignments.status();
+
+  // Named CPUs first, so the picks of the other results steer clear of them.
+  CpuSet taken;
+  std::vector<ResultCpus> chosen;
+  for (const claims::CpuAssignment& a : *assignments) {
+    chosen.push_back({&a, a.explicit_cpus.value_or(CpuSet{})});
+    if (a.explicit_cpus) taken |= *a.explicit_cpus;
+  }
+  for (ResultCpus& r : chosen) {
+    const claims::CpuAssignment& a = *r.assignment;
+    if (a.explicit_cpus) continue;
+    allocation::CpuRequest req;
+    req.count = a.count;
+    req.available = a.device_cpus - node.reserved - node.held_by_others - taken;
+    absl::StatusOr<CpuSet> cpus = allocation::AllocateCpus(topo, req);
+    if (!cpus.ok()) {
+      const CpuSet free = req.available & topo.online;
+      return absl::Status(
+          cpus.status().code() == absl::StatusCode::kResourceExhausted
+              ? absl::StatusCode::kResourceExhausted
+              : absl::StatusCode::kInternal,
+          absl::StrCat("claim ", claim.Ref(), " request ", Quote(a.request), ": ", a.count,
+                       " CPUs wanted from device ", Quote(a.device), " but only ", free.Size(),
+                       " are free there (", free.Empty() ? "none" : free.ToString(), ")"));
+    }
+    r.cpus = *cpus;
+    taken |= *cpus;
+  }
+
+  Plan plan;
+  state::Allocation& alloc = plan.allocation;
+  alloc.cpus = taken;
+  if (chosen.empty()) return plan;
+
+  // Per base request, the union of its CPUs: every device of a request carries the same value,
+  // so a container that gets several of them sees one consistent variable.
+  std::map<std::string, CpuSet> by_request;
+  for (const ResultCpus& r : chosen) by_request[r.assignment->base_request] |= r.cpus;
+
+  const std::string uid = claim.uid;
+  plan.cdi_file = CdiFileName(setup.driver, uid);
+  plan.cdi_spec.kind = CdiKind(setup.driver);
+  // dra-driver-cpu's variable: the claim's CPUs, whatever request a container names.
+  plan.cdi_spec.container_edits.env.push_back(
+      absl::StrCat("DRA_CPUSET_", uid, "=", taken.ToString()));
+  std::set<std::string> names;
+  for (const ResultCpus& r : chosen) {
+    const claims::CpuAssignment& a = *r.assignment;
+    cdi::Device device;
+    device.name = UniqueName(absl::StrCat(uid, "-", a.device), &names);
+    device.container_edits.env.push_back(absl::StrCat("DRA_CPUSET_", uid, "_", a.base_request,
+                                                      "=", by_request[a.base_request].ToString()));
+    PreparedDevice out;
+    out.request_names = {a.base_request};
+    out.pool = a.pool;
+    out.device = a.device;
+    out.cdi_device_ids = {QualifiedOrEmpty(plan.cdi_spec.kind, device.name)};
+    if (!a.share_id.empty()) out.share_id = a.share_id;
+    plan.devices.push_back(std::move(out));
+    plan.cdi_spec.devices.push_back(std::move(device));
+  }
+  return plan;
+}
+
+// The environment variable name part for a GPU: PCI ids have ':' and '.', not allowed there.
+std::string EnvSafe(std::string text) {
+  for (char& c : text) {
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) c = '_';
+  }
+  return text;
+}
+
+absl::StatusOr<Plan> PlanGpu(const claims::Claim& claim, const DriverSetup& setup,
+                             const state::State& held, const std::string& owner) {
+  const std::string claim_prefix = absl::StrCat("claim ", claim.Ref());
+  if (!claim.allocated) return absl::InvalidArgumentError(claim_prefix + " is not allocated");
+  const std::vector<const claims::DeviceResult*> results =
+      claims::ResultsForDriver(claim, setup.driver);
+  Plan plan;
+  state::Allocation& alloc = plan.allocation;
+  struct Chosen {
+    const claims::DeviceResult* result;
+    const GpuDevice* gpu;
+  };
+  std::vector<Chosen> chosen;
+  std::map<std::string, std::vector<std::string>> by_request;  // base request -> PCI ids
+  for (const claims::DeviceResult* r : results) {
+    const std::string prefix =
+        absl::StrCat(claim_prefix, " request ", Quote(r->request), ": ");
+    for (const claims::DeviceConfig* c : claims::ConfigsFor(claim, *r, setup.driver)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          prefix, "config[", c - claim.configs.data(), "] (", claims::ConfigSourceName(c->source),
+          "): driver ", setup.driver, " takes no opaque configuration"));
+    }
+    if (r->pool != setup.gpu_pool) {
+      return absl::InvalidArgumentError(absl::StrCat(prefix, "pool ", Quote(r->pool),
+                                                     " is not this node's pool ",
+                                                     Quote(setup.gpu_pool)));
+    }
+    auto it = setup.gpus.find(r->device);
+    if (it == setup.gpus.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(prefix, "device ", Quote(r->device), " is not a GPU of this node"));
+    }
+    const GpuDevice& gpu = it->second;
+    if (!r->admin_access) {
+      // Admin access (monitoring) shares the device with its exclusive holder.
+      if (std::optional<std::string> who = held.HolderOfGpu(gpu.pci_bus_id);
+          who.has_value() && *who != owner) {
+        const state::Allocation* a = held.Find(*who);
+        return absl::InvalidArgumentError(absl::StrCat(
+            prefix, "GPU ", Quote(r->device), " (", gpu.pci_bus_id, ") is already prepared for ",
+            a != nullptr ? state::Describe(*a) : "another owner"));
+      }
+      if (!alloc.gpus.insert(gpu.pci_bus_id).second) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            claim_prefix, ": GPU ", Quote(r->device), " is allocated to two results"));
+      }
+    }
+    by_request[claims::BaseRequest(r->request)].push_back(gpu.pci_bus_id);
+    chosen.push_back({r, &gpu});
+  }
+  if (chosen.empty()) return plan;
+
+  const std::string uid = claim.uid;
+  plan.cdi_file = CdiFileName(setup.driver, uid);
+  plan.cdi_spec.kind = CdiKind(setup.driver);
+  std::set<std::string> names;
+  for (const Chosen& c : chosen) {
+    const std::string base = claims::BaseRequest(c.result->request);
+    cdi::Device device;
+    device.name = UniqueName(absl::StrCat(uid, "-", c.result->device), &names);
+    device.container_edits.device_nodes = c.gpu->device_nodes;
+    // Which GPUs a request got, by PCI address: what CUDA_VISIBLE_DEVICES-style tooling and
+    // operators need to tell them apart.
+    device.container_edits.env.push_back(absl::StrCat("TOPODRA_GPU_", EnvSafe(uid), "_",
+                                                      EnvSafe(base), "=",
+                                                      absl::StrJoin(by_request[base], ",")));
+    PreparedDevice out;
+    out.request_names = {base};
+    out.pool = c.result->pool;
+    out.device = c.result->device;
+    out.cdi_device_ids = {QualifiedOrEmpty(plan.cdi_spec.kind, device.name)};
+    if (!c.result->share_id.empty()) out.share_id = c.result->share_id;
+    plan.devices.push_back(std::move(out));
+    plan.cdi_spec.devices.push_back(std::move(device));
+  }
+  return plan;
+}
+
+}  // namespace
+
+std::string CdiKind(const std::string& driver) { return driver + "/claim"; }
+
+std::string CdiFileName(const std::string& driver, const std::string& claim_uid) {
+  return absl::StrCat(driver, "-claim_", claim_uid, ".json");
+}
+
+bool IsCdiFileOf(const std::string& driver, const std::string& file_name) {
+  const std::string prefix = driver + "-claim_";
+  return absl::StartsWith(file_name, prefix) && absl::EndsWith(file_name, ".json") &&
+         file_name.size() > prefix.size() + 5;
+}
+
+absl::StatusOr<Plan> PlanClaim(const claims::Claim& claim, const DriverSetup& setup,
+                               const topology::Topology& topo, const state::State& held) {
+  const std::string owner = state::DraOwner(setup.driver, claim.uid);
+  absl::StatusOr<Plan> plan = setup.kind == DriverKind::kCpu
+                                  ? PlanCpu(claim, setup, topo, held, owner)
+                                  : PlanGpu(claim, setup, held, owner);
+  if (!plan.ok()) return plan.status();
+  if (!plan->cdi_spec.devices.empty()) {
+    plan->cdi_spec.cdi_version = cdi::MinimumVersion(plan->cdi_spec);
+    if (absl::Status st = cdi::Validate(plan->cdi_spec); !st.ok()) {
+      // Names come from the claim (UID, device names); a value the CDI rules refuse is the
+      // claim's problem, reported like any other.
+      return absl::InvalidArgumentError(absl::StrCat("claim ", claim.Ref(),
+                                                     ": cannot describe the devices in CDI: ",
+                                                     Message(st)));
+    }
+  }
+  state::Allocation& a = plan->allocation;
+  a.kind = state::AllocationKind::kDraClaim;
+  a.owner = owner;
+  a.driver = setup.driver;
+  a.claim_namespace = claim.namespace_name;
+  a.claim_name = claim.name;
+  a.phase = state::Phase::kPreparing;
+  a.answer = DevicesToJson(plan->devices);
+  if (!plan->cdi_file.empty()) {
+    a.cdi = json{{"file", plan->cdi_file}, {"spec", cdi::ToJson(plan->cdi_spec)}};
+  }
+  return plan;
+}
+
+json DevicesToJson(const std::vector<PreparedDevice>& devices) {
+  json list = json::array();
+  for (const PreparedDevice& d : devices) {
+    json j = {{"requestNames", d.request_names},
+              {"pool", d.pool},
+              {"device", d.device},
+              {"cdiDeviceIds", d.cdi_device_ids}};
+    if (d.share_id) j["shareId"] = *d.share_id;
+    list.push_back(std::move(j));
+  }
+  return json{{"devices", std::move(list)}};
+}
+
+absl::StatusOr<std::vector<PreparedDevice>> DevicesFromJson(const json& answer) {
+  auto bad = [](const std::string& what) {
+    return absl::DataLossError(absl::StrCat("stored answer: ", what));
+  };
+  if (!answer.is_object() || !answer.contains("devices") || !answer["devices"].is_array()) {
+    return bad("no devices list");
+  }
+  std::vector<PreparedDevice> out;
+  for (const json& d : answer["devices"]) {
+    if (!d.is_object()) return bad("device is not an object");
+    PreparedDevice p;
+    auto strings = [&d](const char* key, std::vector<std::string>* to) {
+      auto it = d.find(key);
+      if (it == d.end() || !it->is_array()) return false;
+      for (const json& s : *it) {
+        if (!s.is_string()) return false;
+        to->push_back(s.get<std::string>());
+      }
+      return true;
+    };
+    auto string = [&d](const char* key, std::string* to) {
+      auto it = d.find(key);
+      if (it == d.end() || !it->is_string()) return false;
+      *to = it->get<std::string>();
+      return true;
+    };
+    if (!strings("requestNames", &p.request_names) || !strings("cdiDeviceIds", &p.cdi_device_ids) ||
+        !string("pool", &p.pool) || !string("device", &p.device)) {
+      return bad("device fields missing or of the wrong type");
+    }
+    if (d.contains("shareId")) {
+      std::string share;
+      if (!string("shareId", &share)) return bad("shareId is not a string");
+      p.share_id = share;
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+}  // namespace topodra::prepare

@@ -1,0 +1,77 @@
+// What preparing one claim means, as a pure function: the allocated ResourceClaim, the node's
+// devices and who already holds what go in; the CPUs and GPUs the claim gets, the devices the
+// kubelet is told about and the CDI spec to write come out. No I/O, no clock: ClaimService does
+// the GET, the file writes and the locking around it.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cdi/spec.h"
+#include "driver/claims/allocation_result.h"
+#include "driver/claims/cpu_config.h"
+#include "driver/state/state.h"
+#include "nlohmann/json.hpp"
+#include "topology/topology.h"
+
+namespace topodra::prepare {
+
+enum class DriverKind { kCpu, kGpu };
+
+// A GPU as prepare needs it: what identifies it and what a container must see of it.
+struct GpuDevice {
+  std::string pci_bus_id;
+  std::vector<cdi::DeviceNode> device_nodes;  // resolved on the host; may be empty
+};
+
+// One DRA driver of this node and the devices it published.
+struct DriverSetup {
+  std::string driver;  // "dra.cpu", "gpu.topodra.io"
+  DriverKind kind = DriverKind::kCpu;
+  claims::CpuPool cpu_pool;                   // kCpu: pool name and device -> CPUs
+  std::string gpu_pool;                       // kGpu: pool name (the node name)
+  std::map<std::string, GpuDevice> gpus;      // kGpu: device name -> GPU
+  CpuSet reserved;                            // --reserved-cpus
+  std::string cpu_capacity = std::string(claims::kCpuCapacityName);
+};
+
+// One entry of the kubelet's answer for a claim (dra v1 Device).
+struct PreparedDevice {
+  std::vector<std::string> request_names;  // base request names
+  std::string pool;
+  std::string device;
+  std::vector<std::string> cdi_device_ids;
+  std::optional<std::string> share_id;
+  bool operator==(const PreparedDevice&) const = default;
+};
+
+struct Plan {
+  // kDraClaim, phase Preparing, answer and cdi filled in.
+  state::Allocation allocation;
+  std::vector<PreparedDevice> devices;
+  std::string cdi_file;  // "" when the claim has no result of this driver
+  cdi::Spec cdi_spec;
+};
+
+// The CDI kind of a driver's per-claim specs: "<driver>/claim".
+std::string CdiKind(const std::string& driver);
+// "<driver>-claim_<uid>.json".
+std::string CdiFileName(const std::string& driver, const std::string& claim_uid);
+// True for a file name CdiFileName makes for `driver` (any claim).
+bool IsCdiFileOf(const std::string& driver, const std::string& file_name);
+
+// Plans `claim` for `setup.driver` against `held` (every allocation of the node; the claim's own
+// is ignored). Errors are InvalidArgument (the claim is wrong for this node) or
+// ResourceExhausted (not enough free CPUs in the allocated group), and start with
+// "claim <ns>/<name>".
+absl::StatusOr<Plan> PlanClaim(const claims::Claim& claim, const DriverSetup& setup,
+                               const topology::Topology& topo, const state::State& held);
+
+// The answer stored in the state and replayed to the kubelet, and back.
+nlohmann::json DevicesToJson(const std::vector<PreparedDevice>& devices);
+absl::StatusOr<std::vector<PreparedDevice>> DevicesFromJson(const nlohmann::json& answer);
+
+}  // namespace topodra::prepare
