@@ -71,8 +71,14 @@ struct RunCommand {
   int topology_refresh_seconds = 30;
   std::string log_format = "text";  // text | json
   int verbosity = 0;
+  std::string kubelet_root_dir = "/var/lib/kubelet";
+  std::string cdi_dir = "/var/run/cdi";
+  std::string state_dir = "/var/lib/topodra";
+  // Where GPU device nodes are looked up (/sys, /dev, /proc); a test points them elsewhere.
+  std::string host_root = "/";
 };
-// The node daemon: publishes this node's ResourceSlices until SIGTERM or SIGINT.
+// The node daemon: publishes this node's ResourceSlices and serves the kubelet (DRA plugin per
+// driver) until SIGTERM or SIGINT.
 int RunDaemon(const RunCommand& cmd, std::ostream& err);
 
 int RunFlatten(const FlattenCommand& cmd, std::istream& in, std::ostream& out, std::ostream& err);

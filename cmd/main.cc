@@ -1,11 +1,15 @@
 // The topodra binary. This is the only file that includes CLI11 (slow to compile); it turns the
 // command line into option structs and hands them to the subcommands in commands.h.
 #include <exception>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "cmd/commands.h"
+#include "cmd/yaml_json.h"
 
 #ifndef TOPODRA_VERSION
 #define TOPODRA_VERSION "0.0.0-dev"
@@ -59,8 +63,67 @@ bool IsKnownSubcommand(const CLI::App& app, const std::string& name) {
   return false;
 }
 
+// `topodra run --config FILE`: a YAML (or JSON) map whose keys are the long flag names of `run`
+// without dashes. Its values go in front of the command line, and with TakeLast a flag given on
+// the command line wins. Returns the arguments (without argv[0]) or an error line.
+bool ExpandConfig(const CLI::App& run, std::vector<std::string>* args, std::string* error) {
+  std::string path;
+  for (size_t i = 1; i < args->size(); ++i) {
+    const std::string& a = (*args)[i];
+    if (a == "--config" && i + 1 < args->size()) path = (*args)[i + 1];
+    if (a.rfind("--config=", 0) == 0) path = a.substr(9);
+  }
+  if (path.empty()) return true;
+  std::ifstream in(path);
+  if (!in) {
+    *error = "--config: cannot read \"" + path + "\"";
+    return false;
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  absl::StatusOr<nlohmann::json> doc = topodra::cmd::ParseJsonOrYaml(text.str());
+  if (!doc.ok()) {
+    *error = "--config \"" + path + "\": " + std::string(doc.status().message());
+    return false;
+  }
+  if (!doc->is_object()) {
+    *error = "--config \"" + path + "\": expected a map of flag names to values";
+    return false;
+  }
+  std::vector<std::string> from_file;
+  for (const auto& [key, value] : doc->items()) {
+    const std::string flag = "--" + key;
+    const CLI::Option* opt = nullptr;
+    try {
+      opt = run.get_option_no_throw(flag);
+    } catch (const std::exception&) {
+      opt = nullptr;
+    }
+    if (opt == nullptr || key == "config" || key == "help") {
+      *error = "--config \"" + path + "\": unknown key \"" + key + "\" (keys are the long flags of "
+               "topodra run, without dashes)";
+      return false;
+    }
+    std::string v;
+    if (value.is_string()) {
+      v = value.get<std::string>();
+    } else if (value.is_number() || value.is_boolean()) {
+      v = value.dump();
+    } else {
+      *error = "--config \"" + path + "\": key \"" + key + "\" needs a string, number or boolean";
+      return false;
+    }
+    from_file.push_back(flag + "=" + v);
+  }
+  // args[0] is "run"; the file's flags go right after it.
+  args->insert(args->begin() + 1, from_file.begin(), from_file.end());
+  return true;
+}
+
 int Main(int argc, char** argv) {
   CLI::App app{"topodra: topology-aware Kubernetes DRA driver for CPUs and GPUs", "topodra"};
+  // A flag given twice takes the last value: how --config values yield to the command line.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.require_subcommand(1);
   app.set_version_flag("--version", TOPODRA_VERSION);
 
@@ -111,12 +174,37 @@ int Main(int argc, char** argv) {
   run->add_option("--log-format", run_cmd.log_format, "text or json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
-  run->add_flag("-v", run_cmd.verbosity, "More detail: -v debug, -vv trace");
+  run->add_flag("-v", run_cmd.verbosity, "More detail: -v debug, -vv trace")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  run->add_option("--kubelet-root-dir", run_cmd.kubelet_root_dir,
+                  "The kubelet's --root-dir: plugins_registry/ and plugins/ live there")
+      ->capture_default_str();
+  run->add_option("--cdi-dir", run_cmd.cdi_dir, "Where per-claim CDI spec files are written")
+      ->capture_default_str();
+  run->add_option("--state-dir", run_cmd.state_dir,
+                  "Crash-safe allocation state (checkpoint, journal, instance lock)")
+      ->capture_default_str();
+  run->add_option("--host-root", run_cmd.host_root,
+                  "Where the host's /sys, /dev and /proc are seen (GPU device nodes)")
+      ->capture_default_str();
+  std::string config_file;
+  run->add_option("--config", config_file,
+                  "YAML file with the same keys as these flags (without dashes); flags win");
 
   CLI::App* version = app.add_subcommand("version", "Print the version");
 
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args[0] == "run") {
+    std::string error;
+    if (!ExpandConfig(*run, &args, &error)) {
+      std::cerr << "topodra run: error: " << error << "\n";
+      return kExitUsage;
+    }
+  }
   try {
-    app.parse(argc, argv);
+    // CLI11 takes a vector in reverse order.
+    std::vector<std::string> reversed(args.rbegin(), args.rend());
+    app.parse(reversed);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

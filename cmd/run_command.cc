@@ -8,12 +8,19 @@
 #include <cstdlib>
 #include <ctime>
 #include <ostream>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "cdi/spec_store.h"
 #include "cmd/commands.h"
 #include "driver/kube/rest_client.h"
+#include "driver/plugin/instance_lock.h"
+#include "driver/plugin/kubelet_plugin.h"
+#include "driver/prepare/claim_service.h"
+#include "driver/prepare/gpu_nodes.h"
 #include "driver/publish/slice_publisher.h"
+#include "driver/state/store.h"
 
 namespace topodra::cmd {
 namespace {
@@ -53,6 +60,48 @@ std::optional<publish::Pool> PoolOf(const std::vector<publish::Pool>& pools,
   }
   return std::nullopt;
 }
+
+prepare::DriverSetup CpuSetup(const topology::Topology& topo,
+                             const publish::PublishOptions& opts) {
+  prepare::DriverSetup setup;
+  setup.driver = opts.cpu_driver;
+  setup.kind = prepare::DriverKind::kCpu;
+  setup.reserved = opts.reserved_cpus;
+  setup.cpu_pool.name = opts.node_name;
+  const claims::CpuDeviceKind kind =
+      opts.cpu_mode == publish::CpuDeviceMode::kIndividual ? claims::CpuDeviceKind::kIndividual
+      : opts.group_by == publish::GroupBy::kMachine         ? claims::CpuDeviceKind::kMachine
+                                                            : claims::CpuDeviceKind::kGroup;
+  for (auto& [name, cpus] : publish::CpuDeviceCpus(topo, opts)) {
+    setup.cpu_pool.devices[name] = claims::CpuDevice{kind, cpus};
+  }
+  return setup;
+}
+
+// Only the GPUs the node publishes can be prepared.
+prepare::DriverSetup GpuSetup(const topology::Topology& topo, const publish::PublishOptions& opts,
+                              const std::vector<publish::Pool>& pools,
+                              const std::string& host_root) {
+  prepare::DriverSetup setup;
+  setup.driver = opts.gpu_driver;
+  setup.kind = prepare::DriverKind::kGpu;
+  setup.gpu_pool = opts.node_name;
+  std::set<std::string> published;
+  if (std::optional<publish::Pool> pool = PoolOf(pools, opts.gpu_driver)) {
+    for (const publish::Device& d : pool->devices) published.insert(d.name);
+  }
+  for (const topology::Gpu& gpu : topo.gpus) {
+    const std::string name = publish::GpuDeviceName(gpu);
+    if (!published.contains(name)) continue;
+    setup.gpus[name] = prepare::GpuDevice{gpu.pci_bus_id, prepare::GpuDeviceNodes(gpu, host_root)};
+  }
+  return setup;
+}
+
+struct DriverRuntime {
+  std::unique_ptr<prepare::ClaimService> service;
+  std::unique_ptr<plugin::KubeletPlugin> plugin;
+};
 
 }  // namespace
 
@@ -100,6 +149,63 @@ int RunDaemon(const RunCommand& cmd, std::ostream& err) {
                    : "",
                cluster->server);
 
+  // One instance per node: the state and the kubelet sockets are not to be shared.
+  std::vector<std::unique_ptr<plugin::InstanceLock>> locks;
+  for (const std::string& path :
+       {absl::StrCat(cmd.state_dir, "/topodra.lock"),
+        absl::StrCat(cmd.kubelet_root_dir, "/plugins/", opts->cpu_driver, "/topodra.lock")}) {
+    absl::StatusOr<std::unique_ptr<plugin::InstanceLock>> lock = plugin::InstanceLock::Acquire(path);
+    if (!lock.ok()) {
+      spdlog::critical("{}", std::string(lock.status().message()));
+      return kExitFailure;
+    }
+    locks.push_back(*std::move(lock));
+  }
+  // A corrupt state file stops the daemon: guessing would hand CPUs out twice.
+  absl::StatusOr<state::StateStore::Opened> opened =
+      state::StateStore::Open(absl::StrCat(cmd.state_dir, "/checkpoint.json"));
+  if (!opened.ok()) {
+    spdlog::critical("cannot load the allocation state: {}", std::string(opened.status().message()));
+    return kExitFailure;
+  }
+  prepare::NodeAllocations node;
+  node.store = opened->store.get();
+  node.state = std::move(opened->loaded);
+  spdlog::info("state {}: {} allocations loaded ({} journal records replayed{})",
+               opened->store->path(), node.state.Size(), opened->replayed,
+               opened->dropped_torn ? ", a torn last record dropped" : "");
+
+  std::vector<publish::Pool> pools = publish::BuildPools(*topo, *opts);
+  prepare::ApiClaimSource claim_source(client->get());
+  const cdi::SpecStore cdi_store(cmd.cdi_dir);
+  std::vector<DriverRuntime> drivers;
+  const bool serve_gpus = opts->gpus && PoolOf(pools, opts->gpu_driver).has_value() &&
+                          !PoolOf(pools, opts->gpu_driver)->devices.empty();
+  for (int i = 0; i < (serve_gpus ? 2 : 1); ++i) {
+    prepare::DriverSetup setup =
+        i == 0 ? CpuSetup(*topo, *opts) : GpuSetup(*topo, *opts, pools, cmd.host_root);
+    DriverRuntime d;
+    d.service = std::make_unique<prepare::ClaimService>(setup, *topo, &node, &cdi_store,
+                                                        &claim_source);
+    absl::StatusOr<prepare::ClaimService::Reconciled> reconciled = d.service->ReconcileCdi();
+    if (!reconciled.ok()) {
+      spdlog::critical("driver {}: CDI files in {}: {}", setup.driver, cmd.cdi_dir,
+                       std::string(reconciled.status().message()));
+      return kExitFailure;
+    }
+    plugin::PluginOptions po;
+    po.driver = setup.driver;
+    po.kubelet_root = cmd.kubelet_root_dir;
+    absl::StatusOr<std::unique_ptr<plugin::KubeletPlugin>> p =
+        plugin::KubeletPlugin::Start(po, d.service.get());
+    if (!p.ok()) {
+      spdlog::critical("driver {}: {}", setup.driver, std::string(p.status().message()));
+      return kExitFailure;
+    }
+    d.plugin = *std::move(p);
+    drivers.push_back(std::move(d));
+  }
+
   std::vector<std::unique_ptr<publish::SlicePublisher>> publishers;
   for (const std::string& driver : {opts->cpu_driver, opts->gpu_driver}) {
     publish::PublisherOptions po;
@@ -108,7 +214,6 @@ int RunDaemon(const RunCommand& cmd, std::ostream& err) {
     po.mixins = *mixins;
     publishers.push_back(std::make_unique<publish::SlicePublisher>(client->get(), po));
   }
-  std::vector<publish::Pool> pools = publish::BuildPools(*topo, *opts);
   // A driver without a pool (no GPUs, --gpus=none) still runs: it removes stale slices.
   publishers[0]->SetDesired(PoolOf(pools, opts->cpu_driver));
   publishers[1]->SetDesired(PoolOf(pools, opts->gpu_driver));
@@ -137,8 +242,14 @@ int RunDaemon(const RunCommand& cmd, std::ostream& err) {
       pools = std::move(next);
       publishers[0]->SetDesired(PoolOf(pools, opts->cpu_driver));
       publishers[1]->SetDesired(PoolOf(pools, opts->gpu_driver));
+      drivers[0].service->Update(CpuSetup(*now, *opts), *now);
+      if (drivers.size() > 1) {
+        drivers[1].service->Update(GpuSetup(*now, *opts, pools, cmd.host_root), *now);
+      }
     }
   }
+  // The kubelet first: it stops sending claims and deregisters before the slices go quiet.
+  for (DriverRuntime& d : drivers) d.plugin->Stop();
   for (auto& p : publishers) p->Stop();
   for (std::thread& t : threads) t.join();
   spdlog::info("stopped");
