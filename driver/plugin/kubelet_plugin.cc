@@ -295,6 +295,8 @@ void KubeletPlugin::Stop() {
   }
 }
 
+KubeletPlugin::KubeletPlugin(PluginOptions opts) : opts_(std::move(opts)) {}
+
 KubeletPlugin::~KubeletPlugin() { Stop(); }
 
 }  // namespace topodra::plugin

@@ -55,7 +55,7 @@ class KubeletPlugin {
   void OnRegistrationStatus(bool registered, const std::string& error);
 
  private:
-  explicit KubeletPlugin(PluginOptions opts) : opts_(std::move(opts)) {}
+  explicit KubeletPlugin(PluginOptions opts);
   absl::Status StartRegistration();
   void Watch();
 
