@@ -13,65 +13,28 @@
 #include "absl/strings/str_cat.h"
 #include "cdi/spec_store.h"
 #include "gtest/gtest.h"
+#include "test/testing/cdi_validator.h"
 
 namespace topodra::cdi {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
+using topodra::testing::CommandResult;
+using topodra::testing::RunCommand;
+using RunResult = CommandResult;
 
-RunResult RunCommand(const std::string& command) {
-  RunResult result;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
-  const int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
-
-std::string FindGo() {
-  if (const char* env = std::getenv("TOPODRA_GO"); env != nullptr && *env != '\0') return env;
-  for (const char* candidate : {"/usr/bin/go", "/usr/lib/go/bin/go", "/usr/local/go/bin/go"}) {
-    if (::access(candidate, X_OK) == 0) return candidate;
-  }
-  return "";
-}
-
-class CdiGoValidatorTest : public testing::Test {
+class CdiGoValidatorTest : public ::testing::Test {
  protected:
   // Builds the validator once; every case then runs the binary on its own directory.
   static void SetUpTestSuite() {
     char tmpl[] = "/tmp/cdi_go_test.XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     work_ = new std::string(tmpl);
-    const std::string go = FindGo();
-    ASSERT_FALSE(go.empty())
-        << "the Go toolchain is missing (looked in /usr/bin/go, /usr/lib/go/bin/go, "
-           "/usr/local/go/bin/go, $TOPODRA_GO): apt-get install golang-go "
-           "golang-github-container-orchestrated-devices-container-device-interface-dev";
-    const std::string lib =
-        "/usr/share/gocode/src/github.com/container-orchestrated-devices/"
-        "container-device-interface/pkg/cdi";
-    ASSERT_TRUE(fs::is_directory(lib))
-        << "the CDI Go library is missing (" << lib
-        << "): apt-get install golang-github-container-orchestrated-devices-container-device-"
-           "interface-dev";
-    // GOPATH mode against Debian's packaged sources. GOCACHE and HOME are set because the
-    // defaults under $HOME may not be writable where the test runs.
-    const std::string command = absl::StrCat(
-        "cd ", TOPODRA_SOURCE_DIR, "/test/cdi && env GO111MODULE=off GOFLAGS= GOPATH=", *work_,
-        "/gopath:/usr/share/gocode GOCACHE=", TOPODRA_GO_CACHE, " HOME=", *work_, " ", go,
-        " build -o ", *work_, "/cdi_validate cdi_validate.go");
-    RunResult built = RunCommand(command);
-    ASSERT_EQ(built.exit_code, 0) << command << "\n" << built.output;
-    validator_ = new std::string(*work_ + "/cdi_validate");
+    std::string why;
+    const std::string built = topodra::testing::BuildCdiValidator(&why);
+    ASSERT_FALSE(built.empty()) << why;
+    validator_ = new std::string(built);
   }
 
   static void TearDownTestSuite() {
@@ -86,7 +49,7 @@ class CdiGoValidatorTest : public testing::Test {
 
   void SetUp() override {
     ASSERT_NE(validator_, nullptr) << "the validator did not build";
-    dir_ = *work_ + "/" + testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ = *work_ + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
   }
 
   RunResult Validate() { return RunCommand(*validator_ + " " + dir_); }

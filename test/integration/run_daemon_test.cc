@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "driver/kube/rest_client.h"
+#include "test/integration/daemon.h"
 #include "test/integration/fake_apiserver.h"
 #include "test/testing/fixtures.h"
 
@@ -21,45 +22,13 @@ using ::testing::HasSubstr;
 using topodra::testing::FakeApiServer;
 using topodra::testing::FakeApiServerOptions;
 
-struct Daemon {
-  pid_t pid = -1;
-  std::string log;
-  ~Daemon() {
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-  }
-  int Terminate() {
-    kill(pid, SIGTERM);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    pid = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  std::string Log() const {
-    std::ifstream in(log);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-};
+using topodra::testing::Daemon;
+using topodra::testing::DaemonDirs;
 
+// Every daemon gets directories of its own: never /var/lib, and tests can run side by side.
 void Start(Daemon& d, const std::vector<std::string>& extra) {
-  static int counter = 0;
-  d.log = ::testing::TempDir() + "/daemon_" + std::to_string(getpid()) + "_" +
-          std::to_string(counter++) + ".log";
-  std::vector<std::string> args = {TOPODRA_BINARY, "run"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  d.pid = fork();
-  if (d.pid == 0) {
-    if (!freopen(d.log.c_str(), "w", stderr)) _exit(127);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
+  static const DaemonDirs dirs = DaemonDirs::Make();
+  d.Start(dirs, extra);
 }
 
 size_t SliceCount(topodra::kube::RestClient& c, const std::string& driver) {
@@ -146,11 +115,7 @@ TEST(RunDaemonTest, BadConfigurationIsOneLineAndExitCodeTwo) {
   for (const Case& c : cases) {
     Daemon d;
     Start(d, c.args);
-    int status = 0;
-    waitpid(d.pid, &status, 0);
-    d.pid = -1;
-    EXPECT_TRUE(WIFEXITED(status));
-    EXPECT_EQ(WEXITSTATUS(status), 2);
+    EXPECT_EQ(d.WaitExit(), 2);
     const std::string log = d.Log();
     EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
     EXPECT_THAT(log, HasSubstr(c.message));

@@ -1,0 +1,47 @@
+// The real `topodra run` binary as a child process of a test, on directories of its own (kubelet
+// root, CDI, state) so tests never touch /var/lib and can run in parallel.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace topodra::testing {
+
+struct DaemonDirs {
+  std::string root;  // a fresh temporary directory holding the others
+  std::string kubelet_root;
+  std::string cdi;
+  std::string state;
+  // Short: Unix socket paths must fit in 107 bytes.
+  static DaemonDirs Make();
+};
+
+class Daemon {
+ public:
+  Daemon() = default;
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+  ~Daemon();  // SIGKILL if still running
+
+  // Runs `topodra run <dir flags> <extra>`; stderr goes to a log file.
+  void Start(const DaemonDirs& dirs, const std::vector<std::string>& extra);
+  // SIGTERM and wait; returns the exit code (128+signal when killed).
+  int Terminate();
+  // SIGKILL and wait: a crash at an arbitrary moment.
+  void Kill();
+  // Waits for the process to exit on its own (up to 20 s); its exit code, or -1.
+  int WaitExit();
+  bool Running() const { return pid_ > 0; }
+  pid_t pid() const { return pid_; }
+  std::string Log() const;
+  // VmRSS from /proc/<pid>/status, in KiB (0 when unknown).
+  long RssKib() const;
+
+ private:
+  pid_t pid_ = -1;
+  std::string log_;
+};
+
+}  // namespace topodra::testing

@@ -1,0 +1,665 @@
+// The real `topodra run` binary as the kubelet sees it: registered through plugins_registry by
+// the kubelet simulator, preparing claims it GETs from the fake API server, over real Unix
+// sockets. Every rejection rule of issue 4 is exercised end to end here, plus idempotency,
+// kill -9 and restart, concurrency, prioritized lists, DeviceClass configs and re-registration.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "test/integration/daemon.h"
+#include "test/integration/fake_apiserver.h"
+#include "test/kubelet_sim/kubelet_sim.h"
+#include "test/testing/cdi_validator.h"
+#include "test/testing/fixtures.h"
+#include "topology/cpuset.h"
+
+namespace topodra::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr char kNode[] = "node-a";
+constexpr char kCpu[] = "dra.cpu";
+constexpr char kGpu[] = "gpu.topodra.io";
+// 2 packages, 2 NUMA nodes (0-7,16-23 and 8-15,24-31), 16 cores with 2 threads, 5 GPUs.
+constexpr char kMachine[] = "32em64t-2n8c2t-pci-normalio.xml";
+
+json Request(const std::string& name, const std::string& cls = "dra.cpu") {
+  return {{"name", name}, {"exactly", {{"deviceClassName", cls}}}};
+}
+
+json FirstAvailable(const std::string& name, const std::vector<std::string>& subs) {
+  json list = json::array();
+  for (const std::string& s : subs) list.push_back({{"name", s}, {"deviceClassName", "dra.cpu"}});
+  return {{"name", name}, {"firstAvailable", list}};
+}
+
+json Result(const std::string& request, const std::string& device, const std::string& cpus = "",
+            const std::string& driver = kCpu) {
+  json r = {{"request", request}, {"driver", driver}, {"pool", kNode}, {"device", device}};
+  if (!cpus.empty()) r["consumedCapacity"] = {{"dra.cpu/cpu", cpus}};
+  return r;
+}
+
+json Cpuset(const std::string& cpus) {
+  return {{"apiVersion", "v1alpha1"}, {"cpuConfig", {{"cpuset", cpus}}}};
+}
+
+json Config(const std::string& source, const json& requests, const json& parameters,
+            const std::string& driver = kCpu) {
+  return {{"source", source},
+          {"requests", requests},
+          {"opaque", {{"driver", driver}, {"parameters", parameters}}}};
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class DraPluginTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    FakeApiServerOptions o;
+    o.nodes = {{kNode, "uid-node-a"}};
+    auto server = FakeApiServer::Start(o);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    dirs_ = DaemonDirs::Make();
+    kubeconfig_ = server_->WriteKubeconfig(dirs_.root + "/kubeconfig.yaml");
+    ASSERT_FALSE(kubeconfig_.empty());
+  }
+
+  void TearDown() override {
+    sim_.reset();
+    if (daemon_.Running()) {
+      EXPECT_EQ(daemon_.Terminate(), 0) << daemon_.Log();
+    }
+    if (HasFailure()) std::cerr << "daemon log:\n" << daemon_.Log();
+    std::error_code ec;
+    fs::remove_all(dirs_.root, ec);
+  }
+
+  // Starts the daemon and the kubelet simulator and waits until the CPU driver is registered.
+  void StartNode(std::vector<std::string> extra = {}, const std::string& machine = kMachine,
+                 KubeletSimOptions sim = {}) {
+    StartDaemon(std::move(extra), machine);
+    sim.root_dir = dirs_.kubelet_root;
+    auto s = KubeletSimulator::Start(sim);
+    ASSERT_TRUE(s.ok()) << s.status();
+    sim_ = *std::move(s);
+    auto reg = sim_->WaitForRegistration(kCpu, 1, absl::Seconds(20));
+    ASSERT_TRUE(reg.ok()) << reg.status() << "\n" << daemon_.Log();
+  }
+
+  void StartDaemon(std::vector<std::string> extra = {}, const std::string& machine = kMachine) {
+    std::vector<std::string> args = {"--kubeconfig", kubeconfig_, "--node-name", kNode,
+                                     "--topology-file", FixturePath(machine)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    daemon_.Start(dirs_, args);
+  }
+
+  // Creates the claim and allocates it the way the scheduler does; returns its identity.
+  PrepareClaim MakeClaim(const std::string& name, const json& requests, const json& results,
+                         const json& alloc_config = json::array(),
+                         const json& spec_config = json::array()) {
+    json claim = {{"apiVersion", "resource.k8s.io/v1"},
+                  {"kind", "ResourceClaim"},
+                  {"metadata", {{"name", name}, {"namespace", "default"}}},
+                  {"spec", {{"devices", {{"requests", requests}}}}}};
+    if (!spec_config.empty()) claim["spec"]["devices"]["config"] = spec_config;
+    auto created = server_->CreateClaim(claim);
+    EXPECT_TRUE(created.ok()) << created.status();
+    if (!created.ok()) return {};
+    json allocation = {{"devices", {{"results", results}}}};
+    if (!alloc_config.empty()) allocation["devices"]["config"] = alloc_config;
+    auto allocated = server_->AllocateClaim(
+        "default", name, allocation,
+        json::array({{{"resource", "pods"}, {"name", "pod-" + name}, {"uid", "pod-uid-" + name}}}));
+    EXPECT_TRUE(allocated.ok()) << allocated.status();
+    return {"default", (*created)["metadata"]["uid"].get<std::string>(), name};
+  }
+
+  // A one-request claim consuming `cpus` CPUs of `device`, with an optional claim cpuset.
+  PrepareClaim CpuClaim(const std::string& name, const std::string& device, const std::string& cpus,
+                        const json& parameters = nullptr) {
+    json config = json::array();
+    if (!parameters.is_null()) config.push_back(Config("FromClaim", json::array(), parameters));
+    return MakeClaim(name, json::array({Request("cpus")}),
+                     json::array({Result("cpus", device, cpus)}), config);
+  }
+
+  ClaimResult PrepareOne(const PrepareClaim& claim, const std::string& driver = kCpu) {
+    auto got = sim_->Prepare(driver, {claim});
+    EXPECT_TRUE(got.ok()) << got.status();
+    if (!got.ok()) return {{}, "rpc failed"};
+    EXPECT_EQ(got->size(), 1u);
+    return (*got)[claim.uid];
+  }
+
+  std::string UnprepareOne(const PrepareClaim& claim, const std::string& driver = kCpu) {
+    auto got = sim_->Unprepare(driver, {claim});
+    EXPECT_TRUE(got.ok()) << got.status();
+    if (!got.ok()) return "rpc failed";
+    return (*got)[claim.uid];
+  }
+
+  std::string CdiPath(const std::string& uid, const std::string& driver = kCpu) const {
+    return absl::StrCat(dirs_.cdi, "/", driver, "-claim_", uid, ".json");
+  }
+
+  // The claim's CPUs as its CDI file says (DRA_CPUSET_<uid>).
+  CpuSet CdiCpus(const std::string& uid) const {
+    const std::string text = ReadFile(CdiPath(uid));
+    if (text.empty()) return {};
+    const json spec = json::parse(text, nullptr, false);
+    for (const json& env : spec["containerEdits"]["env"]) {
+      const std::string e = env.get<std::string>();
+      const std::string prefix = "DRA_CPUSET_" + uid + "=";
+      if (e.rfind(prefix, 0) == 0) return *CpuSet::Parse(e.substr(prefix.size()));
+    }
+    return {};
+  }
+
+  // The name of the first GPU device the daemon published (waits for the slice).
+  std::string FirstGpu() {
+    for (int i = 0; i < 500; ++i) {
+      auto slices = server_->Api(
+          "GET", "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.driver%3Dgpu.topodra.io");
+      if (slices.ok() && !(*slices)["items"].empty() &&
+          !(*slices)["items"][0]["spec"]["devices"].empty()) {
+        return (*slices)["items"][0]["spec"]["devices"][0]["name"];
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return "";
+  }
+
+  std::unique_ptr<FakeApiServer> server_;
+  DaemonDirs dirs_;
+  std::string kubeconfig_;
+  Daemon daemon_;
+  std::unique_ptr<KubeletSimulator> sim_;
+};
+
+TEST_F(DraPluginTest, RegistersBothDriversWithV1First) {
+  StartNode();
+  auto cpu = sim_->Find(kCpu);
+  ASSERT_TRUE(cpu.has_value());
+  EXPECT_EQ(cpu->version, "v1.DRAPlugin");
+  EXPECT_THAT(cpu->supported_versions,
+              ::testing::ElementsAre("v1.DRAPlugin", "v1beta1.DRAPlugin"));
+  EXPECT_EQ(cpu->endpoint, dirs_.kubelet_root + "/plugins/dra.cpu/dra.sock");
+  auto gpu = sim_->WaitForRegistration(kGpu, 1, absl::Seconds(10));
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  // Owner-only sockets.
+  for (const std::string& path :
+       {cpu->endpoint, cpu->socket_path, gpu->endpoint, gpu->socket_path}) {
+    struct stat st {};
+    ASSERT_EQ(::stat(path.c_str(), &st), 0) << path;
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << path;
+  }
+  EXPECT_EQ(daemon_.Terminate(), 0);
+  EXPECT_FALSE(fs::exists(cpu->endpoint));
+  EXPECT_FALSE(fs::exists(cpu->socket_path));
+  EXPECT_TRUE(sim_->WaitForDeregistration(kCpu, absl::Seconds(10)));
+}
+
+TEST_F(DraPluginTest, AKubeletThatOnlySpeaksV1beta1IsServedToo) {
+  KubeletSimOptions old;
+  old.known_versions = {"v1beta1.DRAPlugin"};
+  StartNode({}, kMachine, old);
+  EXPECT_EQ(sim_->Find(kCpu)->version, "v1beta1.DRAPlugin");
+  PrepareClaim c = CpuClaim("old-kubelet", "cpudevnuma001", "2");
+  ClaimResult r = PrepareOne(c);
+  EXPECT_EQ(r.error, "");
+  ASSERT_EQ(r.devices.size(), 1u);
+  EXPECT_EQ(r.devices[0].pool, kNode);
+  EXPECT_EQ(UnprepareOne(c), "");
+}
+
+TEST_F(DraPluginTest, GroupedClaimIsTopologyAlignedIdempotentAndUnprepared) {
+  StartNode();
+  PrepareClaim c = CpuClaim("grouped", "cpudevnuma001", "4");
+  ClaimResult first = PrepareOne(c);
+  ASSERT_EQ(first.error, "");
+  ASSERT_EQ(first.devices.size(), 1u);
+  EXPECT_EQ(first.devices[0].device, "cpudevnuma001");
+  EXPECT_THAT(first.devices[0].request_names, ::testing::ElementsAre("cpus"));
+  EXPECT_THAT(first.devices[0].cdi_device_ids,
+              ::testing::ElementsAre("dra.cpu/claim=" + c.uid + "-cpudevnuma001"));
+  // Two whole cores of NUMA node 1 (8-15 with siblings 24-31).
+  const CpuSet cpus = CdiCpus(c.uid);
+  EXPECT_EQ(cpus.ToString(), "8-9,24-25");
+  // The kubelet repeats prepare after a restart: same answer.
+  ClaimResult again = PrepareOne(c);
+  EXPECT_EQ(again.error, "");
+  ASSERT_EQ(again.devices.size(), 1u);
+  EXPECT_EQ(again.devices[0].cdi_device_ids, first.devices[0].cdi_device_ids);
+  EXPECT_EQ(CdiCpus(c.uid), cpus);
+
+  EXPECT_EQ(UnprepareOne(c), "");
+  EXPECT_FALSE(fs::exists(CdiPath(c.uid)));
+  EXPECT_EQ(UnprepareOne(c), "");  // again: still fine
+  // The CPUs are free again: the same request gets them back.
+  PrepareClaim next = CpuClaim("grouped-2", "cpudevnuma001", "4");
+  EXPECT_EQ(PrepareOne(next).error, "");
+  EXPECT_EQ(CdiCpus(next.uid), cpus);
+}
+
+TEST_F(DraPluginTest, UnprepareOfUnknownClaimsSucceeds) {
+  StartNode();
+  auto got = sim_->Unprepare(kCpu, {{"default", "no-such-uid", "never-prepared"},
+                                    {"other", "uid-2", "gone"}});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ((*got)["no-such-uid"], "");
+  EXPECT_EQ((*got)["uid-2"], "");
+}
+
+TEST_F(DraPluginTest, IndividualModePreparesExactlyTheNamedCpus) {
+  StartNode({"--cpu-device-mode", "individual"});
+  // cpudev numbering walks cores with siblings adjacent: cpudev002/003 are CPUs 1 and 17.
+  PrepareClaim c = MakeClaim("individual", json::array({Request("cpus")}),
+                             json::array({Result("cpus", "cpudev002"), Result("cpus", "cpudev003")}));
+  ClaimResult r = PrepareOne(c);
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.devices.size(), 2u);
+  EXPECT_EQ(CdiCpus(c.uid).ToString(), "1,17");
+}
+
+TEST_F(DraPluginTest, MachineGroupTakesTheOpaqueCpuset) {
+  StartNode({"--group-by", "machine"});
+  PrepareClaim c = CpuClaim("external", "cpudevmachine", "4", Cpuset("2-3,18-19"));
+  ClaimResult r = PrepareOne(c);
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(CdiCpus(c.uid).ToString(), "2-3,18-19");
+  PrepareClaim bare = CpuClaim("no-cpuset", "cpudevmachine", "4");
+  EXPECT_THAT(PrepareOne(bare).error, HasSubstr("naming the CPUs is required"));
+}
+
+// Every rejection of the opaque cpuset config, each with the offending value in the message.
+TEST_F(DraPluginTest, RejectionsNameTheClaimAndTheValue) {
+  StartNode({"--reserved-cpus", "0,16"});
+  PrepareClaim holder = CpuClaim("holder", "cpudevnuma001", "2", Cpuset("12-13"));
+  ASSERT_EQ(PrepareOne(holder).error, "");
+
+  struct Case {
+    std::string name;
+    json results;
+    json config;
+    std::string error;
+  };
+  const json one = json::array({Result("cpus", "cpudevnuma000", "2")});
+  auto claim_cfg = [](const json& params) {
+    return json::array({Config("FromClaim", json::array(), params)});
+  };
+  const std::vector<Case> cases = {
+      {"unknown-field", one,
+       claim_cfg({{"apiVersion", "v1alpha1"}, {"cpuConfig", {{"cpuset", "2-3"}, {"cpus", 2}}}}),
+       "unknown field \"cpuConfig.cpus\""},
+      {"wrong-type", one, claim_cfg({{"apiVersion", "v1alpha1"}, {"cpuConfig", "2-3"}}),
+       "cpuConfig: expected an object, got string"},
+      {"api-version", one,
+       claim_cfg({{"apiVersion", "v2"}, {"cpuConfig", {{"cpuset", "2-3"}}}}),
+       "unsupported apiVersion \"v2\""},
+      {"missing-cpuset", one, claim_cfg({{"apiVersion", "v1alpha1"}, {"cpuConfig", json::object()}}),
+       "cpuConfig.cpuset is missing"},
+      {"empty-cpuset", one, claim_cfg(Cpuset("")), "cpuConfig.cpuset is empty"},
+      {"unparsable", one, claim_cfg(Cpuset("2-x")), "\"2-x\""},
+      {"size", one, claim_cfg(Cpuset("2-4")),
+       "cpuset \"2-4\" has 3 CPUs but the request consumes 2 dra.cpu/cpu"},
+      {"not-on-node", one, claim_cfg(Cpuset("2,40")), "CPU 40 is not on this node"},
+      {"reserved", one, claim_cfg(Cpuset("0-1")), "CPU 0 is reserved (--reserved-cpus)"},
+      {"outside-group", one, claim_cfg(Cpuset("2,8")),
+       "CPU 8 is not in the allocated device \"cpudevnuma000\""},
+      {"held", json::array({Result("cpus", "cpudevnuma001", "2")}), claim_cfg(Cpuset("13-14")),
+       "CPU 13 is already prepared for claim default/holder (uid " + holder.uid + ")"},
+      {"twice", json::array({Result("cpus", "cpudevnuma000", "2"), Result("more", "cpudevnuma000", "2")}),
+       json::array({Config("FromClaim", json::array({"cpus"}), Cpuset("2-3")),
+                    Config("FromClaim", json::array({"more"}), Cpuset("3-4"))}),
+       "CPU 3 is used by two results (requests \"cpus\" and \"more\")"},
+      {"two-configs", one,
+       json::array({Config("FromClaim", json::array({"cpus"}), Cpuset("2-3")),
+                    Config("FromClaim", json::array(), Cpuset("4-5"))}),
+       "2 configs target request \"cpus\""},
+      {"capacity-missing", json::array({Result("cpus", "cpudevnuma000")}), json::array(),
+       "consumedCapacity dra.cpu/cpu is missing"},
+      {"capacity-zero", json::array({Result("cpus", "cpudevnuma000", "0")}), json::array(),
+       "consumedCapacity dra.cpu/cpu is 0"},
+      {"capacity-fraction", json::array({Result("cpus", "cpudevnuma000", "1500m")}), json::array(),
+       "consumedCapacity dra.cpu/cpu is fractional (\"1500m\")"},
+      {"not-my-device", json::array({Result("cpus", "cpudevnuma007", "2")}), json::array(),
+       "device \"cpudevnuma007\" is not a CPU device of this node"},
+  };
+  std::vector<PrepareClaim> claims;
+  for (const Case& c : cases) {
+    json requests = json::array({Request("cpus")});
+    if (c.name == "twice") requests.push_back(Request("more"));
+    claims.push_back(MakeClaim(c.name, requests, c.results, c.config));
+  }
+  // Also a claim that is good, in the same call: its outcome must not depend on the others.
+  PrepareClaim good = CpuClaim("good", "cpudevnuma000", "2", Cpuset("4-5"));
+  claims.push_back(good);
+  auto got = sim_->Prepare(kCpu, claims);
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string& error = (*got)[claims[i].uid].error;
+    EXPECT_THAT(error, HasSubstr("claim default/" + cases[i].name)) << cases[i].name;
+    EXPECT_THAT(error, HasSubstr(cases[i].error)) << cases[i].name;
+    EXPECT_FALSE(fs::exists(CdiPath(claims[i].uid))) << cases[i].name;
+  }
+  EXPECT_EQ((*got)[good.uid].error, "");
+  EXPECT_EQ(CdiCpus(good.uid).ToString(), "4-5");
+}
+
+TEST_F(DraPluginTest, OfflineCpusAreRejected) {
+  // Online 0-1,3-4,6,12,15 of 0-15.
+  StartNode({"--group-by", "machine"}, "16em64t-4s2c2t-offlines.xml");
+  PrepareClaim c = CpuClaim("offline", "cpudevmachine", "2", Cpuset("6-7"));
+  EXPECT_THAT(PrepareOne(c).error, HasSubstr("cpuset \"6-7\": CPU 7 is offline"));
+}
+
+TEST_F(DraPluginTest, ClaimsThatAreNotPreparableAreRejected) {
+  StartNode();
+  // Not found.
+  EXPECT_THAT(PrepareOne({"default", "uid-x", "missing"}).error,
+              HasSubstr("claim default/missing: get ResourceClaim"));
+  // Replaced: the kubelet's uid is not the current object's.
+  PrepareClaim c = CpuClaim("replaced", "cpudevnuma000", "2");
+  EXPECT_THAT(PrepareOne({"default", "old-uid", "replaced"}).error,
+              HasSubstr("uid \"" + c.uid + "\" but the kubelet asked for uid \"old-uid\""));
+  // Not allocated.
+  json claim = {{"metadata", {{"name", "pending"}, {"namespace", "default"}}},
+                {"spec", {{"devices", {{"requests", json::array({Request("cpus")})}}}}}};
+  auto created = server_->CreateClaim(claim);
+  ASSERT_TRUE(created.ok());
+  EXPECT_THAT(PrepareOne({"default", (*created)["metadata"]["uid"], "pending"}).error,
+              HasSubstr("claim default/pending is not allocated"));
+}
+
+TEST_F(DraPluginTest, PrioritizedListUsesBaseRequestNamesAndSubrequestConfigs) {
+  StartNode();
+  PrepareClaim c = MakeClaim(
+      "prioritized", json::array({FirstAvailable("cpus", {"large", "small"})}),
+      json::array({Result("cpus/small", "cpudevnuma000", "2")}),
+      json::array({Config("FromClaim", json::array({"cpus/large"}), Cpuset("2-5")),
+                   Config("FromClaim", json::array({"cpus/small"}), Cpuset("6-7"))}));
+  ClaimResult r = PrepareOne(c);
+  ASSERT_EQ(r.error, "");
+  ASSERT_EQ(r.devices.size(), 1u);
+  EXPECT_THAT(r.devices[0].request_names, ::testing::ElementsAre("cpus"));
+  EXPECT_EQ(CdiCpus(c.uid).ToString(), "6-7");
+  EXPECT_THAT(ReadFile(CdiPath(c.uid)), HasSubstr("DRA_CPUSET_" + c.uid + "_cpus=6-7"));
+}
+
+TEST_F(DraPluginTest, DeviceClassConfigIsHonouredAndClaimConfigWins) {
+  StartNode();
+  json cls = {{"metadata", {{"name", "pinned-cpus"}}},
+              {"spec", {{"config", json::array({{{"opaque", {{"driver", kCpu},
+                                                             {"parameters", Cpuset("20-21")}}}}})}}}};
+  ASSERT_TRUE(server_->CreateDeviceClass(cls).ok());
+  // The scheduler copies the class config into the allocation as FromClass.
+  PrepareClaim from_class =
+      MakeClaim("from-class", json::array({Request("cpus", "pinned-cpus")}),
+                json::array({Result("cpus", "cpudevnuma000", "2")}),
+                json::array({Config("FromClass", json::array({"cpus"}), Cpuset("20-21"))}));
+  EXPECT_EQ(PrepareOne(from_class).error, "");
+  EXPECT_EQ(CdiCpus(from_class.uid).ToString(), "20-21");
+  PrepareClaim both =
+      MakeClaim("claim-wins", json::array({Request("cpus", "pinned-cpus")}),
+                json::array({Result("cpus", "cpudevnuma000", "2")}),
+                json::array({Config("FromClass", json::array({"cpus"}), Cpuset("20-21")),
+                             Config("FromClaim", json::array(), Cpuset("22-23"))}));
+  EXPECT_EQ(PrepareOne(both).error, "");
+  EXPECT_EQ(CdiCpus(both.uid).ToString(), "22-23");
+}
+
+TEST_F(DraPluginTest, GpuClaimsAreExclusive) {
+  StartNode();
+  ASSERT_TRUE(sim_->WaitForRegistration(kGpu, 1, absl::Seconds(10)).ok());
+  const std::string gpu = FirstGpu();
+  ASSERT_FALSE(gpu.empty());
+  PrepareClaim a = MakeClaim("gpu-a", json::array({Request("gpu", "gpu.topodra.io")}),
+                             json::array({Result("gpu", gpu, "", kGpu)}));
+  ClaimResult r = PrepareOne(a, kGpu);
+  ASSERT_EQ(r.error, "");
+  ASSERT_EQ(r.devices.size(), 1u);
+  EXPECT_EQ(r.devices[0].cdi_device_ids[0], "gpu.topodra.io/claim=" + a.uid + "-" + gpu);
+  EXPECT_TRUE(fs::exists(CdiPath(a.uid, kGpu)));
+  PrepareClaim b = MakeClaim("gpu-b", json::array({Request("gpu", "gpu.topodra.io")}),
+                             json::array({Result("gpu", gpu, "", kGpu)}));
+  EXPECT_THAT(PrepareOne(b, kGpu).error,
+              HasSubstr("is already prepared for claim default/gpu-a (uid " + a.uid + ")"));
+  EXPECT_EQ(UnprepareOne(a, kGpu), "");
+  EXPECT_EQ(PrepareOne(b, kGpu).error, "");
+}
+
+TEST_F(DraPluginTest, StateSurvivesKill9AndRestart) {
+  StartNode();
+  PrepareClaim a = CpuClaim("before-crash", "cpudevnuma000", "4");
+  ClaimResult first = PrepareOne(a);
+  ASSERT_EQ(first.error, "");
+  const CpuSet held = CdiCpus(a.uid);
+  sim_.reset();
+  daemon_.Kill();
+  // A power loss may also take a CDI file written without fsync: it comes back at start.
+  fs::remove(CdiPath(a.uid));
+  StartNode();
+  EXPECT_EQ(CdiCpus(a.uid), held);
+  ClaimResult again = PrepareOne(a);
+  EXPECT_EQ(again.error, "");
+  EXPECT_EQ(again.devices[0].cdi_device_ids, first.devices[0].cdi_device_ids);
+  PrepareClaim overlap = CpuClaim("overlap", "cpudevnuma000", "1",
+                                  Cpuset(std::to_string(*held.begin())));
+  EXPECT_THAT(PrepareOne(overlap).error, HasSubstr("already prepared for claim default/before-crash"));
+  EXPECT_EQ(UnprepareOne(a), "");
+  EXPECT_EQ(PrepareOne(overlap).error, "");
+}
+
+TEST_F(DraPluginTest, Kill9AtAnyMomentNeverHandsACpuOutTwice) {
+  StartNode({"--group-by", "machine"});
+  // 16 claims, each wanting a pair of CPUs that overlaps its neighbours'.
+  std::vector<PrepareClaim> claims;
+  for (int i = 0; i < 16; ++i) {
+    claims.push_back(CpuClaim(absl::StrCat("c", i), "cpudevmachine", "2",
+                              Cpuset(absl::StrCat(i, "-", i + 1))));
+  }
+  std::mt19937 rng(42);
+  for (int round = 0; round < 8; ++round) {
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> workers;
+    for (int t = 0; t < 4; ++t) {
+      workers.emplace_back([&, t] {
+        std::mt19937 r(round * 10 + t);
+        while (!stop) {
+          const PrepareClaim& c = claims[r() % claims.size()];
+          if (r() % 2) {
+            (void)sim_->Prepare(kCpu, {c});
+          } else {
+            (void)sim_->Unprepare(kCpu, {c});
+          }
+        }
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20 + rng() % 80));
+    daemon_.Kill();
+    stop = true;
+    for (std::thread& w : workers) w.join();
+    sim_.reset();
+    StartNode({"--group-by", "machine"});
+    // Ask for every claim again: what is prepared must be disjoint.
+    auto got = sim_->Prepare(kCpu, claims);
+    ASSERT_TRUE(got.ok()) << got.status();
+    CpuSet seen;
+    for (const PrepareClaim& c : claims) {
+      if (!(*got)[c.uid].error.empty()) continue;
+      const CpuSet cpus = CdiCpus(c.uid);
+      ASSERT_EQ(cpus.Size(), 2) << c.name;
+      EXPECT_FALSE(cpus.Intersects(seen)) << "round " << round << ": " << c.name << " got "
+                                          << cpus << " already handed out";
+      seen |= cpus;
+    }
+    // CDI files exist only for prepared claims.
+    for (const auto& entry : fs::directory_iterator(dirs_.cdi)) {
+      const std::string name = entry.path().filename().string();
+      bool known = false;
+      for (const PrepareClaim& c : claims) {
+        known = known || (name == "dra.cpu-claim_" + c.uid + ".json" && (*got)[c.uid].error.empty());
+      }
+      EXPECT_TRUE(known || name[0] == '.') << "stray CDI file " << name;
+    }
+  }
+}
+
+TEST_F(DraPluginTest, ConcurrentPreparesOfOverlappingCpusetsHaveOneWinnerPerCpu) {
+  StartNode({"--group-by", "machine"});
+  // Eight claims all want 4-7; eight more want overlapping pairs 16-17, 17-18, ...
+  std::vector<PrepareClaim> claims;
+  for (int i = 0; i < 8; ++i) {
+    claims.push_back(CpuClaim(absl::StrCat("same", i), "cpudevmachine", "4", Cpuset("4-7")));
+  }
+  for (int i = 0; i < 8; ++i) {
+    claims.push_back(CpuClaim(absl::StrCat("pair", i), "cpudevmachine", "2",
+                              Cpuset(absl::StrCat(16 + i, "-", 17 + i))));
+  }
+  std::vector<ClaimResult> results(claims.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < claims.size(); ++i) {
+    threads.emplace_back([&, i] {
+      auto got = sim_->Prepare(kCpu, {claims[i]});
+      if (got.ok()) results[i] = (*got)[claims[i].uid];
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  int same_winners = 0;
+  CpuSet seen;
+  for (size_t i = 0; i < claims.size(); ++i) {
+    if (!results[i].error.empty()) {
+      EXPECT_THAT(results[i].error, HasSubstr("already prepared for claim default/"));
+      continue;
+    }
+    if (i < 8) ++same_winners;
+    const CpuSet cpus = CdiCpus(claims[i].uid);
+    EXPECT_FALSE(cpus.Intersects(seen)) << claims[i].name;
+    seen |= cpus;
+  }
+  EXPECT_EQ(same_winners, 1);
+  EXPECT_TRUE(seen.Contains(4));
+}
+
+TEST_F(DraPluginTest, ConcurrentGroupedPreparesGetDisjointCpus) {
+  StartNode();
+  std::vector<PrepareClaim> claims;
+  for (int i = 0; i < 10; ++i) {
+    claims.push_back(CpuClaim(absl::StrCat("g", i), "cpudevnuma000", "2"));
+  }
+  std::vector<ClaimResult> results(claims.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < claims.size(); ++i) {
+    threads.emplace_back([&, i] {
+      auto got = sim_->Prepare(kCpu, {claims[i]});
+      if (got.ok()) results[i] = (*got)[claims[i].uid];
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  CpuSet seen;
+  int ok = 0;
+  for (size_t i = 0; i < claims.size(); ++i) {
+    if (!results[i].error.empty()) {
+      // NUMA 0 has 16 CPUs: 8 claims fit, the others find it full.
+      EXPECT_THAT(results[i].error, HasSubstr("CPUs wanted from device \"cpudevnuma000\""));
+      continue;
+    }
+    ++ok;
+    const CpuSet cpus = CdiCpus(claims[i].uid);
+    EXPECT_EQ(cpus.Size(), 2);
+    EXPECT_FALSE(cpus.Intersects(seen));
+    seen |= cpus;
+  }
+  EXPECT_EQ(ok, 8);
+}
+
+TEST_F(DraPluginTest, RegistrationSocketIsRecreatedWhenDeleted) {
+  StartNode();
+  const std::string reg = sim_->Find(kCpu)->socket_path;
+  ASSERT_TRUE(fs::remove(reg));
+  auto again = sim_->WaitForRegistration(kCpu, 2, absl::Seconds(10));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(fs::exists(reg));
+  PrepareClaim c = CpuClaim("after-reregistration", "cpudevnuma000", "2");
+  EXPECT_EQ(PrepareOne(c).error, "");
+}
+
+TEST_F(DraPluginTest, SecondInstanceIsRefusedAndStaleSocketsReplaced) {
+  // A socket file left by a dead instance: bound, never unlinked.
+  const std::string dra = dirs_.kubelet_root + "/plugins/dra.cpu/dra.sock";
+  fs::create_directories(fs::path(dra).parent_path());
+  {
+    int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", dra.c_str());
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    ::close(fd);
+  }
+  StartNode();
+  Daemon second;
+  second.Start(dirs_, {"--kubeconfig", kubeconfig_, "--node-name", kNode, "--topology-file",
+                       FixturePath(kMachine)});
+  EXPECT_EQ(second.WaitExit(), 1);
+  EXPECT_THAT(second.Log(), HasSubstr("another topodra is running on this node"));
+  EXPECT_THAT(second.Log(), HasSubstr(dirs_.state + "/topodra.lock"));
+  // The first one still serves.
+  EXPECT_EQ(PrepareOne(CpuClaim("still-served", "cpudevnuma000", "2")).error, "");
+}
+
+TEST_F(DraPluginTest, CorruptStateStopsTheDaemonWithTheFileNamed) {
+  fs::create_directories(dirs_.state);
+  std::ofstream(dirs_.state + "/checkpoint.json") << "{\"version\": 1, \"checksum\": \"0\"}";
+  StartDaemon();
+  EXPECT_EQ(daemon_.WaitExit(), 1);
+  EXPECT_THAT(daemon_.Log(), HasSubstr(dirs_.state + "/checkpoint.json"));
+  EXPECT_THAT(daemon_.Log(), HasSubstr("move it aside"));
+}
+
+TEST_F(DraPluginTest, CdiFilesAreAcceptedByTheCdiGoLibrary) {
+  StartNode();
+  ASSERT_TRUE(sim_->WaitForRegistration(kGpu, 1, absl::Seconds(10)).ok());
+  PrepareClaim cpu = MakeClaim(
+      "two-requests", json::array({Request("a"), FirstAvailable("b", {"big", "small"})}),
+      json::array({Result("a", "cpudevnuma000", "2"), Result("b/small", "cpudevnuma001", "3")}));
+  ASSERT_EQ(PrepareOne(cpu).error, "");
+  const std::string gpu = FirstGpu();
+  ASSERT_FALSE(gpu.empty());
+  PrepareClaim g = MakeClaim("gpu", json::array({Request("gpu", "gpu.topodra.io")}),
+                             json::array({Result("gpu", gpu, "", kGpu)}));
+  ASSERT_EQ(PrepareOne(g, kGpu).error, "");
+  const std::string validator = BuildCdiValidator();
+  ASSERT_FALSE(validator.empty());
+  CommandResult r = RunCommand(validator + " " + dirs_.cdi);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("device: dra.cpu/claim=" + cpu.uid + "-cpudevnuma000"));
+  EXPECT_THAT(r.output, HasSubstr("device: dra.cpu/claim=" + cpu.uid + "-cpudevnuma001"));
+  EXPECT_THAT(r.output, HasSubstr("device: gpu.topodra.io/claim=" + g.uid + "-" + gpu));
+}
+
+}  // namespace
+}  // namespace topodra::testing

@@ -1,0 +1,164 @@
+// kubelet_sim: the kubelet simulator as a command, for `make demo` and manual checks.
+//
+//   kubelet_sim --root-dir D wait DRIVER [--timeout 10s]
+//   kubelet_sim --root-dir D prepare DRIVER NS/NAME/UID... [--timeout 10s]
+//   kubelet_sim --root-dir D unprepare DRIVER NS/NAME/UID... [--timeout 10s]
+//
+// Each run is a freshly started kubelet: it discovers the plugin's registration socket, registers
+// it (waiting up to --timeout) and then makes the one call. Exit codes: 0 ok (prepare/unprepare:
+// the RPC succeeded, even with per-claim errors), 1 the work failed, 2 bad flags.
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "test/kubelet_sim/kubelet_sim.h"
+
+namespace {
+
+using topodra::testing::ClaimResult;
+using topodra::testing::KubeletSimOptions;
+using topodra::testing::KubeletSimulator;
+using topodra::testing::PrepareClaim;
+using topodra::testing::Registration;
+using Json = nlohmann::ordered_json;
+
+constexpr char kUsage[] =
+    "usage: kubelet_sim --root-dir DIR [--timeout 10s] [--known-versions v1.DRAPlugin,...] "
+    "COMMAND DRIVER [ARGS]\n"
+    "commands:\n"
+    "  wait DRIVER                   wait for the driver to register; print the registration\n"
+    "  prepare DRIVER NS/NAME/UID... NodePrepareResources for the claims; print the response\n"
+    "  unprepare DRIVER NS/NAME/UID... NodeUnprepareResources for the claims; print the response\n";
+
+int Fail(int code, const std::string& msg) {
+  std::cerr << "kubelet_sim: " << msg << "\n";
+  return code;
+}
+
+std::string Dump(const Json& j, int indent) {
+  return j.dump(indent, ' ', false, Json::error_handler_t::replace);
+}
+
+Json RegistrationJson(const Registration& r) {
+  return Json{{"driver", r.driver},
+              {"endpoint", r.endpoint},
+              {"version", r.version},
+              {"socketPath", r.socket_path},
+              {"supportedVersions", r.supported_versions},
+              {"generation", r.generation}};
+}
+
+Json PrepareJson(const std::map<std::string, ClaimResult>& results) {
+  Json out = Json::object();
+  for (const auto& [uid, result] : results) {
+    Json devices = Json::array();
+    for (const auto& d : result.devices) {
+      Json dev{{"requestNames", d.request_names},
+               {"poolName", d.pool},
+               {"deviceName", d.device},
+               {"cdiDeviceIds", d.cdi_device_ids}};
+      if (d.share_id) dev["shareId"] = *d.share_id;
+      devices.push_back(std::move(dev));
+    }
+    out[uid] = Json{{"devices", std::move(devices)}, {"error", result.error}};
+  }
+  return out;
+}
+
+int Run(int argc, char** argv) {
+  KubeletSimOptions opts;
+  absl::Duration timeout = absl::Seconds(10);
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      std::cout << kUsage;
+      return 0;
+    }
+    if (arg.rfind("--", 0) != 0) {
+      args.push_back(arg);
+      continue;
+    }
+    std::string value;
+    if (size_t eq = arg.find('='); eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return Fail(2, "flag " + arg + " needs a value");
+    }
+    if (arg == "--root-dir") {
+      opts.root_dir = value;
+    } else if (arg == "--timeout") {
+      if (!absl::ParseDuration(value, &timeout) || timeout < absl::ZeroDuration()) {
+        return Fail(2, "invalid --timeout \"" + value + "\" (want e.g. 10s, 500ms)");
+      }
+    } else if (arg == "--known-versions") {
+      std::vector<std::string> versions = absl::StrSplit(value, ',', absl::SkipEmpty());
+      opts.known_versions = std::move(versions);
+    } else {
+      return Fail(2, "unknown flag " + arg + "\n" + kUsage);
+    }
+  }
+  if (opts.root_dir.empty()) return Fail(2, std::string("--root-dir is required\n") + kUsage);
+  if (args.size() < 2) return Fail(2, std::string("missing COMMAND or DRIVER\n") + kUsage);
+  const std::string command = args[0];
+  const std::string driver = args[1];
+  std::vector<PrepareClaim> claims;
+  if (command == "wait") {
+    if (args.size() != 2) return Fail(2, "wait takes only DRIVER");
+  } else if (command == "prepare" || command == "unprepare") {
+    if (args.size() < 3) return Fail(2, command + " needs at least one NS/NAME/UID");
+    for (size_t i = 2; i < args.size(); ++i) {
+      std::vector<std::string> parts = absl::StrSplit(args[i], '/');
+      if (parts.size() != 3 || parts[0].empty() || parts[1].empty() || parts[2].empty()) {
+        return Fail(2, "invalid claim \"" + args[i] + "\" (want NAMESPACE/NAME/UID)");
+      }
+      claims.push_back(PrepareClaim{parts[0], parts[2], parts[1]});
+    }
+  } else {
+    return Fail(2, "unknown command \"" + command + "\"\n" + kUsage);
+  }
+
+  auto sim = KubeletSimulator::Start(opts);
+  if (!sim.ok()) return Fail(2, std::string(sim.status().message()));
+  auto reg = (*sim)->WaitForRegistration(driver, 1, timeout);
+  if (!reg.ok()) return Fail(1, std::string(reg.status().message()));
+  if (command == "wait") {
+    std::cout << Dump(RegistrationJson(*reg), -1) << std::endl;
+    return 0;
+  }
+  if (command == "prepare") {
+    auto results = (*sim)->Prepare(driver, claims);
+    if (!results.ok()) return Fail(1, "NodePrepareResources: " + results.status().ToString());
+    std::cout << Dump(PrepareJson(*results), 2) << std::endl;
+    return 0;
+  }
+  auto results = (*sim)->Unprepare(driver, claims);
+  if (!results.ok()) return Fail(1, "NodeUnprepareResources: " + results.status().ToString());
+  Json out = Json::object();
+  for (const auto& [uid, error] : *results) out[uid] = Json{{"error", error}};
+  std::cout << Dump(out, 2) << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return Run(argc, argv);
+  } catch (const std::exception& e) {
+    return Fail(1, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return Fail(1, "internal error");
+  }
+}
