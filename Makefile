@@ -2,8 +2,9 @@
 #   make test   install missing packages, build the release binary (catches -O3-only warnings),
 #               build the libFuzzer targets with clang and run each one, then build with
 #               ASan+UBSan and run every test
-#   make demo   install missing packages, build release, show this machine and the
-#               ResourceSlices it would publish
+#   make demo   install missing packages, build, show this machine and the ResourceSlices it
+#               would publish, then run a whole node locally (fake API server, topodra run,
+#               kubelet simulator) and prepare claims on it
 # Other targets: make build (release), make bench, make format, make tidy, make clean.
 
 .PHONY: all deps test test-unit test-fuzz demo build bench format tidy clean
@@ -28,17 +29,21 @@ build: deps
 	cmake --preset release
 	cmake --build --preset release
 
-demo: build
+demo: deps
+	cmake --preset bench
+	cmake --build --preset bench --target topodra kubelet_sim
 	@echo "== topodra topology (this machine)"
-	./build/release/cmd/topodra topology
+	./build/bench/cmd/topodra topology
 	@echo "== topodra slices (what this node would publish, grouped by NUMA node)"
-	./build/release/cmd/topodra slices -o yaml
+	./build/bench/cmd/topodra slices -o yaml
+	/usr/bin/python3 scripts/demo.py build/bench
 
 bench: deps
 	cmake --preset bench
 	cmake --build --preset bench
 	./build/bench/test/bench/topology_bench ../shared/topologies
 	./build/bench/test/bench/slices_bench ../shared/topologies
+	./build/bench/test/bench/prepare_bench ../shared/topologies
 
 format:
 	git ls-files '*.cc' '*.h' | xargs clang-format -i

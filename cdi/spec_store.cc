@@ -89,14 +89,14 @@ absl::StatusOr<Spec> SpecStore::Read(absl::string_view file_name) const {
   return spec;
 }
 
-absl::Status SpecStore::Remove(absl::string_view file_name) const {
+absl::Status SpecStore::Remove(absl::string_view file_name, bool synced) const {
   const std::string path = PathOf(file_name);
   if (absl::Status st = ValidateSpecFileName(file_name); !st.ok()) return st;
   if (::unlink(path.c_str()) != 0) {
     if (errno == ENOENT) return absl::OkStatus();
     return ErrnoStatus(errno, "remove", path);
   }
-  return files::SyncDirectory(dir_);
+  return synced ? files::SyncDirectory(dir_) : absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<std::string>> SpecStore::List() const {

@@ -40,7 +40,8 @@ class SpecStore {
 
   // Removes dir/file_name; a file (or directory) that is not there is success, so that
   // unprepare can be repeated.
-  absl::Status Remove(absl::string_view file_name) const;
+  // synced = false skips the directory fsync (see Write).
+  absl::Status Remove(absl::string_view file_name, bool synced = true) const;
 
   // The "*.json" file names in the directory, sorted; none when the directory does not exist.
   absl::StatusOr<std::vector<std::string>> List() const;

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <exception>
 #include <set>
 #include <utility>
@@ -72,10 +73,11 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::ReconcileCdi() {
     std::lock_guard<std::mutex> lock(node_->mu);
     for (const auto& [owner, a] : node_->state.allocations()) {
       if (a.kind != state::AllocationKind::kDraClaim || a.driver != driver_) continue;
-      if (!a.cdi.is_object()) continue;
-      const auto file = a.cdi.find("file");
-      const auto spec = a.cdi.find("spec");
-      if (file == a.cdi.end() || !file->is_string() || spec == a.cdi.end()) continue;
+      const json cdi = a.cdi.Parse();
+      if (!cdi.is_object()) continue;
+      const auto file = cdi.find("file");
+      const auto spec = cdi.find("spec");
+      if (file == cdi.end() || !file->is_string() || spec == cdi.end()) continue;
       wanted.insert(file->get<std::string>());
       specs.emplace_back(file->get<std::string>(), *spec);
     }
@@ -134,7 +136,7 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref) {
   }
   auto replay = [&](const state::Allocation& a) -> std::optional<ClaimOutcome> {
     if (a.phase != state::Phase::kPrepared) return std::nullopt;
-    absl::StatusOr<std::vector<PreparedDevice>> devices = DevicesFromJson(a.answer);
+    absl::StatusOr<std::vector<PreparedDevice>> devices = DevicesFromJson(a.answer.Parse());
     ClaimOutcome o;
     if (!devices.ok()) {
       o.error = absl::StrCat("claim ", Ref(ref), ": ", Message(devices.status()));
@@ -154,7 +156,9 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref) {
     }
   }
 
+  const auto t0 = std::chrono::steady_clock::now();
   absl::StatusOr<json> object = source_->GetClaim(ref.ns, ref.name);
+  const auto t1 = std::chrono::steady_clock::now();
   if (!object.ok()) {
     return fail(absl::StrCat("claim ", Ref(ref), ": get ResourceClaim: ", Message(object.status())));
   }
@@ -184,8 +188,9 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref) {
       return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(st)));
     }
   }
+  const auto t2 = std::chrono::steady_clock::now();
   auto undo = [&]() {
-    if (!plan.cdi_file.empty()) (void)cdi_->Remove(plan.cdi_file);
+    if (!plan.cdi_file.empty()) (void)cdi_->Remove(plan.cdi_file, /*synced=*/false);
     std::lock_guard<std::mutex> lock(node_->mu);
     (void)node_->state.Remove(owner);
   };
@@ -196,6 +201,7 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref) {
       return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(w.status())));
     }
   }
+  const auto t3 = std::chrono::steady_clock::now();
   state::Allocation prepared = plan.allocation;
   prepared.phase = state::Phase::kPrepared;
   {
@@ -211,9 +217,16 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref) {
     std::lock_guard<std::mutex> lock(node_->mu);
     CompactIfDue();
   }
+  const auto t4 = std::chrono::steady_clock::now();
+  auto us = [](auto d) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
+  };
   spdlog::info("claim {} uid={} driver={}: prepared cpus={} gpus={} devices={}", Ref(ref), ref.uid,
                driver_, prepared.cpus.Empty() ? "none" : prepared.cpus.ToString(),
                prepared.gpus.size(), plan.devices.size());
+  spdlog::debug("claim {} uid={} driver={}: prepare took get {} us, plan {} us, cdi {} us, "
+                "journal {} us",
+                Ref(ref), ref.uid, driver_, us(t1 - t0), us(t2 - t1), us(t3 - t2), us(t4 - t3));
   out.devices = std::move(plan.devices);
   return out;
 }
@@ -247,7 +260,7 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
     if (a == nullptr) {
       // Not ours (another instance's, or never prepared): nothing to do, but a CDI file of a
       // crashed prepare may still be there.
-      if (!ref.uid.empty()) (void)cdi_->Remove(CdiFileName(driver_, ref.uid));
+      if (!ref.uid.empty()) (void)cdi_->Remove(CdiFileName(driver_, ref.uid), /*synced=*/false);
       spdlog::debug("claim {} uid={} driver={}: not prepared, nothing to unprepare", Ref(ref),
                     ref.uid, driver_);
       return "";
@@ -264,8 +277,12 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
     std::lock_guard<std::mutex> lock(node_->mu);
     (void)node_->state.SetPhase(owner, state::Phase::kPrepared);
   };
-  if (held.cdi.is_object() && held.cdi.contains("file") && held.cdi["file"].is_string()) {
-    if (absl::Status st = cdi_->Remove(held.cdi["file"].get<std::string>()); !st.ok()) {
+  const json held_cdi = held.cdi.Parse();
+  if (held_cdi.is_object() && held_cdi.contains("file") && held_cdi["file"].is_string()) {
+    // Not synced: the journal record below is what makes the release durable, and a file that
+    // comes back after a power loss belongs to no prepared claim and is removed at start.
+    if (absl::Status st = cdi_->Remove(held_cdi["file"].get<std::string>(), /*synced=*/false);
+        !st.ok()) {
       restore();
       return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(st)));
     }

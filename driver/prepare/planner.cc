@@ -46,8 +46,9 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
                              const std::string& owner) {
   claims::NodeCpuState node;
   node.reserved = setup.reserved;
-  for (const auto& [other, allocation] : held.allocations()) {
-    if (other != owner) node.held_by_others |= allocation.cpus;
+  node.held_by_others = held.HeldCpus();
+  if (const state::Allocation* own = held.Find(owner); own != nullptr) {
+    node.held_by_others -= own->cpus;
   }
   node.holder = [&held](int cpu) -> std::optional<claims::ClaimRef> {
     std::optional<std::string> who = held.HolderOfCpu(cpu);

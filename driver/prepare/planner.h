@@ -73,5 +73,8 @@ absl::StatusOr<Plan> PlanClaim(const claims::Claim& claim, const DriverSetup& se
 // The answer stored in the state and replayed to the kubelet, and back.
 nlohmann::json DevicesToJson(const std::vector<PreparedDevice>& devices);
 absl::StatusOr<std::vector<PreparedDevice>> DevicesFromJson(const nlohmann::json& answer);
+inline absl::StatusOr<std::vector<PreparedDevice>> DevicesFromJson(const state::JsonText& answer) {
+  return DevicesFromJson(answer.Parse());
+}
 
 }  // namespace topodra::prepare

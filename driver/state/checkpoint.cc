@@ -168,8 +168,8 @@ json AllocationToJson(const Allocation& a) {
   return json{
       {"owner", a.owner},     {"kind", KindName(a.kind)},   {"namespace", a.claim_namespace},
       {"name", a.claim_name}, {"cpus", a.cpus.ToString()},  {"gpus", std::move(gpus)},
-      {"answer", a.answer},   {"phase", PhaseName(a.phase)}, {"driver", a.driver},
-      {"cdi", a.cdi}};
+      {"answer", a.answer.Parse()}, {"phase", PhaseName(a.phase)}, {"driver", a.driver},
+      {"cdi", a.cdi.Parse()}};
 }
 
 absl::StatusOr<Allocation> AllocationFromJson(const json& value) {

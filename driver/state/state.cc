@@ -38,6 +38,16 @@ absl::Status Validate(const Allocation& a) {
 
 }  // namespace
 
+JsonText::JsonText(const nlohmann::json& value) {
+  if (!value.is_null()) text_ = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+nlohmann::json JsonText::Parse() const {
+  if (text_.empty()) return nullptr;
+  nlohmann::json j = nlohmann::json::parse(text_, nullptr, /*allow_exceptions=*/false);
+  return j.is_discarded() ? nlohmann::json() : j;
+}
+
 const char* KindName(AllocationKind kind) {
   return kind == AllocationKind::kDraClaim ? "DraClaim" : "DevicePlugin";
 }
@@ -81,20 +91,22 @@ absl::Status State::Add(Allocation allocation) {
     if (auto it = cpu_holders_.find(cpu); it != cpu_holders_.end()) {
       return absl::FailedPreconditionError(absl::StrCat(Describe(allocation), ": CPU ", cpu,
                                                         " is already held by ",
-                                                        Describe(allocations_.at(it->second))));
+                                                        Describe(allocations_.at(*it->second))));
     }
   }
   for (const std::string& gpu : allocation.gpus) {
     if (auto it = gpu_holders_.find(gpu); it != gpu_holders_.end()) {
       return absl::FailedPreconditionError(absl::StrCat(Describe(allocation), ": GPU \"", gpu,
                                                         "\" is already held by ",
-                                                        Describe(allocations_.at(it->second))));
+                                                        Describe(allocations_.at(*it->second))));
     }
   }
-  for (int cpu : allocation.cpus) cpu_holders_.emplace(cpu, allocation.owner);
-  for (const std::string& gpu : allocation.gpus) gpu_holders_.emplace(gpu, allocation.owner);
   std::string owner = allocation.owner;
-  allocations_.emplace(std::move(owner), std::move(allocation));
+  auto [it, inserted] = allocations_.emplace(std::move(owner), std::move(allocation));
+  const std::string* key = &it->first;
+  for (int cpu : it->second.cpus) cpu_holders_.emplace(cpu, key);
+  for (const std::string& gpu : it->second.gpus) gpu_holders_.emplace(gpu, key);
+  held_cpus_ |= it->second.cpus;
   return absl::OkStatus();
 }
 
@@ -122,6 +134,7 @@ absl::Status State::Remove(const std::string& owner) {
   if (it == allocations_.end()) return absl::OkStatus();
   for (int cpu : it->second.cpus) cpu_holders_.erase(cpu);
   for (const std::string& gpu : it->second.gpus) gpu_holders_.erase(gpu);
+  held_cpus_ -= it->second.cpus;
   allocations_.erase(it);
   return absl::OkStatus();
 }
@@ -131,10 +144,17 @@ const Allocation* State::Find(const std::string& owner) const {
   return it == allocations_.end() ? nullptr : &it->second;
 }
 
-CpuSet State::HeldCpus() const {
-  CpuSet held;
-  for (const auto& [owner, allocation] : allocations_) held |= allocation.cpus;
-  return held;
+CpuSet State::HeldCpus() const { return held_cpus_; }
+
+void State::Reindex() {
+  cpu_holders_.clear();
+  gpu_holders_.clear();
+  held_cpus_ = CpuSet();
+  for (const auto& [owner, a] : allocations_) {
+    for (int cpu : a.cpus) cpu_holders_.emplace(cpu, &owner);
+    for (const std::string& gpu : a.gpus) gpu_holders_.emplace(gpu, &owner);
+    held_cpus_ |= a.cpus;
+  }
 }
 
 std::set<std::string> State::HeldGpus() const {
@@ -146,13 +166,13 @@ std::set<std::string> State::HeldGpus() const {
 std::optional<std::string> State::HolderOfCpu(int cpu) const {
   auto it = cpu_holders_.find(cpu);
   if (it == cpu_holders_.end()) return std::nullopt;
-  return it->second;
+  return *it->second;
 }
 
 std::optional<std::string> State::HolderOfGpu(const std::string& gpu) const {
   auto it = gpu_holders_.find(gpu);
   if (it == gpu_holders_.end()) return std::nullopt;
-  return it->second;
+  return *it->second;
 }
 
 }  // namespace topodra::state

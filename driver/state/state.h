@@ -2,6 +2,7 @@
 
 #include <map>
 #include <optional>
+#include <ostream>
 #include <set>
 #include <string>
 
@@ -13,6 +14,25 @@ namespace topodra::state {
 
 enum class AllocationKind { kDraClaim, kDevicePlugin };
 enum class Phase { kPreparing, kPrepared };
+
+// A JSON value kept as its compact text. Every prepared claim keeps its answer and CDI spec for
+// replays and restarts; as text they take a few hundred bytes, as parsed trees several KiB, which
+// matters with thousands of claims.
+class JsonText {
+ public:
+  JsonText() = default;  // null
+  JsonText(const nlohmann::json& value);  // NOLINT: implicit, so values assign naturally
+  nlohmann::json Parse() const;           // null for null; never throws
+  const std::string& text() const { return text_; }
+  bool is_null() const { return text_.empty(); }
+  std::string dump() const { return is_null() ? "null" : text_; }
+  bool operator==(const JsonText& other) const = default;
+  friend bool operator==(const JsonText& a, const nlohmann::json& b) { return a.Parse() == b; }
+  friend std::ostream& operator<<(std::ostream& os, const JsonText& j) { return os << j.dump(); }
+
+ private:
+  std::string text_;  // "" for null
+};
 
 // "DraClaim" / "DevicePlugin", "Preparing" / "Prepared": the spellings of the checkpoint file.
 const char* KindName(AllocationKind kind);
@@ -33,10 +53,10 @@ struct Allocation {
   // PCI bus ids, e.g. "0000:3b:00.0".
   std::set<std::string> gpus;
   // What prepare returned, replayed when the kubelet repeats an idempotent prepare.
-  nlohmann::json answer;
+  JsonText answer;
   // The CDI spec written for the claim, {"file": name, "spec": {...}}, or null: kept so a file lost
   // in a node crash (written without fsync) is restored at start.
-  nlohmann::json cdi;
+  JsonText cdi;
   // Preparing is recorded before any side effect, Prepared after all of them, so a crash in
   // between is found at start and rolled forward or back.
   Phase phase = Phase::kPreparing;
@@ -56,6 +76,18 @@ std::string Describe(const Allocation& allocation);
 // no GPU is held by two owners.
 class State {
  public:
+  State() = default;
+  State(const State& other) : allocations_(other.allocations_) { Reindex(); }
+  State& operator=(const State& other) {
+    if (this != &other) {
+      allocations_ = other.allocations_;
+      Reindex();
+    }
+    return *this;
+  }
+  State(State&&) noexcept = default;
+  State& operator=(State&&) noexcept = default;
+
   // Records `allocation`. Fails (FailedPrecondition) naming the CPU or GPU and its holder when
   // any of them is held by another owner; fails (AlreadyExists) when the owner already holds a
   // different allocation; adding the identical allocation again is OK. InvalidArgument for an
@@ -84,8 +116,11 @@ class State {
  private:
   std::map<std::string, Allocation> allocations_;
   // Indexes kept in step with allocations_, so Add stays cheap with thousands of owners.
-  std::map<int, std::string> cpu_holders_;
-  std::map<std::string, std::string> gpu_holders_;
+  // Owners point at the keys of allocations_ (map nodes never move), so a CPU costs no string.
+  std::map<int, const std::string*> cpu_holders_;
+  std::map<std::string, const std::string*> gpu_holders_;
+  CpuSet held_cpus_;
+  void Reindex();
 };
 
 }  // namespace topodra::state

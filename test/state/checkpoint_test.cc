@@ -54,7 +54,7 @@ State Sample() {
   claim.claim_name = "gpu-claim";
   claim.cpus = CpuSet::Range(0, 3);
   claim.gpus = {"0000:3b:00.0", "0000:af:00.0"};
-  claim.answer = {{"devices", {{{"cdi", {"k8s.topodra.io/cpu=claim-6f1c"}}, {"pool", "node-a"}}}},
+  claim.answer = json{{"devices", {{{"cdi", {"k8s.topodra.io/cpu=claim-6f1c"}}, {"pool", "node-a"}}}},
                   {"ratio", 0.5},
                   {"text", "ünïcode"}};
   claim.phase = Phase::kPrepared;
@@ -112,7 +112,7 @@ TEST_F(CheckpointTest, SaveThenLoadRoundTrips) {
   absl::StatusOr<State> loaded = checkpoint.Load();
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   EXPECT_EQ(*loaded, state);
-  EXPECT_EQ(loaded->Find("6f1c-uid")->answer["ratio"], 0.5);
+  EXPECT_EQ(loaded->Find("6f1c-uid")->answer.Parse()["ratio"], 0.5);
   EXPECT_EQ(ReadFile(path_), EncodeCheckpoint(state));
   struct stat st;
   ASSERT_EQ(::stat(path_.c_str(), &st), 0);
@@ -322,7 +322,7 @@ TEST_F(CheckpointTest, TenThousandAllocationsRoundTrip) {
       a.claim_namespace = "ns";
       a.claim_name = absl::StrCat("c", i);
       a.gpus = {absl::StrCat("0000:", i, ":00.0")};
-      a.answer = {{"i", i}};
+      a.answer = json{{"i", i}};
       a.phase = Phase::kPrepared;
     } else {
       a.kind = AllocationKind::kDevicePlugin;

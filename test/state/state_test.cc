@@ -140,7 +140,7 @@ TEST(StateTest, MarkPreparedRecordsAnswer) {
   EXPECT_EQ(state.Find("u1")->phase, Phase::kPreparing);
   ASSERT_TRUE(state.MarkPrepared("u1", {{"cdi", {"k8s.topodra.io/cpu=claim-u1"}}}).ok());
   EXPECT_EQ(state.Find("u1")->phase, Phase::kPrepared);
-  EXPECT_EQ(state.Find("u1")->answer["cdi"][0], "k8s.topodra.io/cpu=claim-u1");
+  EXPECT_EQ(state.Find("u1")->answer.Parse()["cdi"][0], "k8s.topodra.io/cpu=claim-u1");
   EXPECT_EQ(state.MarkPrepared("u9", nullptr).code(), absl::StatusCode::kNotFound);
 }
 

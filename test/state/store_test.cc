@@ -24,8 +24,8 @@ Allocation Claim(const std::string& uid, const std::string& cpus) {
   a.claim_namespace = "default";
   a.claim_name = "claim-" + uid;
   a.cpus = *CpuSet::Parse(cpus);
-  a.answer = {{"devices", nlohmann::json::array()}};
-  a.cdi = {{"file", "x.json"}, {"spec", {{"kind", "dra.cpu/claim"}}}};
+  a.answer = nlohmann::json{{"devices", nlohmann::json::array()}};
+  a.cdi = nlohmann::json{{"file", "x.json"}, {"spec", {{"kind", "dra.cpu/claim"}}}};
   a.phase = Phase::kPrepared;
   return a;
 }

@@ -1,0 +1,304 @@
+// Kubelet-plugin figures for issue 4, from the real `topodra run` binary driven by the kubelet
+// simulator over Unix sockets against the fake API server:
+//   - start -> registered with the kubelet, daemon RSS idle;
+//   - prepare and unprepare latency (p50/p99) and throughput of one-claim calls at concurrency 1
+//     and 16, next to a floor measured in the same run: an empty gRPC call over the same kind of
+//     socket (the daemon's GetInfo), one claim GET from the fake API server, and one journal
+//     append + fdatasync in the state directory (the one sync the design needs per call);
+//   - daemon RSS after 10,000 prepared claims.
+//
+// usage: prepare_bench [TOPOLOGIES_DIR] [ITERATIONS]
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "driver/kube/rest_client.h"
+#include "nlohmann/json.hpp"
+#include "proto/pluginregistration/api.grpc.pb.h"
+#include "test/integration/daemon.h"
+#include "test/integration/fake_apiserver.h"
+#include "test/kubelet_sim/kubelet_sim.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+using namespace topodra;
+using testing::Daemon;
+using testing::DaemonDirs;
+using testing::FakeApiServer;
+using testing::KubeletSimulator;
+using testing::PrepareClaim;
+
+constexpr char kNode[] = "bench-node";
+constexpr char kDriver[] = "dra.cpu";
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+struct Stats {
+  double p50 = 0, p99 = 0;
+};
+Stats Of(std::vector<double> v) {
+  if (v.empty()) return {};
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v[std::min(v.size() - 1, v.size() * 99 / 100)]};
+}
+
+// Creates `count` allocated claims, each consuming one CPU of a NUMA device, from 8 threads.
+std::vector<PrepareClaim> MakeClaims(FakeApiServer& server, const std::string& prefix, int count,
+                                     int numa_devices) {
+  std::vector<PrepareClaim> out(count);
+  std::atomic<int> next{0};
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = next++; i < count; i = next++) {
+        const std::string name = absl::StrCat(prefix, i);
+        json claim = {{"metadata", {{"name", name}, {"namespace", "bench"}}},
+                      {"spec",
+                       {{"devices",
+                         {{"requests",
+                           json::array({{{"name", "cpus"},
+                                         {"exactly", {{"deviceClassName", "dra.cpu"}}}}})}}}}}};
+        auto created = server.CreateClaim(claim);
+        if (!created.ok()) {
+          ++failures;
+          continue;
+        }
+        char device[32];
+        std::snprintf(device, sizeof(device), "cpudevnuma%03d", i % numa_devices);
+        json allocation = {
+            {"devices",
+             {{"results", json::array({{{"request", "cpus"},
+                                        {"driver", kDriver},
+                                        {"pool", kNode},
+                                        {"device", device},
+                                        {"consumedCapacity", {{"dra.cpu/cpu", "1"}}}}})}}}};
+        if (!server.AllocateClaim("bench", name, allocation).ok()) ++failures;
+        out[i] = {"bench", (*created)["metadata"]["uid"].get<std::string>(), name};
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  if (failures > 0) std::printf("warning: %d claims could not be created\n", failures.load());
+  return out;
+}
+
+struct Node {
+  std::unique_ptr<FakeApiServer> server;
+  DaemonDirs dirs;
+  std::string kubeconfig;
+  Daemon daemon;
+  std::unique_ptr<KubeletSimulator> sim;
+  double start_to_registered_ms = 0;
+};
+
+bool StartNode(Node& n, const std::vector<std::string>& machine) {
+  if (n.server == nullptr) {
+    testing::FakeApiServerOptions o;
+    o.nodes = {{kNode, "uid-bench-node"}};
+    auto server = FakeApiServer::Start(o);
+    if (!server.ok()) {
+      std::printf("fake API server: %s\n", std::string(server.status().message()).c_str());
+      return false;
+    }
+    n.server = *std::move(server);
+    n.dirs = DaemonDirs::Make();
+    n.kubeconfig = n.server->WriteKubeconfig(n.dirs.root + "/kubeconfig.yaml");
+  }
+  testing::KubeletSimOptions so;
+  so.root_dir = n.dirs.kubelet_root;
+  n.sim.reset();
+  auto sim = KubeletSimulator::Start(so);
+  if (!sim.ok()) return false;
+  n.sim = *std::move(sim);
+  std::vector<std::string> args = {"--kubeconfig", n.kubeconfig, "--node-name", kNode};
+  args.insert(args.end(), machine.begin(), machine.end());
+  const auto t0 = Clock::now();
+  n.daemon.Start(n.dirs, args);
+  auto reg = n.sim->WaitForRegistration(kDriver, 1, absl::Seconds(30));
+  n.start_to_registered_ms = Ms(Clock::now() - t0);
+  if (!reg.ok()) {
+    std::printf("not registered: %s\n%s\n", std::string(reg.status().message()).c_str(),
+                n.daemon.Log().c_str());
+    return false;
+  }
+  return true;
+}
+
+void StopNode(Node& n) {
+  n.sim.reset();
+  n.daemon.Terminate();
+}
+
+// One-claim prepare+unprepare calls from `threads` threads; each thread cycles through its own
+// claims so no two calls contend for the same claim.
+void RunLoad(Node& n, const std::vector<PrepareClaim>& claims, int threads, int iterations,
+             const char* label, double floor_prepare, double floor_unprepare) {
+  std::vector<std::vector<double>> prep(threads), unprep(threads);
+  std::atomic<int> errors{0};
+  const auto t0 = Clock::now();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (int i = 0; i < iterations / threads; ++i) {
+        const PrepareClaim& c = claims[(t + i * threads) % claims.size()];
+        auto a = Clock::now();
+        auto p = n.sim->Prepare(kDriver, {c});
+        auto b = Clock::now();
+        auto u = n.sim->Unprepare(kDriver, {c});
+        auto e = Clock::now();
+        if (!p.ok() || !(*p)[c.uid].error.empty() || !u.ok() || !(*u)[c.uid].empty()) {
+          if (errors++ == 0 && p.ok()) std::printf("  error: %s\n", (*p)[c.uid].error.c_str());
+        }
+        prep[t].push_back(Ms(b - a));
+        unprep[t].push_back(Ms(e - b));
+      }
+    });
+  }
+  for (std::thread& t : pool) t.join();
+  const double seconds = Ms(Clock::now() - t0) / 1000.0;
+  std::vector<double> all_p, all_u;
+  for (int t = 0; t < threads; ++t) {
+    all_p.insert(all_p.end(), prep[t].begin(), prep[t].end());
+    all_u.insert(all_u.end(), unprep[t].begin(), unprep[t].end());
+  }
+  const Stats p = Of(all_p), u = Of(all_u);
+  const double claims_per_s = static_cast<double>(all_p.size()) / seconds;
+  std::printf(
+      "%-15s prepare p50 %6.3f ms p99 %6.3f ms (%.2fx floor) | unprepare p50 %6.3f ms p99 %6.3f "
+      "ms (%.2fx floor) | %7.0f claims/s prepared+unprepared%s\n",
+      label, p.p50, p.p99, p.p50 / floor_prepare, u.p50, u.p99, u.p50 / floor_unprepare,
+      claims_per_s, errors > 0 ? absl::StrCat(" (", errors.load(), " errors)").c_str() : "");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string dir = argc > 1 ? argv[1] : "../shared/topologies";
+  const int iterations = argc > 2 ? std::atoi(argv[2]) : 2000;
+  const std::vector<std::string> fixture = {"--topology-file", dir + "/192em64t-24n8c2t.xml"};
+
+  // Start -> registered and idle RSS, 5 fresh starts on the 384-PU fixture.
+  std::vector<double> starts;
+  long idle_rss = 0;
+  Node n;
+  for (int i = 0; i < 5; ++i) {
+    if (!StartNode(n, fixture)) return 1;
+    starts.push_back(n.start_to_registered_ms);
+    if (i < 4) StopNode(n);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  idle_rss = n.daemon.RssKib();
+  std::sort(starts.begin(), starts.end());
+  std::printf("384-PU fixture (192em64t-24n8c2t.xml), grouped by NUMA node\n");
+  std::printf("start -> registered with the kubelet: median %.1f ms, min %.1f ms (5 starts; target < 100 ms)\n",
+              starts[2], starts[0]);
+  std::printf("daemon RSS idle: %.1f MB (target < 15 MB)\n", idle_rss / 1024.0);
+
+  // Floors.
+  std::vector<double> grpc_floor, get_floor, sync_floor;
+  {
+    auto channel = grpc::CreateChannel("unix:" + n.sim->Find(kDriver)->socket_path,
+                                       grpc::InsecureChannelCredentials());
+    auto stub = pluginregistration::Registration::NewStub(channel);
+    for (int i = 0; i < 1000; ++i) {
+      grpc::ClientContext ctx;
+      pluginregistration::InfoRequest req;
+      pluginregistration::PluginInfo info;
+      auto a = Clock::now();
+      grpc::Status st = stub->GetInfo(&ctx, req, &info);
+      if (i >= 50) grpc_floor.push_back(Ms(Clock::now() - a));
+      if (!st.ok()) break;
+    }
+  }
+  std::vector<PrepareClaim> claims = MakeClaims(*n.server, "load-", 64, 24);
+  {
+    auto config = kube::KubeconfigConfig(n.kubeconfig);
+    auto client = kube::NewCurlRestClient(*config);
+    for (int i = 0; i < 500; ++i) {
+      const PrepareClaim& c = claims[i % claims.size()];
+      auto a = Clock::now();
+      auto got = (*client)->Get(absl::StrCat("/apis/resource.k8s.io/v1/namespaces/bench/resourceclaims/", c.name));
+      if (i >= 20) get_floor.push_back(Ms(Clock::now() - a));
+      if (!got.ok()) break;
+    }
+  }
+  {
+    const std::string path = n.dirs.state + "/floor.journal";
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    const std::string line(300, 'x');
+    for (int i = 0; i < 300; ++i) {
+      auto a = Clock::now();
+      if (::write(fd, line.data(), line.size()) < 0 || ::fdatasync(fd) != 0) break;
+      if (i >= 20) sync_floor.push_back(Ms(Clock::now() - a));
+    }
+    ::close(fd);
+    std::filesystem::remove(path);
+  }
+  const double g = Of(grpc_floor).p50, h = Of(get_floor).p50, s = Of(sync_floor).p50;
+  std::printf("floor: empty gRPC call (GetInfo, Unix socket) p50 %.3f ms; claim GET from the fake "
+              "API server p50 %.3f ms; journal append+fdatasync p50 %.3f ms\n",
+              g, h, s);
+  std::printf("floor: prepare = gRPC + GET + sync = %.3f ms; unprepare = gRPC + sync = %.3f ms\n",
+              g + h + s, g + s);
+  RunLoad(n, claims, 1, iterations / 2, "concurrency 1", g + h + s, g + s);
+  RunLoad(n, claims, 16, iterations, "concurrency 16", g + h + s, g + s);
+  std::printf("targets: prepare p50 within 1.5x of its floor; >= 1000 claims/s at concurrency 16\n");
+  StopNode(n);
+
+  // 10,000 prepared claims need 10,000 CPUs: a synthetic machine of 12,800, grouped by NUMA.
+  Node big;
+  const std::vector<std::string> synthetic = {"--topology-synthetic",
+                                              "pack:4 numa:4 core:400 pu:2"};
+  if (!StartNode(big, synthetic)) return 1;
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const long big_idle = big.daemon.RssKib();
+  const int kMany = 10000;
+  const auto c0 = Clock::now();
+  std::vector<PrepareClaim> many = MakeClaims(*big.server, "many-", kMany, 16);
+  const double create_s = Ms(Clock::now() - c0) / 1000.0;
+  std::atomic<int> next{0}, failed{0};
+  const auto p0 = Clock::now();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < 16; ++t) {
+    pool.emplace_back([&] {
+      for (int i = next++; i < kMany; i = next++) {
+        auto p = big.sim->Prepare(kDriver, {many[i]});
+        if (!p.ok() || !(*p)[many[i].uid].error.empty()) {
+          if (failed++ == 0 && p.ok()) std::printf("  error: %s\n", (*p)[many[i].uid].error.c_str());
+        }
+      }
+    });
+  }
+  for (std::thread& t : pool) t.join();
+  const double prep_s = Ms(Clock::now() - p0) / 1000.0;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::printf("\nsynthetic 12,800 CPUs (pack:4 numa:4 core:400 pu:2), grouped by NUMA node\n");
+  std::printf("daemon RSS idle: %.1f MB; after %d prepared claims: %.1f MB (target < 40 MB)\n",
+              big_idle / 1024.0, kMany - failed.load(), big.daemon.RssKib() / 1024.0);
+  std::printf("(%d claims created in %.1f s by the fake API server; prepared in %.1f s at "
+              "concurrency 16: %.0f claims/s; %d failed)\n",
+              kMany, create_s, prep_s, kMany / prep_s, failed.load());
+  // A restart with 10,000 claims in the state: how long until the kubelet can register it.
+  big.sim.reset();
+  big.daemon.Kill();
+  if (StartNode(big, synthetic)) {
+    std::printf("restart (kill -9) with %d claims in the state -> registered: %.1f ms\n", kMany,
+                big.start_to_registered_ms);
+  }
+  StopNode(big);
+  return 0;
+}
