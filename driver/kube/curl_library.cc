@@ -55,6 +55,9 @@ absl::StatusOr<CurlLibrary> Load() {
            Resolve(handle, "curl_multi_strerror", lib.multi_strerror),
            Resolve(handle, "curl_slist_append", lib.slist_append),
            Resolve(handle, "curl_slist_free_all", lib.slist_free_all),
+           Resolve(handle, "curl_share_init", lib.share_init),
+           Resolve(handle, "curl_share_setopt", lib.share_setopt),
+           Resolve(handle, "curl_share_cleanup", lib.share_cleanup),
        }) {
     if (!s.ok()) return s;
   }

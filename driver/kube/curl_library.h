@@ -28,6 +28,9 @@ struct CurlLibrary {
   decltype(&curl_multi_strerror) multi_strerror;
   decltype(&curl_slist_append) slist_append;
   decltype(&curl_slist_free_all) slist_free_all;
+  decltype(&curl_share_init) share_init;
+  decltype(&curl_share_setopt) share_setopt;
+  decltype(&curl_share_cleanup) share_cleanup;
 };
 
 // Loads libcurl.so.4 and resolves every CurlLibrary function, then calls curl_global_init, all
