@@ -14,6 +14,7 @@
 #include "common/file_io.h"
 #include "proto/dra/v1/api.grpc.pb.h"
 #include "proto/dra/v1beta1/api.grpc.pb.h"
+#include "proto/drahealth/v1alpha1/api.grpc.pb.h"
 #include "proto/pluginregistration/api.grpc.pb.h"
 
 namespace topodra::plugin {
@@ -107,6 +108,42 @@ struct V1beta1 {
   using Device = drav1beta1::Device;
 };
 
+// DRAResourceHealth: the complete device list at once, then again every health_interval, all
+// Healthy (devices that are not usable are not published, so not listed here either). Used by
+// 1.34+ kubelets with the ResourceHealthStatus feature gate.
+class HealthService final : public ::v1alpha1::DRAResourceHealth::Service {
+ public:
+  HealthService(KubeletPlugin* plugin, prepare::ClaimService* service, absl::Duration interval)
+      : plugin_(plugin), service_(service), interval_(interval) {}
+
+  grpc::Status NodeWatchResources(
+      grpc::ServerContext* context, const ::v1alpha1::NodeWatchResourcesRequest*,
+      grpc::ServerWriter<::v1alpha1::NodeWatchResourcesResponse>* writer) override {
+    try {
+      do {
+        ::v1alpha1::NodeWatchResourcesResponse response;
+        const int64_t now = absl::ToUnixSeconds(absl::Now());
+        for (const auto& [pool, device] : service_->Devices()) {
+          ::v1alpha1::DeviceHealth* h = response.add_devices();
+          h->mutable_device()->set_pool_name(pool);
+          h->mutable_device()->set_device_name(device);
+          h->set_health(::v1alpha1::HEALTHY);
+          h->set_last_updated_time(now);
+        }
+        if (context->IsCancelled() || !writer->Write(response)) break;
+      } while (plugin_->SleepUnlessStopping(interval_) && !context->IsCancelled());
+      return grpc::Status::OK;
+    } catch (const std::exception& e) {
+      return grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat("health: ", e.what()));
+    }
+  }
+
+ private:
+  KubeletPlugin* plugin_;
+  prepare::ClaimService* service_;
+  const absl::Duration interval_;
+};
+
 class RegistrationService final : public reg::Registration::Service {
  public:
   RegistrationService(KubeletPlugin* plugin, std::string driver, std::string endpoint)
@@ -120,6 +157,7 @@ class RegistrationService final : public reg::Registration::Service {
     // A 1.34+ kubelet takes the first entry it knows: v1, and v1beta1 for older kubelets.
     info->add_supported_versions(kDraV1);
     info->add_supported_versions(kDraV1beta1);
+    info->add_supported_versions(kDraHealth);
     return grpc::Status::OK;
   }
 
@@ -206,6 +244,8 @@ absl::StatusOr<std::unique_ptr<KubeletPlugin>> KubeletPlugin::Start(
 
   p->services_.push_back(std::make_unique<DraService<V1, true>>(service));
   p->services_.push_back(std::make_unique<DraService<V1beta1, false>>(service));
+  p->services_.push_back(
+      std::make_unique<HealthService>(p.get(), service, p->opts_.health_interval));
   std::vector<grpc::Service*> services;
   for (auto& s : p->services_) services.push_back(s.get());
   absl::StatusOr<std::unique_ptr<grpc::Server>> dra = Serve(p->dra_socket_, services);
@@ -259,6 +299,11 @@ void KubeletPlugin::Watch() {
     }
     lock.lock();
   }
+}
+
+bool KubeletPlugin::SleepUnlessStopping(absl::Duration d) {
+  std::unique_lock<std::mutex> lock(stop_mu_);
+  return !stop_cv_.wait_for(lock, absl::ToChronoMilliseconds(d), [this] { return stopping_; });
 }
 
 void KubeletPlugin::OnRegistrationStatus(bool registered, const std::string& error) {

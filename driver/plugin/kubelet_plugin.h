@@ -26,6 +26,7 @@ namespace topodra::plugin {
 
 inline constexpr char kDraV1[] = "v1.DRAPlugin";
 inline constexpr char kDraV1beta1[] = "v1beta1.DRAPlugin";
+inline constexpr char kDraHealth[] = "v1alpha1.DRAResourceHealth";
 
 struct PluginOptions {
   std::string driver;
@@ -33,6 +34,9 @@ struct PluginOptions {
   // How often the registration socket is checked; when it is gone (or replaced), it is created
   // again so the kubelet registers the plugin again.
   absl::Duration registration_check = absl::Milliseconds(250);
+  // The health stream re-sends the full device list this often; the kubelet marks a device
+  // Unknown when it has not heard of it for 30 s.
+  absl::Duration health_interval = absl::Seconds(10);
 };
 
 class KubeletPlugin {
@@ -51,8 +55,10 @@ class KubeletPlugin {
   // NotifyRegistrationStatus(true) calls received: how often the kubelet registered us.
   int registrations() const { return registrations_.load(); }
 
-  // Internal, for the registration service.
+  // Internal, for the registration and health services.
   void OnRegistrationStatus(bool registered, const std::string& error);
+  // Waits up to `d`; false when the plugin is stopping.
+  bool SleepUnlessStopping(absl::Duration d);
 
  private:
   explicit KubeletPlugin(PluginOptions opts);

@@ -65,6 +65,19 @@ void ClaimService::Update(DriverSetup setup, topology::Topology topo) {
   topo_ = std::move(topo);
 }
 
+std::vector<std::pair<std::string, std::string>> ClaimService::Devices() const {
+  std::lock_guard<std::mutex> lock(node_->mu);
+  std::vector<std::pair<std::string, std::string>> out;
+  if (setup_.kind == DriverKind::kCpu) {
+    for (const auto& [name, device] : setup_.cpu_pool.devices) {
+      out.emplace_back(setup_.cpu_pool.name, name);
+    }
+  } else {
+    for (const auto& [name, gpu] : setup_.gpus) out.emplace_back(setup_.gpu_pool, name);
+  }
+  return out;
+}
+
 absl::StatusOr<ClaimService::Reconciled> ClaimService::ReconcileCdi() {
   Reconciled out;
   std::set<std::string> wanted;
@@ -134,8 +147,11 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref) {
     return fail(absl::StrCat("claim \"", Ref(ref), "\" uid \"", ref.uid,
                              "\": namespace, name and uid are required"));
   }
+  // With node_->mu held.
   auto replay = [&](const state::Allocation& a) -> std::optional<ClaimOutcome> {
-    if (a.phase != state::Phase::kPrepared) return std::nullopt;
+    if (a.phase != state::Phase::kPrepared || node_->in_flight.contains(a.owner)) {
+      return std::nullopt;
+    }
     absl::StatusOr<std::vector<PreparedDevice>> devices = DevicesFromJson(a.answer.Parse());
     ClaimOutcome o;
     if (!devices.ok()) {
@@ -205,16 +221,23 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref) {
   state::Allocation prepared = plan.allocation;
   prepared.phase = state::Phase::kPrepared;
   {
-    // Prepared in memory before the journal record, so a compaction in between keeps it.
+    // Prepared in memory before the journal record, so a compaction in between keeps it; but
+    // not answerable (in_flight) until the record is durable.
     std::lock_guard<std::mutex> lock(node_->mu);
     (void)node_->state.SetPhase(owner, state::Phase::kPrepared);
+    node_->in_flight.insert(owner);
   }
   if (absl::Status st = node_->store->Put(prepared); !st.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(node_->mu);
+      node_->in_flight.erase(owner);
+    }
     undo();
     return fail(absl::StrCat("claim ", Ref(ref), ": record the allocation: ", Message(st)));
   }
   {
     std::lock_guard<std::mutex> lock(node_->mu);
+    node_->in_flight.erase(owner);
     CompactIfDue();
   }
   const auto t4 = std::chrono::steady_clock::now();
@@ -288,6 +311,11 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
     }
   }
   if (absl::Status st = node_->store->Remove(owner); !st.ok()) {
+    // Still prepared: its CDI file must be there for a replayed prepare.
+    if (held_cdi.is_object() && held_cdi.contains("spec")) {
+      absl::StatusOr<cdi::Spec> spec = cdi::FromJson(held_cdi["spec"].dump());
+      if (spec.ok()) (void)cdi_->Write(held_cdi["file"].get<std::string>(), *spec, false);
+    }
     restore();
     // The snapshot may have been compacted without it meanwhile: record it again.
     (void)node_->store->Put(held);

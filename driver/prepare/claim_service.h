@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,8 @@ class ApiClaimSource : public ClaimSource {
 struct NodeAllocations {
   std::mutex mu;
   state::State state;  // guarded by mu
+  // Owners marked Prepared whose journal record is still being written: not yet answerable.
+  std::set<std::string> in_flight;  // guarded by mu
   state::StateStore* store = nullptr;
 };
 
@@ -95,6 +98,9 @@ class ClaimService {
   std::map<std::string, ClaimOutcome> Prepare(const std::vector<ClaimRef>& claims);
   // uid -> error ("" on success). Unknown claims succeed.
   std::map<std::string, std::string> Unprepare(const std::vector<ClaimRef>& claims);
+
+  // The devices this driver can prepare now, as {pool, device}: what the health stream reports.
+  std::vector<std::pair<std::string, std::string>> Devices() const;
 
   // The machine changed (CPUs offline, GPUs gone): later prepares use the new view. Claims
   // already prepared keep what they have.

@@ -18,7 +18,10 @@
 #include <sstream>
 #include <thread>
 
+#include <grpcpp/grpcpp.h>
+
 #include "absl/strings/str_cat.h"
+#include "proto/drahealth/v1alpha1/api.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "test/integration/daemon.h"
 #include "test/integration/fake_apiserver.h"
@@ -205,8 +208,8 @@ TEST_F(DraPluginTest, RegistersBothDriversWithV1First) {
   auto cpu = sim_->Find(kCpu);
   ASSERT_TRUE(cpu.has_value());
   EXPECT_EQ(cpu->version, "v1.DRAPlugin");
-  EXPECT_THAT(cpu->supported_versions,
-              ::testing::ElementsAre("v1.DRAPlugin", "v1beta1.DRAPlugin"));
+  EXPECT_THAT(cpu->supported_versions, ::testing::ElementsAre("v1.DRAPlugin", "v1beta1.DRAPlugin",
+                                                              "v1alpha1.DRAResourceHealth"));
   EXPECT_EQ(cpu->endpoint, dirs_.kubelet_root + "/plugins/dra.cpu/dra.sock");
   auto gpu = sim_->WaitForRegistration(kGpu, 1, absl::Seconds(10));
   ASSERT_TRUE(gpu.ok()) << gpu.status();
@@ -221,6 +224,29 @@ TEST_F(DraPluginTest, RegistersBothDriversWithV1First) {
   EXPECT_FALSE(fs::exists(cpu->endpoint));
   EXPECT_FALSE(fs::exists(cpu->socket_path));
   EXPECT_TRUE(sim_->WaitForDeregistration(kCpu, absl::Seconds(10)));
+}
+
+TEST_F(DraPluginTest, HealthStreamSendsTheFullDeviceList) {
+  StartNode();
+  EXPECT_THAT(sim_->Find(kCpu)->supported_versions,
+              ::testing::Contains("v1alpha1.DRAResourceHealth"));
+  auto channel = grpc::CreateChannel("unix:" + sim_->Find(kCpu)->endpoint,
+                                     grpc::InsecureChannelCredentials());
+  auto stub = ::v1alpha1::DRAResourceHealth::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto reader = stub->NodeWatchResources(&ctx, ::v1alpha1::NodeWatchResourcesRequest());
+  ::v1alpha1::NodeWatchResourcesResponse first;
+  ASSERT_TRUE(reader->Read(&first));
+  std::set<std::string> devices;
+  for (const auto& d : first.devices()) {
+    EXPECT_EQ(d.device().pool_name(), kNode);
+    EXPECT_EQ(d.health(), ::v1alpha1::HEALTHY);
+    EXPECT_GT(d.last_updated_time(), 1700000000);
+    devices.insert(d.device().device_name());
+  }
+  EXPECT_EQ(devices, (std::set<std::string>{"cpudevnuma000", "cpudevnuma001"}));
+  ctx.TryCancel();
 }
 
 TEST_F(DraPluginTest, AKubeletThatOnlySpeaksV1beta1IsServedToo) {

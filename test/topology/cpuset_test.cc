@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/hash/hash_testing.h"
 #include "absl/status/status.h"
 
 namespace topodra {
@@ -223,6 +224,36 @@ struct AlgebraCase {
   bool intersects;
 };
 
+// Checks every binary operation of one case, including that results are canonical (equality
+// is structural, so comparing with a freshly parsed set checks the trimmed window too).
+void ExpectAlgebra(const AlgebraCase& c) {
+  SCOPED_TRACE(testing::Message() << "a=\"" << c.a << "\" b=\"" << c.b << "\"");
+  const CpuSet a = CpuSet::Parse(c.a).value();
+  const CpuSet b = CpuSet::Parse(c.b).value();
+  EXPECT_EQ(a.Union(b).ToString(), c.union_);
+  EXPECT_EQ((a | b).ToString(), c.union_);
+  EXPECT_EQ(a.Intersection(b).ToString(), c.intersection);
+  EXPECT_EQ((a & b).ToString(), c.intersection);
+  EXPECT_EQ(a.Difference(b).ToString(), c.a_minus_b);
+  EXPECT_EQ((a - b).ToString(), c.a_minus_b);
+  EXPECT_EQ(a.IsSubsetOf(b), c.a_subset_b);
+  EXPECT_EQ(a.Intersects(b), c.intersects);
+  EXPECT_EQ(b.Intersects(a), c.intersects);
+  // Compound assignments agree with the binary forms and leave results trimmed.
+  CpuSet u = a;
+  u |= b;
+  EXPECT_EQ(u, a | b);
+  CpuSet i = a;
+  i &= b;
+  EXPECT_EQ(i, a & b);
+  CpuSet d = a;
+  d -= b;
+  EXPECT_EQ(d, a - b);
+  EXPECT_EQ(d, CpuSet::Parse(c.a_minus_b).value());
+  EXPECT_EQ(a | b, CpuSet::Parse(c.union_).value());
+  EXPECT_EQ(a & b, CpuSet::Parse(c.intersection).value());
+}
+
 TEST(CpuSetTest, Algebra) {
   const AlgebraCase kCases[] = {
       {"", "", "", "", "", true, false},
@@ -241,31 +272,7 @@ TEST(CpuSetTest, Algebra) {
       {"0,2,4,6", "1,3,5,7", "0-7", "", "0,2,4,6", false, false},
       {"65535", "0", "0,65535", "", "65535", false, false},
   };
-  for (const AlgebraCase& c : kCases) {
-    SCOPED_TRACE(testing::Message() << "a=\"" << c.a << "\" b=\"" << c.b << "\"");
-    const CpuSet a = CpuSet::Parse(c.a).value();
-    const CpuSet b = CpuSet::Parse(c.b).value();
-    EXPECT_EQ(a.Union(b).ToString(), c.union_);
-    EXPECT_EQ((a | b).ToString(), c.union_);
-    EXPECT_EQ(a.Intersection(b).ToString(), c.intersection);
-    EXPECT_EQ((a & b).ToString(), c.intersection);
-    EXPECT_EQ(a.Difference(b).ToString(), c.a_minus_b);
-    EXPECT_EQ((a - b).ToString(), c.a_minus_b);
-    EXPECT_EQ(a.IsSubsetOf(b), c.a_subset_b);
-    EXPECT_EQ(a.Intersects(b), c.intersects);
-    EXPECT_EQ(b.Intersects(a), c.intersects);
-    // Compound assignments agree with the binary forms and leave results trimmed.
-    CpuSet u = a;
-    u |= b;
-    EXPECT_EQ(u, a | b);
-    CpuSet i = a;
-    i &= b;
-    EXPECT_EQ(i, a & b);
-    CpuSet d = a;
-    d -= b;
-    EXPECT_EQ(d, a - b);
-    EXPECT_EQ(d, CpuSet::Parse(c.a_minus_b).value());
-  }
+  for (const AlgebraCase& c : kCases) ExpectAlgebra(c);
 }
 
 struct IterationCase {
@@ -446,6 +453,355 @@ TEST(CpuSetPropertyTest, RemoveMatchesStdSet) {
   EXPECT_EQ(set.ToVector(), Ids(reference));
   EXPECT_EQ(set, FromStdSet(reference));
   for (int cpu : Ids(reference)) set.Remove(cpu);
+  EXPECT_EQ(set, CpuSet());
+}
+
+// Sets are stored as the window of words from the first to the last non-zero one, so sets that
+// hold only high ids (one per core, cache or NUMA node on a large machine) stay small.
+
+// What AbslHashValue feeds a hash state, byte for byte. The tests do not link absl::hash (only
+// topodra_topology's dependencies), and the recorded input is what decides hash equality anyway.
+absl::hash_internal::SpyHashState HashInput(const CpuSet& set) {
+  return absl::hash_internal::SpyHashState::combine(absl::hash_internal::SpyHashState(), set);
+}
+
+// Words a canonical set with members between lo and hi (inclusive) must store.
+size_t WindowWords(int lo, int hi) { return static_cast<size_t>(hi / 64 - lo / 64 + 1); }
+
+TEST(CpuSetSparseTest, SetsThatStartHigh) {
+  const CpuSet pair{12798, 12799};
+  EXPECT_EQ(pair.ToString(), "12798-12799");
+  EXPECT_EQ(pair.Size(), 2);
+  EXPECT_EQ(pair.First(), 12798);
+  EXPECT_EQ(pair.Last(), 12799);
+  EXPECT_EQ(pair.ToVector(), std::vector<int>({12798, 12799}));
+  EXPECT_TRUE(pair.Contains(12798));
+  EXPECT_TRUE(pair.Contains(12799));
+  EXPECT_FALSE(pair.Contains(0));
+  EXPECT_FALSE(pair.Contains(12797));
+  EXPECT_FALSE(pair.Contains(12800));
+  EXPECT_FALSE(pair.Empty());
+  EXPECT_EQ(pair, CpuSet::Parse("12798-12799").value());
+  EXPECT_EQ(pair, CpuSet::Range(12798, 12799));
+  EXPECT_LE(pair.StoredWords(), 1u);
+  EXPECT_EQ(pair.StoredWords(), 1u);
+
+  const CpuSet word = CpuSet::Range(6400, 6463);
+  EXPECT_EQ(word.ToString(), "6400-6463");
+  EXPECT_EQ(word.Size(), 64);
+  EXPECT_EQ(word.First(), 6400);
+  EXPECT_EQ(word.Last(), 6463);
+  EXPECT_FALSE(word.Contains(6399));
+  EXPECT_FALSE(word.Contains(6464));
+  EXPECT_EQ(word.StoredWords(), 1u);
+  EXPECT_EQ(word, CpuSet::Parse("6400-6463").value());
+  std::vector<int> seen;
+  for (int id : word) seen.push_back(id);
+  ASSERT_EQ(seen.size(), 64u);
+  for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], 6400 + static_cast<int>(i));
+
+  // The const_iterator reports absolute ids, not ids relative to the stored window.
+  auto it = pair.begin();
+  EXPECT_EQ(*it++, 12798);
+  EXPECT_EQ(*it, 12799);
+  ++it;
+  EXPECT_EQ(it, pair.end());
+  EXPECT_EQ(std::distance(pair.begin(), pair.end()), 2);
+
+  EXPECT_EQ(CpuSet{CpuSet::kMaxCpuId}.StoredWords(), 1u);
+  EXPECT_EQ(CpuSet::Range(6400, 6464).StoredWords(), 2u);
+  EXPECT_EQ(CpuSet::Range(6399, 6400).StoredWords(), 2u);
+}
+
+TEST(CpuSetSparseTest, StoredWordsIsTheOccupiedWindow) {
+  EXPECT_EQ(CpuSet().StoredWords(), 0u);
+  EXPECT_EQ(CpuSet{0}.StoredWords(), 1u);
+  EXPECT_EQ(CpuSet({0, 12799}).StoredWords(), 200u);
+  EXPECT_EQ(CpuSet({64, 200}).StoredWords(), 3u);
+  EXPECT_EQ(CpuSet::Range(0, CpuSet::kMaxCpuId).StoredWords(), 1024u);
+  EXPECT_EQ(CpuSet::Parse("100-199,12700").value().StoredWords(), WindowWords(100, 12700));
+  // Results of the algebra are trimmed at both ends too.
+  EXPECT_EQ((CpuSet({0, 12799}) - CpuSet{0}).StoredWords(), 1u);
+  EXPECT_EQ((CpuSet({0, 12799}) & CpuSet::Range(6400, 12799)).StoredWords(), 1u);
+  CpuSet d{0, 6400, 12799};
+  d -= CpuSet({0, 12799});
+  EXPECT_EQ(d.StoredWords(), 1u);
+  CpuSet i{0, 6400, 12799};
+  i &= CpuSet::Range(6000, 7000);
+  EXPECT_EQ(i.StoredWords(), 1u);
+  EXPECT_EQ(i, CpuSet{6400});
+}
+
+TEST(CpuSetSparseTest, SizeofGrowsByAtMostOneWord) {
+  EXPECT_LE(sizeof(CpuSet), sizeof(std::vector<uint64_t>) + 8);
+}
+
+TEST(CpuSetSparseTest, AddGrowsTheWindowAtEitherEnd) {
+  CpuSet set{10000};
+  set.Add(5);  // Far below the first stored word.
+  EXPECT_EQ(set.ToString(), "5,10000");
+  EXPECT_EQ(set.StoredWords(), WindowWords(5, 10000));
+  set.Add(0);
+  set.Add(65535);
+  EXPECT_EQ(set.ToString(), "0,5,10000,65535");
+  EXPECT_EQ(set, CpuSet::Parse("65535,10000,5,0").value());
+  EXPECT_EQ(set.First(), 0);
+  EXPECT_EQ(set.Last(), 65535);
+
+  // A range spanning both ends of the window grows it in both directions.
+  CpuSet spanning{6400};
+  spanning.AddRange(100, 7000);
+  EXPECT_EQ(spanning, CpuSet::Range(100, 7000));
+  EXPECT_EQ(spanning.StoredWords(), WindowWords(100, 7000));
+  // Ranges entirely below, entirely above and inside the window.
+  CpuSet pieces{6400};
+  pieces.AddRange(64, 127);
+  pieces.AddRange(9000, 9001);
+  pieces.AddRange(6401, 6402);
+  EXPECT_EQ(pieces.ToString(), "64-127,6400-6402,9000-9001");
+  EXPECT_EQ(pieces, CpuSet::Parse("9000-9001,6400-6402,64-127").value());
+  // Out-of-range ids leave a high set untouched.
+  CpuSet high{12799};
+  high.Add(-1);
+  high.Add(CpuSet::kMaxCpuId + 1);
+  high.AddRange(-10, -1);
+  EXPECT_EQ(high, CpuSet{12799});
+  EXPECT_EQ(high.StoredWords(), 1u);
+}
+
+TEST(CpuSetSparseTest, RemoveMovesTheWindow) {
+  CpuSet set{64, 200};
+  set.Remove(64);
+  EXPECT_EQ(set, CpuSet{200});
+  EXPECT_EQ(set.StoredWords(), 1u);
+  EXPECT_EQ(set.First(), 200);
+  EXPECT_EQ(set.ToString(), "200");
+  set.Remove(200);
+  EXPECT_EQ(set, CpuSet());
+  EXPECT_TRUE(set.Empty());
+  EXPECT_EQ(set.StoredWords(), 0u);
+  // The emptied set is reusable at any offset.
+  set.Add(7);
+  EXPECT_EQ(set, CpuSet{7});
+
+  CpuSet wide{0, 12799};
+  wide.Remove(0);
+  EXPECT_EQ(wide, CpuSet{12799});
+  EXPECT_EQ(wide.StoredWords(), 1u);
+  wide.Add(0);
+  wide.Remove(12799);
+  EXPECT_EQ(wide, CpuSet{0});
+  EXPECT_EQ(wide.StoredWords(), 1u);
+
+  // Removing ids outside the window, or not in the set, changes nothing.
+  CpuSet high{6400, 6500};
+  high.Remove(0);
+  high.Remove(6399);
+  high.Remove(6450);
+  high.Remove(12799);
+  high.Remove(-1);
+  high.Remove(CpuSet::kMaxCpuId + 1);
+  EXPECT_EQ(high, CpuSet({6400, 6500}));
+  EXPECT_EQ(high.StoredWords(), 2u);
+}
+
+TEST(CpuSetSparseTest, AlgebraAcrossOffsets) {
+  const AlgebraCase kCases[] = {
+      {"0", "10000", "0,10000", "", "0", false, false},
+      {"10000", "0", "0,10000", "", "10000", false, false},
+      // One set entirely below the other.
+      {"0-127", "6400-6463", "0-127,6400-6463", "", "0-127", false, false},
+      {"6400-6463", "0-127", "0-127,6400-6463", "", "6400-6463", false, false},
+      {"", "12798-12799", "12798-12799", "", "", true, false},
+      {"12798-12799", "", "12798-12799", "", "12798-12799", false, false},
+      // One window inside the other.
+      {"6400-6463", "0-65535", "0-65535", "6400-6463", "", true, true},
+      {"0-65535", "6400-6463", "0-65535", "6400-6463", "0-6399,6464-65535", false, true},
+      {"6410", "6400-6463", "6400-6463", "6410", "", true, true},
+      {"6399-6464", "6400-6463", "6399-6464", "6400-6463", "6399,6464", false, true},
+      {"128-191", "0-127,192-255", "0-255", "", "128-191", false, false},
+      {"0-127,192-255", "128-191", "0-255", "", "0-127,192-255", false, false},
+      // Overlapping windows at different offsets.
+      {"100,6400", "6400,9000", "100,6400,9000", "6400", "100", false, true},
+      {"6400,9000", "100,6400", "100,6400,9000", "6400", "9000", false, true},
+      {"1000-1100", "1050-2000", "1000-2000", "1050-1100", "1000-1049", false, true},
+      {"12798-12799", "12799", "12798-12799", "12799", "12798", false, true},
+      {"12799", "12798-12799", "12798-12799", "12799", "", true, true},
+      {"65535", "65472-65535", "65472-65535", "65535", "", true, true},
+      {"64,200", "0-63,65-199,201-300", "0-300", "", "64,200", false, false},
+      // Results whose low or high words empty out, so the window must move or shrink.
+      {"0-63,6400", "0-63", "0-63,6400", "0-63", "6400", false, true},
+      {"0,6400-6463", "6400-6463", "0,6400-6463", "6400-6463", "0", false, true},
+      {"0,6400,12799", "6400", "0,6400,12799", "6400", "0,12799", false, true},
+      {"0,6400,12799", "0,12799", "0,6400,12799", "0,12799", "6400", false, true},
+  };
+  for (const AlgebraCase& c : kCases) ExpectAlgebra(c);
+}
+
+TEST(CpuSetSparseTest, HashMatchesEquality) {
+  CpuSet ascending;
+  for (int id : {6400, 6401, 9000, 12799}) ascending.Add(id);
+  CpuSet descending;
+  for (int id : {12799, 9000, 6401, 6400}) descending.Add(id);
+  const CpuSet parsed = CpuSet::Parse("12799,6400-6401,9000").value();
+  const CpuSet joined = CpuSet({12799}) | CpuSet::Range(6400, 6401) | CpuSet{9000};
+  CpuSet shrunk = CpuSet::Range(0, 12799);
+  shrunk &= CpuSet({6400, 6401, 9000, 12799, 20000});
+  CpuSet removed{0, 64, 6400, 6401, 9000, 12799};
+  removed.Remove(0);
+  removed.Remove(64);
+  const CpuSet* const kEqual[] = {&descending, &parsed, &joined, &shrunk, &removed};
+  for (const CpuSet* other : kEqual) {
+    EXPECT_EQ(*other, ascending) << *other;
+    EXPECT_EQ(other->StoredWords(), ascending.StoredWords()) << *other;
+    EXPECT_TRUE(HashInput(*other) == HashInput(ascending)) << *other;
+  }
+  // {64,200} minus 64 must hash like {200}, and a set emptied at an offset like CpuSet().
+  CpuSet low_removed{64, 200};
+  low_removed.Remove(64);
+  EXPECT_TRUE(HashInput(low_removed) == HashInput(CpuSet{200}));
+  CpuSet emptied{12799};
+  emptied.Remove(12799);
+  EXPECT_TRUE(HashInput(emptied) == HashInput(CpuSet()));
+  EXPECT_TRUE(HashInput(CpuSet{6400} - CpuSet{6400}) == HashInput(CpuSet()));
+  // Sets with the same words at different offsets must not collide structurally.
+  EXPECT_FALSE(HashInput(CpuSet{0}) == HashInput(CpuSet{64}));
+
+  // Abseil's own check that hashing agrees with operator== over a mix of offsets.
+  EXPECT_TRUE(absl::VerifyTypeImplementsAbslHashCorrectly({
+      CpuSet(),
+      emptied,
+      CpuSet{0},
+      CpuSet{64},
+      CpuSet{200},
+      low_removed,
+      CpuSet{0, 64},
+      CpuSet{12798, 12799},
+      CpuSet::Range(12798, 12799),
+      CpuSet::Range(6400, 6463),
+      CpuSet::Range(0, 63),
+      CpuSet::Range(64, 127),
+      ascending,
+      parsed,
+      removed,
+  }));
+}
+
+TEST(CpuSetSparseTest, MovedFromSetIsEmpty) {
+  CpuSet source{12798, 12799};
+  CpuSet moved(std::move(source));
+  EXPECT_EQ(moved, CpuSet({12798, 12799}));
+  // NOLINTNEXTLINE(bugprone-use-after-move): pinning the moved-from state on purpose.
+  EXPECT_EQ(source, CpuSet());
+  source.Add(3);
+  EXPECT_EQ(source, CpuSet{3});
+
+  CpuSet target{1};
+  CpuSet other{6400};
+  target = std::move(other);
+  EXPECT_EQ(target, CpuSet{6400});
+  // NOLINTNEXTLINE(bugprone-use-after-move)
+  EXPECT_EQ(other, CpuSet());
+  EXPECT_TRUE(HashInput(other) == HashInput(CpuSet()));
+
+  CpuSet copy = target;
+  EXPECT_EQ(copy, target);
+  EXPECT_EQ(target, CpuSet{6400});
+}
+
+// Like AlgebraMatchesStdSet, but each operand occupies a random window anywhere in the id
+// space, so the operands almost always sit at different offsets.
+TEST(CpuSetPropertyTest, OffsetAlgebraMatchesStdSet) {
+  std::mt19937 rng(12800);
+  const double kDensities[] = {0.0, 0.01, 0.2, 0.8, 1.0};
+  auto random_window = [&rng, &kDensities] {
+    std::uniform_int_distribution<int> id(0, CpuSet::kMaxCpuId);
+    int lo = id(rng);
+    const int width = std::uniform_int_distribution<int>(0, 700)(rng);
+    const int hi = std::min(lo + width, CpuSet::kMaxCpuId);
+    std::set<int> ids;
+    std::bernoulli_distribution pick(kDensities[rng() % std::size(kDensities)]);
+    for (int i = lo; i <= hi; ++i) {
+      if (pick(rng)) ids.insert(i);
+    }
+    return ids;
+  };
+  for (int rep = 0; rep < 400; ++rep) {
+    std::set<int> sa = random_window();
+    std::set<int> sb = random_window();
+    // A quarter of the time make b overlap a, so intersections are not always empty.
+    if (rep % 4 == 0 && !sa.empty()) {
+      for (int id : sa) {
+        if (rng() % 2) sb.insert(id);
+      }
+    }
+    SCOPED_TRACE(testing::Message() << "rep=" << rep);
+    const CpuSet a = FromStdSet(sa);
+    const CpuSet b = FromStdSet(sb);
+    ASSERT_EQ(a.StoredWords(), sa.empty() ? 0u : WindowWords(*sa.begin(), *sa.rbegin()));
+
+    std::set<int> u, i, d;
+    std::set_union(sa.begin(), sa.end(), sb.begin(), sb.end(), std::inserter(u, u.end()));
+    std::set_intersection(sa.begin(), sa.end(), sb.begin(), sb.end(), std::inserter(i, i.end()));
+    std::set_difference(sa.begin(), sa.end(), sb.begin(), sb.end(), std::inserter(d, d.end()));
+
+    ASSERT_EQ((a | b).ToVector(), Ids(u));
+    ASSERT_EQ((a & b).ToVector(), Ids(i));
+    ASSERT_EQ((a - b).ToVector(), Ids(d));
+    ASSERT_EQ(a | b, FromStdSet(u));
+    ASSERT_EQ(a & b, FromStdSet(i));
+    ASSERT_EQ(a - b, FromStdSet(d));
+    CpuSet cu = a, ci = a, cd = a;
+    cu |= b;
+    ci &= b;
+    cd -= b;
+    ASSERT_EQ(cu, FromStdSet(u));
+    ASSERT_EQ(ci, FromStdSet(i));
+    ASSERT_EQ(cd, FromStdSet(d));
+    ASSERT_EQ(a.IsSubsetOf(b), std::includes(sb.begin(), sb.end(), sa.begin(), sa.end()));
+    ASSERT_EQ(a.Intersects(b), !i.empty());
+    ASSERT_EQ(a == b, sa == sb);
+    ASSERT_EQ(a.Size(), static_cast<int>(sa.size()));
+    ASSERT_EQ(a.First(), sa.empty() ? std::nullopt : std::optional<int>(*sa.begin()));
+    ASSERT_EQ(a.Last(), sa.empty() ? std::nullopt : std::optional<int>(*sa.rbegin()));
+    ASSERT_EQ(CpuSet::Parse(a.ToString()).value(), a);
+    if (!sa.empty()) {
+      for (int probe : {*sa.begin() - 1, *sa.begin(), *sa.rbegin(), *sa.rbegin() + 1, 0, 65535}) {
+        ASSERT_EQ(a.Contains(probe), sa.count(probe) == 1) << probe;
+      }
+    }
+  }
+}
+
+TEST(CpuSetPropertyTest, HighWindowAddRemoveMatchesStdSet) {
+  std::mt19937 rng(6400);
+  std::uniform_int_distribution<int> id(12000, 12900);
+  CpuSet set;
+  std::set<int> reference;
+  for (int step = 0; step < 20000; ++step) {
+    const int cpu = id(rng);
+    if (rng() % 2 == 0) {
+      set.Remove(cpu);
+      reference.erase(cpu);
+    } else {
+      set.Add(cpu);
+      reference.insert(cpu);
+    }
+    if (step % 997 == 0) {
+      ASSERT_EQ(set, FromStdSet(reference)) << step;
+      ASSERT_EQ(set.StoredWords(),
+                reference.empty() ? 0u : WindowWords(*reference.begin(), *reference.rbegin()));
+    }
+  }
+  EXPECT_EQ(set.ToVector(), Ids(reference));
+  EXPECT_EQ(set, FromStdSet(reference));
+  // Removing in ascending order moves the window up one word at a time until it is empty.
+  for (int cpu : Ids(reference)) {
+    set.Remove(cpu);
+    reference.erase(cpu);
+    ASSERT_EQ(set.StoredWords(),
+              reference.empty() ? 0u : WindowWords(*reference.begin(), *reference.rbegin()));
+  }
   EXPECT_EQ(set, CpuSet());
 }
 

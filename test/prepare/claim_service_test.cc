@@ -1,0 +1,992 @@
+// ClaimService with a real StateStore and CDI SpecStore in a temporary directory and claims from a
+// map: the side effects of prepare and unprepare, replay after a restart, CDI reconciliation, and
+// many callers at once.
+#include "driver/prepare/claim_service.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <latch>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "test/prepare/prepare_testing.h"
+
+namespace topodra::prepare {
+namespace {
+
+// Every refused claim logs a warning; the assertions say what matters.
+const bool kQuiet = [] {
+  spdlog::set_level(spdlog::level::err);
+  return true;
+}();
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using namespace topodra::prepare::testing;  // NOLINT: test helpers
+
+// The API server: ns/name -> claim, with failures on demand; counts GETs.
+class FakeSource : public ClaimSource {
+ public:
+  void Set(const std::string& ns, const std::string& name, json claim) {
+    std::lock_guard<std::mutex> lock(mu_);
+    claims_[ns + "/" + name] = std::move(claim);
+  }
+  void Fail(const std::string& ns, const std::string& name, absl::Status status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    failures_[ns + "/" + name] = std::move(status);
+  }
+  int gets() const { return gets_.load(); }
+
+  absl::StatusOr<json> GetClaim(const std::string& ns, const std::string& name) override {
+    ++gets_;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = failures_.find(ns + "/" + name); it != failures_.end()) return it->second;
+    auto it = claims_.find(ns + "/" + name);
+    if (it == claims_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("resourceclaims.resource.k8s.io \"", name, "\" not found"));
+    }
+    return it->second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, json> claims_;
+  std::map<std::string, absl::Status> failures_;
+  std::atomic<int> gets_{0};
+};
+
+ClaimRef Ref(const std::string& ns, const std::string& name, const std::string& uid) {
+  ClaimRef r;
+  r.ns = ns;
+  r.name = name;
+  r.uid = uid;
+  return r;
+}
+
+class ClaimServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/topodra-prepare-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    cdi_ = std::make_unique<cdi::SpecStore>(dir_ + "/cdi");
+  }
+  void TearDown() override {
+    services_.clear();
+    node_.reset();
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // Opens the state (again) and makes a fresh NodeAllocations from what was on disk.
+  void OpenNode() {
+    absl::StatusOr<state::StateStore::Opened> opened =
+        state::StateStore::Open(dir_ + "/state/checkpoint.json");
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    store_ = std::move(opened->store);
+    node_ = std::make_unique<NodeAllocations>();
+    node_->state = opened->loaded;
+    node_->store = store_.get();
+  }
+
+  ClaimService* Start(const DriverSetup& setup, const topology::Topology& topo) {
+    if (node_ == nullptr) OpenNode();
+    services_.push_back(
+        std::make_unique<ClaimService>(setup, topo, node_.get(), cdi_.get(), &source_));
+    return services_.back().get();
+  }
+
+  // The daemon stops (services, node state and store destroyed) and starts again on the same
+  // files, with the same driver setups.
+  void Restart(const std::vector<std::pair<DriverSetup, std::string>>& drivers) {
+    services_.clear();
+    node_.reset();
+    store_.reset();
+    OpenNode();
+    for (const auto& [setup, topo] : drivers) Start(setup, Load(topo));
+  }
+
+  ClaimService& service(size_t i = 0) { return *services_.at(i); }
+
+  // Puts the claim in the fake API server and returns its ref.
+  ClaimRef Add(const std::string& ns, const std::string& name, const std::string& uid,
+               const std::vector<json>& results, const std::vector<json>& configs = {}) {
+    source_.Set(ns, name, ClaimJson(uid, ns, name, results, configs));
+    return Ref(ns, name, uid);
+  }
+
+  ClaimOutcome PrepareOk(const ClaimRef& ref, size_t service_index = 0) {
+    std::map<std::string, ClaimOutcome> out = service(service_index).Prepare({ref});
+    EXPECT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[ref.uid].error, "") << ref.ns << "/" << ref.name;
+    EXPECT_FALSE(out[ref.uid].devices.empty()) << ref.ns << "/" << ref.name;
+    return out[ref.uid];
+  }
+
+  std::string PrepareError(const ClaimRef& ref) {
+    std::map<std::string, ClaimOutcome> out = service().Prepare({ref});
+    EXPECT_EQ(out.size(), 1u);
+    EXPECT_NE(out[ref.uid].error, "") << ref.ns << "/" << ref.name;
+    EXPECT_TRUE(out[ref.uid].devices.empty());
+    return out[ref.uid].error;
+  }
+
+  void UnprepareOk(const ClaimRef& ref, size_t service_index = 0) {
+    std::map<std::string, std::string> out = service(service_index).Unprepare({ref});
+    EXPECT_EQ(out.size(), 1u);
+    EXPECT_EQ(out[ref.uid], "") << ref.ns << "/" << ref.name;
+  }
+
+  const state::Allocation* Held(const std::string& driver, const std::string& uid) {
+    std::lock_guard<std::mutex> lock(node_->mu);
+    return node_->state.Find(state::DraOwner(driver, uid));
+  }
+  CpuSet HeldCpus(const std::string& uid) {
+    const state::Allocation* a = Held(kCpuDriver, uid);
+    return a == nullptr ? CpuSet{} : a->cpus;
+  }
+
+  bool CdiExists(const std::string& file) {
+    return std::filesystem::exists(cdi_->PathOf(file));
+  }
+  std::set<std::string> CdiFiles() {
+    std::set<std::string> out;
+    if (!std::filesystem::exists(cdi_->dir())) return out;
+    for (const auto& e : std::filesystem::directory_iterator(cdi_->dir())) {
+      out.insert(e.path().filename().string());
+    }
+    return out;
+  }
+
+  // What the planner alone says for the claim against the current state.
+  Plan Expected(const ClaimRef& ref, const DriverSetup& setup, const topology::Topology& topo) {
+    absl::StatusOr<json> j = source_.GetClaim(ref.ns, ref.name);
+    EXPECT_TRUE(j.ok());
+    absl::StatusOr<Plan> plan = PlanClaim(Parse(*j), setup, topo, node_->state);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return plan.ok() ? *std::move(plan) : Plan{};
+  }
+
+  std::string dir_;
+  FakeSource source_;
+  std::unique_ptr<cdi::SpecStore> cdi_;
+  std::unique_ptr<state::StateStore> store_;
+  std::unique_ptr<NodeAllocations> node_;
+  std::vector<std::unique_ptr<ClaimService>> services_;
+};
+
+// k16 with one NUMA device of all 16 CPUs.
+const char kNuma0[] = "cpudevnuma000";
+
+TEST_F(ClaimServiceTest, PrepareWritesTheCdiSpecRecordsAndAnswers) {
+  const topology::Topology& topo = Load(k16);
+  const DriverSetup setup = CpuSetup(topo, Mode::kNuma);
+  Start(setup, topo);
+  const ClaimRef ref = Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "4")});
+  const Plan want = Expected(ref, setup, topo);  // nothing held yet: what prepare must do
+
+  const ClaimOutcome out = PrepareOk(ref);
+  EXPECT_EQ(out.devices, want.devices);
+  EXPECT_EQ(source_.gets(), 1 + 1);  // Expected() read it too
+
+  // The CDI file is the plan's spec.
+  EXPECT_EQ(want.cdi_file, "dra.cpu-claim_uid-1.json");
+  absl::StatusOr<cdi::Spec> written = cdi_->Read(want.cdi_file);
+  ASSERT_TRUE(written.ok()) << written.status();
+  EXPECT_EQ(*written, want.cdi_spec);
+  EXPECT_EQ(CdiFiles(), std::set<std::string>{"dra.cpu-claim_uid-1.json"});
+
+  // Held in memory, prepared, as planned.
+  const state::Allocation* a = Held(kCpuDriver, "uid-1");
+  ASSERT_NE(a, nullptr);
+  state::Allocation prepared = want.allocation;
+  prepared.phase = state::Phase::kPrepared;
+  EXPECT_EQ(*a, prepared);
+  EXPECT_EQ(a->cpus.Size(), 4);
+  // And durable: the journal has it.
+  EXPECT_EQ(store_->records(), 1);
+}
+
+TEST_F(ClaimServiceTest, RepeatedPrepareReplaysWithoutAGet) {
+  const topology::Topology& topo = Load(k16);
+  Start(CpuSetup(topo, Mode::kNuma), topo);
+  const ClaimRef ref = Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "4")});
+  const ClaimOutcome first = PrepareOk(ref);
+  const CpuSet cpus = HeldCpus("uid-1");
+  EXPECT_EQ(source_.gets(), 1);
+  // The claim changed on the server meanwhile: the kubelet still gets the first answer.
+  Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "8")});
+  for (int i = 0; i < 3; ++i) {
+    const ClaimOutcome again = PrepareOk(ref);
+    EXPECT_EQ(again.devices, first.devices);
+  }
+  EXPECT_EQ(source_.gets(), 1);
+  EXPECT_EQ(HeldCpus("uid-1"), cpus);
+  EXPECT_EQ(store_->records(), 1);
+  // The same UID twice in one call: one outcome.
+  std::map<std::string, ClaimOutcome> out = service().Prepare({ref, ref});
+  EXPECT_EQ(out.size(), 1u);
+  EXPECT_EQ(out["uid-1"].devices, first.devices);
+}
+
+TEST_F(ClaimServiceTest, UnprepareRemovesTheFileAndFreesTheCpus) {
+  const topology::Topology& topo = Load(k16);
+  Start(CpuSetup(topo, Mode::kMachine), topo);
+  const ClaimRef c1 = Add("default", "c1", "uid-1", {Result("cpus", "cpudevmachine", "2")},
+                          {Config({}, Cpuset("4-5"))});
+  const ClaimRef c2 = Add("team", "c2", "uid-2", {Result("cpus", "cpudevmachine", "2")},
+                          {Config({}, Cpuset("5-6"))});
+  PrepareOk(c1);
+  EXPECT_TRUE(CdiExists("dra.cpu-claim_uid-1.json"));
+  EXPECT_THAT(PrepareError(c2),
+              HasSubstr("claim team/c2 request \"cpus\": cpuset \"5-6\": CPU 5 is already "
+                        "prepared for claim default/c1 (uid uid-1)"));
+  EXPECT_EQ(Held(kCpuDriver, "uid-2"), nullptr);
+  EXPECT_FALSE(CdiExists("dra.cpu-claim_uid-2.json"));
+
+  UnprepareOk(c1);
+  EXPECT_FALSE(CdiExists("dra.cpu-claim_uid-1.json"));
+  EXPECT_EQ(Held(kCpuDriver, "uid-1"), nullptr);
+  EXPECT_TRUE(node_->state.Empty());
+  UnprepareOk(c1);  // again: nothing left to do
+
+  // The CPUs are free again.
+  PrepareOk(c2);
+  EXPECT_EQ(HeldCpus("uid-2").ToString(), "5-6");
+  // And a later prepare of the unprepared claim starts over (a new GET, new CPUs check).
+  EXPECT_THAT(PrepareError(c1), HasSubstr("CPU 5 is already prepared for claim team/c2 (uid uid-2)"));
+}
+
+TEST_F(ClaimServiceTest, UnprepareOfAnUnknownClaimSucceeds) {
+  const topology::Topology& topo = Load(k16);
+  Start(CpuSetup(topo, Mode::kNuma), topo);
+  // A prepare that crashed before its journal record may have left its CDI file.
+  cdi::Spec leftover;
+  leftover.kind = "dra.cpu/claim";
+  cdi::Device d;
+  d.name = "x";
+  d.container_edits.env = {"A=1"};
+  leftover.devices = {d};
+  ASSERT_TRUE(cdi_->Write("dra.cpu-claim_ghost.json", leftover).ok());
+  std::map<std::string, std::string> out =
+      service().Unprepare({Ref("default", "never", "never-prepared"), Ref("default", "ghost", "ghost")});
+  EXPECT_EQ(out, (std::map<std::string, std::string>{{"never-prepared", ""}, {"ghost", ""}}));
+  EXPECT_FALSE(CdiExists("dra.cpu-claim_ghost.json"));
+  EXPECT_EQ(source_.gets(), 0);
+  EXPECT_TRUE(node_->state.Empty());
+}
+
+TEST_F(ClaimServiceTest, OneBadClaimDoesNotAffectTheOthers) {
+  const topology::Topology& topo = Load(k16);
+  Start(CpuSetup(topo, Mode::kNuma), topo);
+  const ClaimRef good1 = Add("default", "good-1", "uid-good-1", {Result("cpus", kNuma0, "2")});
+  const ClaimRef good2 = Add("default", "good-2", "uid-good-2", {Result("cpus", kNuma0, "2")},
+                             {Config({}, Cpuset("6,14"))});
+  const ClaimRef missing = Ref("default", "missing", "uid-missing");
+  source_.Fail("default", "flaky", absl::UnavailableError("connection refused"));
+  const ClaimRef flaky = Ref("default", "flaky", "uid-flaky");
+  source_.Set("team", "recreated", ClaimJson("uid-new", "team", "recreated",
+                                             {Result("cpus", kNuma0, "2")}));
+  const ClaimRef recreated = Ref("team", "recreated", "uid-old");
+  source_.Set("default", "pending", PendingClaimJson("uid-pending", "default", "pending"));
+  const ClaimRef pending = Ref("default", "pending", "uid-pending");
+  const ClaimRef outside = Add("default", "outside", "uid-outside", {Result("cpus", kNuma0, "4")},
+                               {Config({}, Cpuset("14-17"))});
+  const ClaimRef unparsable = Add("default", "unparsable", "uid-unparsable",
+                                  {Result("cpus", kNuma0, "2")}, {Config({}, Cpuset("3-x"))});
+  const ClaimRef taken = Add("default", "taken", "uid-taken", {Result("cpus", kNuma0, "2")},
+                             {Config({}, Cpuset("6-7"))});
+  const ClaimRef wrong_device =
+      Add("default", "wrong-device", "uid-wrong-device", {Result("cpus", "cpudevnuma009", "2")});
+  json bad_type = ClaimJson("uid-bad-type", "default", "bad-type", {Result("cpus", kNuma0, "2")});
+  bad_type["status"]["allocation"]["devices"]["results"][0]["pool"] = 7;
+  source_.Set("default", "bad-type", bad_type);
+  const ClaimRef bad_json = Ref("default", "bad-type", "uid-bad-type");
+  const ClaimRef no_uid = Ref("default", "no-uid", "");
+
+  const ClaimRef good3 = Add("default", "good-3", "uid-good-3", {Result("cpus", kNuma0, "2")});
+
+  const std::vector<ClaimRef> refs = {good1,        good2,    missing,  flaky,
+                                      recreated,    pending,  outside,  unparsable,
+                                      taken,        wrong_device, bad_json, no_uid,
+                                      good3};
+  std::map<std::string, ClaimOutcome> out = service().Prepare(refs);
+  ASSERT_EQ(out.size(), refs.size());
+  for (const ClaimRef& r : refs) EXPECT_TRUE(out.contains(r.uid)) << r.name;
+
+  for (const char* uid : {"uid-good-1", "uid-good-2", "uid-good-3"}) {
+    EXPECT_EQ(out[uid].error, "") << uid;
+    EXPECT_EQ(out[uid].devices.size(), 1u) << uid;
+    EXPECT_EQ(HeldCpus(uid).Size(), 2) << uid;
+    EXPECT_TRUE(CdiExists(CdiFileName(kCpuDriver, uid))) << uid;
+  }
+  EXPECT_EQ(HeldCpus("uid-good-2").ToString(), "6,14");
+
+  struct Want {
+    std::string uid;
+    std::vector<std::string> has;
+  };
+  for (const Want& w : std::vector<Want>{
+           {"uid-missing", {"claim default/missing: get ResourceClaim: ", "\"missing\" not found"}},
+           {"uid-flaky", {"claim default/flaky: get ResourceClaim: connection refused"}},
+           {"uid-old", {"claim team/recreated: ", "uid \"uid-new\"", "uid \"uid-old\""}},
+           {"uid-pending", {"claim default/pending is not allocated"}},
+           {"uid-outside", {"claim default/outside request \"cpus\": cpuset \"14-17\": CPUs 16-17 "
+                            "are not on this node"}},
+           {"uid-unparsable", {"claim default/unparsable request \"cpus\": ", "cpuset", "3-x"}},
+           {"uid-taken", {"claim default/taken request \"cpus\": cpuset \"6-7\": CPU 6 is already "
+                          "prepared for claim default/good-2 (uid uid-good-2)"}},
+           {"uid-wrong-device", {"claim default/wrong-device request \"cpus\": device "
+                                 "\"cpudevnuma009\" is not a CPU device of this node"}},
+           {"uid-bad-type", {"claim default/bad-type: ", "results[0].pool"}},
+           {"", {"default/no-uid", "namespace, name and uid are required"}},
+       }) {
+    SCOPED_TRACE(w.uid);
+    const ClaimOutcome& o = out[w.uid];
+    EXPECT_THAT(o.devices, IsEmpty());
+    for (const std::string& s : w.has) EXPECT_THAT(o.error, HasSubstr(s));
+    EXPECT_EQ(Held(kCpuDriver, w.uid), nullptr);
+    EXPECT_FALSE(CdiExists(CdiFileName(kCpuDriver, w.uid)));
+  }
+  EXPECT_EQ(node_->state.Size(), 3);
+  EXPECT_EQ(CdiFiles(), (std::set<std::string>{"dra.cpu-claim_uid-good-1.json",
+                                               "dra.cpu-claim_uid-good-2.json",
+                                               "dra.cpu-claim_uid-good-3.json"}));
+  // A claim that failed is not remembered: once fixed, it prepares.
+  source_.Set("default", "missing", ClaimJson("uid-missing", "default", "missing",
+                                              {Result("cpus", kNuma0, "2")}));
+  PrepareOk(missing);
+}
+
+TEST_F(ClaimServiceTest, ClaimWithoutResultsOfThisDriver) {
+  const topology::Topology& topo = Load(k16);
+  Start(CpuSetup(topo, Mode::kNuma), topo);
+  const ClaimRef ref =
+      Add("default", "gpu-only", "uid-g", {Result("gpu", "gpu-0000-34-00-0", "", kGpuDriver)});
+  std::map<std::string, ClaimOutcome> out = service().Prepare({ref});
+  EXPECT_EQ(out["uid-g"].error, "");
+  EXPECT_THAT(out["uid-g"].devices, IsEmpty());
+  EXPECT_THAT(CdiFiles(), IsEmpty());
+  ASSERT_NE(Held(kCpuDriver, "uid-g"), nullptr);
+  EXPECT_TRUE(HeldCpus("uid-g").Empty());
+  // Replayed like any other.
+  out = service().Prepare({ref});
+  EXPECT_EQ(out["uid-g"].error, "");
+  EXPECT_EQ(source_.gets(), 1);
+  UnprepareOk(ref);
+  EXPECT_TRUE(node_->state.Empty());
+}
+
+TEST_F(ClaimServiceTest, PreparedClaimsSurviveARestart) {
+  const topology::Topology& topo = Load(k16);
+  const DriverSetup setup = CpuSetup(topo, Mode::kNuma);
+  Start(setup, topo);
+  const ClaimRef c1 = Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "4")});
+  const ClaimRef c2 = Add("default", "c2", "uid-2", {Result("cpus", kNuma0, "2")},
+                          {Config({}, Cpuset("3,11"))});
+  const ClaimRef c3 = Add("default", "c3", "uid-3", {Result("cpus", kNuma0, "2")});
+  const ClaimOutcome a1 = PrepareOk(c1);
+  const ClaimOutcome a2 = PrepareOk(c2);
+  PrepareOk(c3);
+  UnprepareOk(c3);
+  const CpuSet cpus1 = HeldCpus("uid-1");
+  const state::State before = node_->state;
+  ASSERT_EQ(before.Size(), 2);
+  const int gets = source_.gets();
+
+  Restart({{setup, k16}});
+  EXPECT_EQ(node_->state, before);
+  // Same answers, from the state, without asking the API server.
+  EXPECT_EQ(PrepareOk(c1).devices, a1.devices);
+  EXPECT_EQ(PrepareOk(c2).devices, a2.devices);
+  EXPECT_EQ(source_.gets(), gets);
+  EXPECT_EQ(HeldCpus("uid-1"), cpus1);
+
+  // Their CPUs are still held: an overlapping claim is refused, naming the holder.
+  const int first = *cpus1.First();
+  const ClaimRef overlap = Add("team", "overlap", "uid-4", {Result("cpus", kNuma0, "1")},
+                               {Config({}, Cpuset(std::to_string(first)))});
+  EXPECT_THAT(PrepareError(overlap),
+              HasSubstr(absl::StrCat("cpuset \"", first, "\": CPU ", first,
+                                     " is already prepared for claim default/c1 (uid uid-1)")));
+  // What is left is exactly the rest of the node.
+  const ClaimRef rest = Add("team", "rest", "uid-5", {Result("cpus", kNuma0, "10")});
+  PrepareOk(rest);
+  EXPECT_EQ(HeldCpus("uid-5"), CpuSet::Range(0, 15) - cpus1 - (CpuSet{3, 11}));
+  const ClaimRef more = Add("team", "more", "uid-6", {Result("cpus", kNuma0, "1")});
+  EXPECT_THAT(PrepareError(more), HasSubstr("but only 0 are free there (none)"));
+
+  // Unprepare after the restart, then restart again: the removal was recorded.
+  UnprepareOk(c1);
+  EXPECT_FALSE(CdiExists("dra.cpu-claim_uid-1.json"));
+  Restart({{setup, k16}});
+  EXPECT_EQ(Held(kCpuDriver, "uid-1"), nullptr);
+  ASSERT_NE(Held(kCpuDriver, "uid-2"), nullptr);
+  ASSERT_NE(Held(kCpuDriver, "uid-5"), nullptr);
+  EXPECT_EQ(node_->state.Size(), 2);
+  EXPECT_EQ(PrepareOk(c2).devices, a2.devices);
+  EXPECT_EQ(CdiFiles(), (std::set<std::string>{"dra.cpu-claim_uid-2.json",
+                                               "dra.cpu-claim_uid-5.json"}));
+}
+
+TEST_F(ClaimServiceTest, ReconcileCdiRestoresAndRemovesOnlyItsOwnFiles) {
+  const topology::Topology& topo = Load(k16);
+  const DriverSetup setup = CpuSetup(topo, Mode::kNuma);
+  Start(setup, topo);
+  const ClaimRef c1 = Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "4")});
+  const ClaimRef c2 = Add("default", "c2", "uid-2", {Result("cpus", kNuma0, "2")});
+  const ClaimRef c3 = Add("default", "c3", "uid-3", {Result("cpus", kNuma0, "2")});
+  PrepareOk(c1);
+  PrepareOk(c2);
+  PrepareOk(c3);
+  absl::StatusOr<cdi::Spec> spec1 = cdi_->Read("dra.cpu-claim_uid-1.json");
+  absl::StatusOr<cdi::Spec> spec2 = cdi_->Read("dra.cpu-claim_uid-2.json");
+  absl::StatusOr<cdi::Spec> spec3 = cdi_->Read("dra.cpu-claim_uid-3.json");
+  ASSERT_TRUE(spec1.ok() && spec2.ok() && spec3.ok());
+  // Nothing to do when everything is in place.
+  absl::StatusOr<ClaimService::Reconciled> r = service().ReconcileCdi();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->written, 0);
+  EXPECT_EQ(r->removed, 0);
+
+  // A power loss took one file and another is stale; leftovers of claims that are gone; files
+  // that belong to others.
+  std::filesystem::remove(cdi_->PathOf("dra.cpu-claim_uid-1.json"));
+  cdi::Spec stale = *spec2;
+  stale.devices[0].container_edits.env = {"DRA_CPUSET_uid-2_cpus=0"};
+  ASSERT_TRUE(cdi_->Write("dra.cpu-claim_uid-2.json", stale).ok());
+  cdi::Spec other = stale;
+  other.kind = "gpu.topodra.io/claim";
+  ASSERT_TRUE(cdi_->Write("dra.cpu-claim_gone.json", stale).ok());
+  ASSERT_TRUE(cdi_->Write("gpu.topodra.io-claim_x.json", other).ok());
+  ASSERT_TRUE(cdi_->Write("vendor.example.com.json", other).ok());
+  std::ofstream(cdi_->PathOf("dra.cpu-claim_broken.json")) << "{not json";
+  std::ofstream(cdi_->PathOf("dra.cpu-claim_uid-3.json"), std::ios::trunc) << "{torn";
+  std::ofstream(cdi_->PathOf("notes.txt")) << "keep me";
+  std::ofstream(cdi_->PathOf("dra.cpu-claim_x.yaml")) << "keep me too";
+
+  r = service().ReconcileCdi();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->written, 3);
+  EXPECT_EQ(r->removed, 2);
+  absl::StatusOr<cdi::Spec> back1 = cdi_->Read("dra.cpu-claim_uid-1.json");
+  absl::StatusOr<cdi::Spec> back2 = cdi_->Read("dra.cpu-claim_uid-2.json");
+  absl::StatusOr<cdi::Spec> back3 = cdi_->Read("dra.cpu-claim_uid-3.json");
+  ASSERT_TRUE(back1.ok()) << back1.status();
+  ASSERT_TRUE(back2.ok()) << back2.status();
+  ASSERT_TRUE(back3.ok()) << back3.status();
+  EXPECT_EQ(*back1, *spec1);
+  EXPECT_EQ(*back2, *spec2);
+  EXPECT_EQ(*back3, *spec3);
+  EXPECT_EQ(CdiFiles(), (std::set<std::string>{"dra.cpu-claim_uid-1.json",
+                                               "dra.cpu-claim_uid-2.json",
+                                               "dra.cpu-claim_uid-3.json",
+                                               "gpu.topodra.io-claim_x.json",
+                                               "vendor.example.com.json", "notes.txt",
+                                               "dra.cpu-claim_x.yaml"}));
+  r = service().ReconcileCdi();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->written, 0);
+  EXPECT_EQ(r->removed, 0);
+}
+
+TEST_F(ClaimServiceTest, ReconcileWithNothingPreparedAndNoDirectory) {
+  const topology::Topology& topo = Load(k16);
+  Start(CpuSetup(topo, Mode::kNuma), topo);
+  absl::StatusOr<ClaimService::Reconciled> r = service().ReconcileCdi();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->written, 0);
+  EXPECT_EQ(r->removed, 0);
+  EXPECT_FALSE(std::filesystem::exists(cdi_->dir()));
+}
+
+TEST_F(ClaimServiceTest, ReconcileAfterARestartRestoresLostFiles) {
+  const topology::Topology& topo = Load(k16);
+  const DriverSetup setup = CpuSetup(topo, Mode::kNuma);
+  Start(setup, topo);
+  const ClaimRef c1 = Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "4")});
+  PrepareOk(c1);
+  absl::StatusOr<cdi::Spec> spec = cdi_->Read("dra.cpu-claim_uid-1.json");
+  ASSERT_TRUE(spec.ok());
+  std::filesystem::remove_all(cdi_->dir());  // /var/run is a tmpfs: a reboot empties it
+  Restart({{setup, k16}});
+  absl::StatusOr<ClaimService::Reconciled> r = service().ReconcileCdi();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->written, 1);
+  EXPECT_EQ(r->removed, 0);
+  absl::StatusOr<cdi::Spec> back = cdi_->Read("dra.cpu-claim_uid-1.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, *spec);
+}
+
+TEST_F(ClaimServiceTest, GpuAndCpuDriversShareTheNode) {
+  const topology::Topology& topo = Load(kDgx);
+  const DriverSetup cpu = CpuSetup(topo, Mode::kNuma);  // cpudevnuma000: CPUs 0-1
+  const DriverSetup gpu = GpuSetup(topo);
+  Start(cpu, topo);
+  Start(gpu, topo);
+  const ClaimRef both = Add("ml", "train", "uid-t",
+                            {Result("cpus", "cpudevnuma000", "2"),
+                             Result("gpus", "gpu-0000-34-00-0", "", kGpuDriver)});
+  const ClaimOutcome c = PrepareOk(both, 0);
+  const ClaimOutcome g = PrepareOk(both, 1);
+  ASSERT_EQ(c.devices.size(), 1u);
+  ASSERT_EQ(g.devices.size(), 1u);
+  EXPECT_EQ(c.devices[0].cdi_device_ids,
+            std::vector<std::string>{"dra.cpu/claim=uid-t-cpudevnuma000"});
+  EXPECT_EQ(g.devices[0].cdi_device_ids,
+            std::vector<std::string>{"gpu.topodra.io/claim=uid-t-gpu-0000-34-00-0"});
+  EXPECT_EQ(HeldCpus("uid-t").ToString(), "0-1");
+  ASSERT_NE(Held(kGpuDriver, "uid-t"), nullptr);
+  EXPECT_EQ(Held(kGpuDriver, "uid-t")->gpus, std::set<std::string>{"0000:34:00.0"});
+  absl::StatusOr<cdi::Spec> spec = cdi_->Read("gpu.topodra.io-claim_uid-t.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->devices.size(), 1u);
+  EXPECT_EQ(spec->devices[0].container_edits.device_nodes, gpu.gpus.at("gpu-0000-34-00-0").device_nodes);
+
+  // The GPU is taken for another claim.
+  const ClaimRef second =
+      Add("ml", "eval", "uid-e", {Result("gpus", "gpu-0000-34-00-0", "", kGpuDriver)});
+  std::map<std::string, ClaimOutcome> out = service(1).Prepare({second});
+  EXPECT_THAT(out["uid-e"].error,
+              HasSubstr("claim ml/eval request \"gpus\": GPU \"gpu-0000-34-00-0\" (0000:34:00.0) "
+                        "is already prepared for claim ml/train (uid uid-t)"));
+
+  // Each driver reconciles and unprepares its own part only.
+  absl::StatusOr<ClaimService::Reconciled> r = service(0).ReconcileCdi();
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->removed, 0);
+  UnprepareOk(both, 0);
+  EXPECT_FALSE(CdiExists("dra.cpu-claim_uid-t.json"));
+  EXPECT_TRUE(CdiExists("gpu.topodra.io-claim_uid-t.json"));
+  ASSERT_NE(Held(kGpuDriver, "uid-t"), nullptr);
+
+  // The GPU part survives a restart, device nodes and all.
+  Restart({{cpu, kDgx}, {gpu, kDgx}});
+  EXPECT_EQ(PrepareOk(both, 1).devices, g.devices);
+  std::filesystem::remove(cdi_->PathOf("gpu.topodra.io-claim_uid-t.json"));
+  r = service(1).ReconcileCdi();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->written, 1);
+  absl::StatusOr<cdi::Spec> back = cdi_->Read("gpu.topodra.io-claim_uid-t.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, *spec);
+  UnprepareOk(both, 1);
+  EXPECT_TRUE(node_->state.Empty());
+  EXPECT_THAT(CdiFiles(), IsEmpty());
+}
+
+TEST_F(ClaimServiceTest, UpdateAppliesToLaterPrepares) {
+  const topology::Topology& topo = Load(k16);
+  Start(CpuSetup(topo, Mode::kNuma), topo);
+  const ClaimRef c1 = Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "2")},
+                          {Config({}, Cpuset("0,8"))});
+  PrepareOk(c1);
+  // CPUs 0-7 become reserved: the device shrinks, the prepared claim keeps its CPUs.
+  service().Update(CpuSetup(topo, Mode::kNuma, CpuSet::Range(0, 7)), topo);
+  EXPECT_EQ(HeldCpus("uid-1").ToString(), "0,8");
+  const ClaimRef c2 = Add("default", "c2", "uid-2", {Result("cpus", kNuma0, "7")});
+  PrepareOk(c2);
+  EXPECT_EQ(HeldCpus("uid-2").ToString(), "9-15");
+  const ClaimRef c3 = Add("default", "c3", "uid-3", {Result("cpus", kNuma0, "1")},
+                          {Config({}, Cpuset("1"))});
+  EXPECT_THAT(PrepareError(c3), HasSubstr("CPU 1 is reserved (--reserved-cpus)"));
+}
+
+TEST_F(ClaimServiceTest, InFlightClaimIsNotPreparedOrUnpreparedTwice) {
+  const topology::Topology& topo = Load(k16);
+  Start(CpuSetup(topo, Mode::kNuma), topo);
+  const ClaimRef ref = Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "2")});
+  // Another call has planned it (Preparing) and not finished yet.
+  state::Allocation busy = HeldBy(kCpuDriver, "uid-1", "default", "c1", CpuSet{2, 10});
+  busy.phase = state::Phase::kPreparing;
+  ASSERT_TRUE(node_->state.Add(busy).ok());
+  EXPECT_THAT(PrepareError(ref),
+              HasSubstr("claim default/c1: a concurrent call is preparing or unpreparing it; retry"));
+  std::map<std::string, std::string> out = service().Unprepare({ref});
+  EXPECT_THAT(out["uid-1"],
+              HasSubstr("claim default/c1: a concurrent call is preparing or unpreparing it; retry"));
+  EXPECT_EQ(source_.gets(), 0);
+  ASSERT_NE(Held(kCpuDriver, "uid-1"), nullptr);
+  EXPECT_EQ(Held(kCpuDriver, "uid-1")->phase, state::Phase::kPreparing);
+  EXPECT_EQ(store_->records(), 0);
+}
+
+TEST_F(ClaimServiceTest, CorruptStoredAnswerIsReported) {
+  const topology::Topology& topo = Load(k16);
+  Start(CpuSetup(topo, Mode::kNuma), topo);
+  const ClaimRef ref = Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "2")});
+  state::Allocation bad = HeldBy(kCpuDriver, "uid-1", "default", "c1", CpuSet{2, 10});
+  bad.answer = json{{"devices", "not a list"}};
+  ASSERT_TRUE(node_->state.Add(bad).ok());
+  std::map<std::string, ClaimOutcome> out = service().Prepare({ref});
+  EXPECT_EQ(out["uid-1"].error, "claim default/c1: stored answer: no devices list");
+  EXPECT_THAT(out["uid-1"].devices, IsEmpty());
+  EXPECT_EQ(source_.gets(), 0);
+  EXPECT_EQ(HeldCpus("uid-1").ToString(), "2,10");  // still held: nothing is given away
+}
+
+TEST_F(ClaimServiceTest, CdiWriteFailureHoldsNothing) {
+  const topology::Topology& topo = Load(k16);
+  Start(CpuSetup(topo, Mode::kNuma), topo);
+  // The CDI directory cannot be created: a file is in the way.
+  std::ofstream(cdi_->dir()) << "not a directory";
+  const ClaimRef ref = Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "2")},
+                           {Config({}, Cpuset("2,10"))});
+  const std::string error = PrepareError(ref);
+  EXPECT_THAT(error, HasSubstr("claim default/c1: "));
+  EXPECT_THAT(error, HasSubstr(cdi_->dir()));
+  EXPECT_TRUE(node_->state.Empty());
+  EXPECT_EQ(store_->records(), 0);
+  // Fixed: the same CPUs are there to take.
+  std::filesystem::remove(cdi_->dir());
+  PrepareOk(ref);
+  EXPECT_EQ(HeldCpus("uid-1").ToString(), "2,10");
+}
+
+TEST_F(ClaimServiceTest, CdiRemoveFailureKeepsTheClaimPrepared) {
+  const topology::Topology& topo = Load(k16);
+  Start(CpuSetup(topo, Mode::kNuma), topo);
+  const ClaimRef ref = Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "2")});
+  const ClaimOutcome first = PrepareOk(ref);
+  const std::string path = cdi_->PathOf("dra.cpu-claim_uid-1.json");
+  // Something the unlink cannot remove sits where the spec was.
+  std::filesystem::remove(path);
+  std::filesystem::create_directories(path + "/inside");
+  std::map<std::string, std::string> out = service().Unprepare({ref});
+  EXPECT_THAT(out["uid-1"], HasSubstr("claim default/c1: "));
+  EXPECT_THAT(out["uid-1"], HasSubstr(path));
+  // Still prepared, still holding its CPUs, still replayed.
+  ASSERT_NE(Held(kCpuDriver, "uid-1"), nullptr);
+  EXPECT_EQ(Held(kCpuDriver, "uid-1")->phase, state::Phase::kPrepared);
+  EXPECT_EQ(PrepareOk(ref).devices, first.devices);
+  std::filesystem::remove_all(path);
+  UnprepareOk(ref);
+  EXPECT_TRUE(node_->state.Empty());
+}
+
+// Files may not grow past their current size (RLIMIT_FSIZE): the journal, already the largest
+// file, cannot take another record, while the small CDI specs are still written.
+class JournalFull {
+ public:
+  explicit JournalFull(const std::string& journal) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    ::getrlimit(RLIMIT_FSIZE, &saved_);
+    struct rlimit limit = saved_;
+    limit.rlim_cur = std::filesystem::file_size(journal);
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+  }
+  ~JournalFull() { ::setrlimit(RLIMIT_FSIZE, &saved_); }
+
+ private:
+  struct rlimit saved_;
+};
+
+TEST_F(ClaimServiceTest, JournalFailureUndoesThePrepare) {
+  const topology::Topology& topo = Load(k16);
+  Start(CpuSetup(topo, Mode::kNuma), topo);
+  PrepareOk(Add("default", "a", "uid-a", {Result("cpus", kNuma0, "2")}));
+  PrepareOk(Add("default", "b", "uid-b", {Result("cpus", kNuma0, "2")}));
+  const ClaimRef ref = Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "2")},
+                           {Config({}, Cpuset("7,15"))});
+  const int64_t records = store_->records();
+  {
+    JournalFull full(store_->journal_path());
+    const std::string error = PrepareError(ref);
+    EXPECT_THAT(error, HasSubstr("claim default/c1: record the allocation: "));
+    EXPECT_THAT(error, HasSubstr(store_->journal_path()));
+  }
+  EXPECT_EQ(Held(kCpuDriver, "uid-1"), nullptr);
+  EXPECT_FALSE(CdiExists("dra.cpu-claim_uid-1.json"));
+  EXPECT_EQ(store_->records(), records);
+  // The journal took nothing: it still opens, without the failed claim.
+  const state::State in_memory = node_->state;
+  Restart({{CpuSetup(topo, Mode::kNuma), k16}});
+  EXPECT_EQ(node_->state, in_memory);
+  PrepareOk(ref);
+  EXPECT_EQ(HeldCpus("uid-1").ToString(), "7,15");
+}
+
+TEST_F(ClaimServiceTest, JournalFailureKeepsTheClaimPreparedOnUnprepare) {
+  const topology::Topology& topo = Load(k16);
+  Start(CpuSetup(topo, Mode::kNuma), topo);
+  PrepareOk(Add("default", "a", "uid-a", {Result("cpus", kNuma0, "2")}));
+  const ClaimRef ref = Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "2")},
+                           {Config({}, Cpuset("7,15"))});
+  const ClaimOutcome first = PrepareOk(ref);
+  {
+    JournalFull full(store_->journal_path());
+    std::map<std::string, std::string> out = service().Unprepare({ref});
+    EXPECT_THAT(out["uid-1"], HasSubstr("claim default/c1: record the release: "));
+  }
+  // Still held: the kubelet retries the unprepare.
+  ASSERT_NE(Held(kCpuDriver, "uid-1"), nullptr);
+  EXPECT_EQ(Held(kCpuDriver, "uid-1")->phase, state::Phase::kPrepared);
+  EXPECT_EQ(HeldCpus("uid-1").ToString(), "7,15");
+  UnprepareOk(ref);
+  EXPECT_EQ(Held(kCpuDriver, "uid-1"), nullptr);
+  Restart({{CpuSetup(topo, Mode::kNuma), k16}});
+  EXPECT_EQ(Held(kCpuDriver, "uid-1"), nullptr);
+  ASSERT_NE(Held(kCpuDriver, "uid-a"), nullptr);
+}
+
+// After an unprepare that failed at its journal record, the claim is Prepared again and a
+// repeated prepare replays its answer: the CDI spec that answer names must be there.
+TEST_F(ClaimServiceTest, FailedUnprepareKeepsTheCdiSpecOfTheStillPreparedClaim) {
+  const topology::Topology& topo = Load(k16);
+  Start(CpuSetup(topo, Mode::kNuma), topo);
+  PrepareOk(Add("default", "a", "uid-a", {Result("cpus", kNuma0, "2")}));
+  const ClaimRef ref = Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "2")},
+                           {Config({}, Cpuset("7,15"))});
+  const ClaimOutcome first = PrepareOk(ref);
+  absl::StatusOr<cdi::Spec> spec = cdi_->Read("dra.cpu-claim_uid-1.json");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  {
+    JournalFull full(store_->journal_path());
+    EXPECT_NE(service().Unprepare({ref})["uid-1"], "");
+  }
+  EXPECT_EQ(PrepareOk(ref).devices, first.devices);  // replayed: the kubelet is told it is ready
+  absl::StatusOr<cdi::Spec> back = cdi_->Read("dra.cpu-claim_uid-1.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, *spec);
+}
+
+// Enough changes for the journal to be compacted while claims come and go concurrently: what is
+// on disk afterwards is still what is in memory.
+TEST_F(ClaimServiceTest, CompactionUnderLoadKeepsTheState) {
+  const topology::Topology& topo = Load(k16);
+  const DriverSetup setup = CpuSetup(topo, Mode::kNuma);
+  Start(setup, topo);
+  const ClaimRef keep = Add("default", "keep", "uid-keep", {Result("cpus", kNuma0, "2")},
+                            {Config({}, Cpuset("0,8"))});
+  const ClaimOutcome kept = PrepareOk(keep);
+  constexpr int kThreads = 4;
+  constexpr int kCycles = 140;  // 4 x 140 x 2 records: past state::kMinCompactRecords
+  std::vector<ClaimRef> refs;
+  for (int t = 0; t < kThreads; ++t) {
+    refs.push_back(Add("default", absl::StrCat("w", t), absl::StrCat("uid-w", t),
+                       {Result("cpus", kNuma0, "2")}));
+  }
+  std::atomic<int> failures{0};
+  {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < kCycles; ++i) {
+          if (!service().Prepare({refs[t]})[refs[t].uid].error.empty()) ++failures;
+          if (!service().Unprepare({refs[t]})[refs[t].uid].empty()) ++failures;
+        }
+        // Each worker ends prepared.
+        if (!service().Prepare({refs[t]})[refs[t].uid].error.empty()) ++failures;
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_LT(store_->records(), state::kMinCompactRecords);  // it was compacted
+  const state::State in_memory = node_->state;
+  EXPECT_EQ(in_memory.Size(), kThreads + 1);
+  Restart({{setup, k16}});
+  EXPECT_EQ(node_->state, in_memory);
+  EXPECT_EQ(PrepareOk(keep).devices, kept.devices);
+  absl::StatusOr<ClaimService::Reconciled> r = service().ReconcileCdi();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->written, 0);
+  EXPECT_EQ(r->removed, 0);
+  EXPECT_EQ(CdiFiles().size(), static_cast<size_t>(kThreads + 1));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Many callers at once.
+
+// 16 claims on a machine-grouped 16-CPU node, claim i naming CPUs i and i+1 (mod 16): every
+// claim overlaps both neighbours. Whatever the interleaving, no CPU may go to two claims, and a
+// claim may fail only because a neighbour that succeeded holds its CPUs.
+TEST_F(ClaimServiceTest, ConcurrentOverlappingCpusetsNeverShareACpu) {
+  const topology::Topology& topo = Load(k16);
+  Start(CpuSetup(topo, Mode::kMachine), topo);
+  constexpr int kClaims = 16;
+  std::vector<ClaimRef> refs;
+  std::vector<CpuSet> wanted;
+  for (int i = 0; i < kClaims; ++i) {
+    const CpuSet cpus{i, (i + 1) % kClaims};
+    wanted.push_back(cpus);
+    refs.push_back(Add("default", absl::StrCat("c", i), absl::StrCat("uid-", i),
+                       {Result("cpus", "cpudevmachine", "2")}, {Config({}, Cpuset(cpus.ToString()))}));
+  }
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    std::vector<ClaimOutcome> outcomes(kClaims);
+    {
+      std::latch go(kClaims);
+      std::vector<std::thread> threads;
+      for (int i = 0; i < kClaims; ++i) {
+        threads.emplace_back([&, i] {
+          go.arrive_and_wait();
+          std::map<std::string, ClaimOutcome> out = service().Prepare({refs[i]});
+          outcomes[i] = out[refs[i].uid];
+        });
+      }
+      for (std::thread& t : threads) t.join();
+    }
+    std::set<int> ok;
+    CpuSet held;
+    int held_size = 0;
+    for (int i = 0; i < kClaims; ++i) {
+      if (!outcomes[i].error.empty()) continue;
+      ok.insert(i);
+      EXPECT_EQ(HeldCpus(refs[i].uid), wanted[i]) << i;
+      EXPECT_TRUE(CdiExists(CdiFileName(kCpuDriver, refs[i].uid))) << i;
+      EXPECT_FALSE(held.Intersects(wanted[i])) << "claim " << i << " shares a CPU";
+      held |= wanted[i];
+      held_size += wanted[i].Size();
+    }
+    // No CPU twice, and the state holds exactly the successful claims.
+    EXPECT_EQ(held_size, held.Size());
+    EXPECT_EQ(node_->state.HeldCpus(), held);
+    EXPECT_EQ(node_->state.Size(), static_cast<int>(ok.size()));
+    for (int cpu : held) {
+      std::optional<std::string> holder = node_->state.HolderOfCpu(cpu);
+      ASSERT_TRUE(holder.has_value()) << cpu;
+      int holders = 0;
+      for (int i : ok) holders += wanted[i].Contains(cpu) ? 1 : 0;
+      EXPECT_EQ(holders, 1) << cpu;
+    }
+    // A maximal set of non-overlapping claims: at least 16/3 of them.
+    EXPECT_GE(ok.size(), 6u);
+    EXPECT_LE(ok.size(), 8u);
+    for (int i = 0; i < kClaims; ++i) {
+      if (ok.contains(i)) continue;
+      EXPECT_TRUE(outcomes[i].devices.empty());
+      EXPECT_TRUE(wanted[i].Intersects(held)) << "claim " << i << " failed for nothing: "
+                                              << outcomes[i].error;
+      const int left = (i + kClaims - 1) % kClaims;
+      const int right = (i + 1) % kClaims;
+      const bool names_holder =
+          (ok.contains(left) &&
+           outcomes[i].error.find(absl::StrCat("claim default/c", left, " (uid uid-", left, ")")) !=
+               std::string::npos) ||
+          (ok.contains(right) && outcomes[i].error.find(absl::StrCat(
+                                     "claim default/c", right, " (uid uid-", right, ")")) !=
+                                     std::string::npos);
+      EXPECT_TRUE(names_holder) << "claim " << i << ": " << outcomes[i].error;
+      EXPECT_FALSE(CdiExists(CdiFileName(kCpuDriver, refs[i].uid))) << i;
+    }
+    // What is in memory is what is on disk.
+    const state::State in_memory = node_->state;
+    Restart({{CpuSetup(topo, Mode::kMachine), k16}});
+    EXPECT_EQ(node_->state, in_memory);
+
+    // Everything released at once, also concurrently.
+    {
+      std::vector<std::thread> threads;
+      std::vector<std::string> errors(kClaims);
+      for (int i = 0; i < kClaims; ++i) {
+        threads.emplace_back([&, i] { errors[i] = service().Unprepare({refs[i]})[refs[i].uid]; });
+      }
+      for (std::thread& t : threads) t.join();
+      for (int i = 0; i < kClaims; ++i) EXPECT_EQ(errors[i], "") << i;
+    }
+    EXPECT_TRUE(node_->state.Empty());
+    EXPECT_THAT(CdiFiles(), IsEmpty());
+  }
+}
+
+// 16 claims for 2 CPUs each from one 16-CPU NUMA device: exactly 8 fit, and they split it.
+TEST_F(ClaimServiceTest, ConcurrentGroupedClaimsGetDisjointCpus) {
+  const topology::Topology& topo = Load(k16);
+  Start(CpuSetup(topo, Mode::kNuma), topo);
+  constexpr int kClaims = 16;
+  std::vector<ClaimRef> refs;
+  for (int i = 0; i < kClaims; ++i) {
+    refs.push_back(Add("default", absl::StrCat("g", i), absl::StrCat("uid-g", i),
+                       {Result("cpus", kNuma0, "2")}));
+  }
+  std::vector<ClaimOutcome> outcomes(kClaims);
+  {
+    std::latch go(kClaims);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kClaims; ++i) {
+      threads.emplace_back([&, i] {
+        go.arrive_and_wait();
+        outcomes[i] = service().Prepare({refs[i]})[refs[i].uid];
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  CpuSet all;
+  int ok = 0;
+  for (int i = 0; i < kClaims; ++i) {
+    if (!outcomes[i].error.empty()) {
+      EXPECT_THAT(outcomes[i].error,
+                  HasSubstr(absl::StrCat("claim default/g", i, " request \"cpus\": 2 CPUs wanted "
+                                         "from device \"cpudevnuma000\" but only 0 are free "
+                                         "there (none)")));
+      continue;
+    }
+    ++ok;
+    const CpuSet cpus = HeldCpus(refs[i].uid);
+    EXPECT_EQ(cpus.Size(), 2) << i;
+    EXPECT_EQ(topo.SmtSiblings(*cpus.First()), cpus) << i << ": not one core: " << cpus.ToString();
+    EXPECT_FALSE(all.Intersects(cpus)) << i << ": " << cpus.ToString() << " vs " << all.ToString();
+    all |= cpus;
+    absl::StatusOr<cdi::Spec> spec = cdi_->Read(CdiFileName(kCpuDriver, refs[i].uid));
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_EQ(spec->container_edits.env,
+              std::vector<std::string>{"DRA_CPUSET_" + refs[i].uid + "=" + cpus.ToString()});
+  }
+  EXPECT_EQ(ok, 8);
+  EXPECT_EQ(all.ToString(), "0-15");
+  EXPECT_EQ(node_->state.HeldCpus(), all);
+}
+
+// The kubelet retrying one claim while the first call is still running.
+TEST_F(ClaimServiceTest, ConcurrentPreparesOfOneClaim) {
+  const topology::Topology& topo = Load(k16);
+  Start(CpuSetup(topo, Mode::kNuma), topo);
+  const ClaimRef ref = Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "4")});
+  constexpr int kCalls = 8;
+  std::vector<ClaimOutcome> outcomes(kCalls);
+  {
+    std::latch go(kCalls);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kCalls; ++i) {
+      threads.emplace_back([&, i] {
+        go.arrive_and_wait();
+        outcomes[i] = service().Prepare({ref})["uid-1"];
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  const ClaimOutcome settled = PrepareOk(ref);
+  for (int i = 0; i < kCalls; ++i) {
+    if (outcomes[i].error.empty()) {
+      EXPECT_EQ(outcomes[i].devices, settled.devices) << i;
+    } else {
+      EXPECT_THAT(outcomes[i].error,
+                  HasSubstr("claim default/c1: a concurrent call is preparing or unpreparing it; "
+                            "retry"));
+    }
+  }
+  EXPECT_EQ(node_->state.Size(), 1);
+  EXPECT_EQ(HeldCpus("uid-1").Size(), 4);
+  EXPECT_EQ(CdiFiles(), std::set<std::string>{"dra.cpu-claim_uid-1.json"});
+}
+
+}  // namespace
+}  // namespace topodra::prepare
