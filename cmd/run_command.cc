@@ -1,5 +1,6 @@
 // `topodra run`: the per-node daemon. Publishes the node's devices and keeps them published while
 // the machine (CPUs going offline, GPUs disappearing) and the API server change.
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spdlog/sinks/stdout_sinks.h>
@@ -106,6 +107,9 @@ struct DriverRuntime {
 }  // namespace
 
 int RunDaemon(const RunCommand& cmd, std::ostream& err) {
+  // gRPC and the publishers run a dozen threads; glibc would give each its own malloc arena
+  // (tens of MB of reserved, partly touched memory) for a daemon that allocates little.
+  mallopt(M_ARENA_MAX, 2);
   const topology::TopologySource source = SourceFromFlags(cmd.topology);
   int code = kExitOk;
   std::optional<topology::Topology> topo = DiscoverOrReport(cmd.topology, "run", err, &code);
@@ -220,6 +224,8 @@ int RunDaemon(const RunCommand& cmd, std::ostream& err) {
   std::vector<std::thread> threads;
   for (auto& p : publishers) threads.emplace_back([&p] { p->Run(); });
 
+  // Discovery and start-up leave freed heap behind; give it back to the system.
+  malloc_trim(0);
   const timespec refresh{std::max(1, cmd.topology_refresh_seconds), 0};
   while (true) {
     siginfo_t info{};
@@ -236,6 +242,7 @@ int RunDaemon(const RunCommand& cmd, std::ostream& err) {
       continue;
     }
     std::vector<publish::Pool> next = publish::BuildPools(*now, *opts);
+    malloc_trim(0);
     if (next != pools) {
       spdlog::info("topology changed: {} CPUs online, {} GPUs; republishing", now->cpus.size(),
                    now->gpus.size());

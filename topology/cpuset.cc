@@ -98,6 +98,20 @@ void AppendInt(std::string& out, int value) {
 
 }  // namespace
 
+CpuSet::CpuSet(CpuSet&& other) noexcept
+    : first_word_(std::exchange(other.first_word_, 0)), words_(std::move(other.words_)) {
+  other.words_.clear();
+}
+
+CpuSet& CpuSet::operator=(CpuSet&& other) noexcept {
+  if (this != &other) {
+    first_word_ = std::exchange(other.first_word_, 0);
+    words_ = std::move(other.words_);
+    other.words_.clear();
+  }
+  return *this;
+}
+
 CpuSet::CpuSet(std::initializer_list<int> ids) {
   for (int id : ids) Add(id);
 }
@@ -148,24 +162,22 @@ std::string CpuSet::ToString() const {
 }
 
 bool CpuSet::Contains(int cpu) const {
-  if (cpu < 0) return false;
-  const size_t word = static_cast<size_t>(cpu) / kWordBits;
-  if (word >= words_.size()) return false;
-  return (words_[word] >> (cpu % kWordBits)) & 1;
+  if (cpu < 0 || cpu > kMaxCpuId) return false;
+  return (WordAt(static_cast<size_t>(cpu) / kWordBits) >> (cpu % kWordBits)) & 1;
 }
 
 void CpuSet::Add(int cpu) {
   if (cpu < 0 || cpu > kMaxCpuId) return;
   const size_t word = static_cast<size_t>(cpu) / kWordBits;
-  if (word >= words_.size()) words_.resize(word + 1);
-  words_[word] |= uint64_t{1} << (cpu % kWordBits);
+  Cover(word, word);
+  words_[word - static_cast<size_t>(first_word_)] |= uint64_t{1} << (cpu % kWordBits);
 }
 
 void CpuSet::Remove(int cpu) {
-  if (cpu < 0) return;
+  if (cpu < 0 || cpu > kMaxCpuId) return;
   const size_t word = static_cast<size_t>(cpu) / kWordBits;
-  if (word >= words_.size()) return;
-  words_[word] &= ~(uint64_t{1} << (cpu % kWordBits));
+  if (word < static_cast<size_t>(first_word_) || word >= EndWord()) return;
+  words_[word - static_cast<size_t>(first_word_)] &= ~(uint64_t{1} << (cpu % kWordBits));
   Trim();
 }
 
@@ -175,16 +187,20 @@ void CpuSet::AddRange(int first, int last) {
   if (last < first) return;
   const size_t first_word = static_cast<size_t>(first) / kWordBits;
   const size_t last_word = static_cast<size_t>(last) / kWordBits;
-  if (last_word >= words_.size()) words_.resize(last_word + 1);
+  Cover(first_word, last_word);
+  // Both end masks are non-zero, so the window stays trimmed.
   const uint64_t first_mask = kAllOnes << (first % kWordBits);
   const uint64_t last_mask = kAllOnes >> (kWordBits - 1 - last % kWordBits);
-  if (first_word == last_word) {
-    words_[first_word] |= first_mask & last_mask;
+  const size_t lo = first_word - static_cast<size_t>(first_word_);
+  const size_t hi = last_word - static_cast<size_t>(first_word_);
+  if (lo == hi) {
+    words_[lo] |= first_mask & last_mask;
     return;
   }
-  words_[first_word] |= first_mask;
-  std::fill(words_.begin() + first_word + 1, words_.begin() + last_word, kAllOnes);
-  words_[last_word] |= last_mask;
+  words_[lo] |= first_mask;
+  std::fill(words_.begin() + static_cast<std::ptrdiff_t>(lo + 1),
+            words_.begin() + static_cast<std::ptrdiff_t>(hi), kAllOnes);
+  words_[hi] |= last_mask;
 }
 
 int CpuSet::Size() const {
@@ -194,69 +210,121 @@ int CpuSet::Size() const {
 }
 
 std::optional<int> CpuSet::First() const {
-  const int first = NextSet(0);
-  if (first < 0) return std::nullopt;
-  return first;
+  if (words_.empty()) return std::nullopt;
+  // Trimming guarantees the first word is non-zero.
+  return first_word_ * kWordBits + std::countr_zero(words_.front());
 }
 
 std::optional<int> CpuSet::Last() const {
   if (words_.empty()) return std::nullopt;
   // Trimming guarantees the last word is non-zero.
-  return static_cast<int>(words_.size() - 1) * kWordBits + (kWordBits - 1) -
+  return static_cast<int>(EndWord() - 1) * kWordBits + (kWordBits - 1) -
          std::countl_zero(words_.back());
 }
 
+// The binary operations build their result at its final (trimmed) size, so each allocates at
+// most once and leaves no slack capacity behind in sets the daemon keeps.
+
 CpuSet CpuSet::Union(const CpuSet& other) const {
-  CpuSet result = *this;
-  result |= other;
+  if (other.words_.empty()) return *this;
+  if (words_.empty()) return other;
+  const size_t lo = static_cast<size_t>(std::min(first_word_, other.first_word_));
+  const size_t end = std::max(EndWord(), other.EndWord());
+  CpuSet result;
+  result.first_word_ = static_cast<int32_t>(lo);
+  result.words_.resize(end - lo);
+  // Each operand's end words are non-zero, so the union is already trimmed.
+  std::copy(words_.begin(), words_.end(),
+            result.words_.begin() + static_cast<std::ptrdiff_t>(first_word_ - result.first_word_));
+  const size_t shift = static_cast<size_t>(other.first_word_ - result.first_word_);
+  for (size_t i = 0; i < other.words_.size(); ++i) result.words_[shift + i] |= other.words_[i];
   return result;
 }
 
 CpuSet CpuSet::Intersection(const CpuSet& other) const {
-  CpuSet result = *this;
-  result &= other;
+  const size_t lo = static_cast<size_t>(std::max(first_word_, other.first_word_));
+  const size_t end = std::min(EndWord(), other.EndWord());
+  // Narrow to the non-zero part first so the result is allocated at its final size.
+  size_t first = lo;
+  while (first < end && (WordAt(first) & other.WordAt(first)) == 0) ++first;
+  if (first >= end) return CpuSet();
+  size_t last = end - 1;
+  while ((WordAt(last) & other.WordAt(last)) == 0) --last;
+  CpuSet result;
+  result.first_word_ = static_cast<int32_t>(first);
+  result.words_.reserve(last - first + 1);
+  for (size_t w = first; w <= last; ++w) result.words_.push_back(WordAt(w) & other.WordAt(w));
   return result;
 }
 
 CpuSet CpuSet::Difference(const CpuSet& other) const {
-  CpuSet result = *this;
-  result -= other;
+  const size_t lo = static_cast<size_t>(first_word_);
+  const size_t end = EndWord();
+  size_t first = lo;
+  while (first < end && (WordAt(first) & ~other.WordAt(first)) == 0) ++first;
+  if (first >= end) return CpuSet();
+  size_t last = end - 1;
+  while ((WordAt(last) & ~other.WordAt(last)) == 0) --last;
+  CpuSet result;
+  result.first_word_ = static_cast<int32_t>(first);
+  result.words_.reserve(last - first + 1);
+  for (size_t w = first; w <= last; ++w) result.words_.push_back(WordAt(w) & ~other.WordAt(w));
   return result;
 }
 
 CpuSet& CpuSet::operator|=(const CpuSet& other) {
-  if (other.words_.size() > words_.size()) words_.resize(other.words_.size());
-  for (size_t i = 0; i < other.words_.size(); ++i) words_[i] |= other.words_[i];
+  if (other.words_.empty()) return *this;
+  Cover(static_cast<size_t>(other.first_word_), other.EndWord() - 1);
+  // Cover keeps other's window inside ours; other's end words are non-zero, so we stay trimmed.
+  const size_t shift = static_cast<size_t>(other.first_word_ - first_word_);
+  for (size_t i = 0; i < other.words_.size(); ++i) words_[shift + i] |= other.words_[i];
   return *this;
 }
 
 CpuSet& CpuSet::operator&=(const CpuSet& other) {
-  if (words_.size() > other.words_.size()) words_.resize(other.words_.size());
-  for (size_t i = 0; i < words_.size(); ++i) words_[i] &= other.words_[i];
+  const size_t lo = static_cast<size_t>(std::max(first_word_, other.first_word_));
+  const size_t end = std::min(EndWord(), other.EndWord());
+  if (lo >= end) {
+    words_.clear();
+    first_word_ = 0;
+    return *this;
+  }
+  // Drop the words past the overlap, zero the ones below it and let Trim drop those.
+  words_.resize(end - static_cast<size_t>(first_word_));
+  for (size_t w = static_cast<size_t>(first_word_); w < end; ++w) {
+    words_[w - static_cast<size_t>(first_word_)] &= w < lo ? 0 : other.WordAt(w);
+  }
   Trim();
   return *this;
 }
 
 CpuSet& CpuSet::operator-=(const CpuSet& other) {
-  const size_t n = std::min(words_.size(), other.words_.size());
-  for (size_t i = 0; i < n; ++i) words_[i] &= ~other.words_[i];
+  const size_t lo = static_cast<size_t>(std::max(first_word_, other.first_word_));
+  const size_t end = std::min(EndWord(), other.EndWord());
+  if (lo >= end) return *this;
+  for (size_t w = lo; w < end; ++w) {
+    words_[w - static_cast<size_t>(first_word_)] &= ~other.WordAt(w);
+  }
   Trim();
   return *this;
 }
 
 bool CpuSet::IsSubsetOf(const CpuSet& other) const {
-  // Both are trimmed, so a longer set has a member beyond other's last word.
-  if (words_.size() > other.words_.size()) return false;
+  if (words_.empty()) return true;
+  // Both are trimmed, so a window reaching outside other's has a member other lacks.
+  if (first_word_ < other.first_word_ || EndWord() > other.EndWord()) return false;
+  const size_t shift = static_cast<size_t>(first_word_ - other.first_word_);
   for (size_t i = 0; i < words_.size(); ++i) {
-    if (words_[i] & ~other.words_[i]) return false;
+    if (words_[i] & ~other.words_[shift + i]) return false;
   }
   return true;
 }
 
 bool CpuSet::Intersects(const CpuSet& other) const {
-  const size_t n = std::min(words_.size(), other.words_.size());
-  for (size_t i = 0; i < n; ++i) {
-    if (words_[i] & other.words_[i]) return true;
+  const size_t lo = static_cast<size_t>(std::max(first_word_, other.first_word_));
+  const size_t end = std::min(EndWord(), other.EndWord());
+  for (size_t w = lo; w < end; ++w) {
+    if (WordAt(w) & other.WordAt(w)) return true;
   }
   return false;
 }
@@ -268,32 +336,82 @@ std::vector<int> CpuSet::ToVector() const {
   return out;
 }
 
+uint64_t CpuSet::WordAt(size_t word) const {
+  const size_t first = static_cast<size_t>(first_word_);
+  if (word < first || word >= first + words_.size()) return 0;
+  return words_[word - first];
+}
+
 int CpuSet::NextSet(int from) const {
   if (from < 0) from = 0;
+  const size_t first = static_cast<size_t>(first_word_);
+  const size_t end = EndWord();
   size_t word = static_cast<size_t>(from) / kWordBits;
-  if (word >= words_.size()) return -1;
-  uint64_t bits = words_[word] & (kAllOnes << (from % kWordBits));
+  if (word >= end) return -1;
+  uint64_t bits;
+  if (word < first) {
+    // from lies below the window, so every stored bit is at or after it.
+    word = first;
+    bits = words_[0];
+  } else {
+    bits = words_[word - first] & (kAllOnes << (from % kWordBits));
+  }
   while (bits == 0) {
-    if (++word >= words_.size()) return -1;
-    bits = words_[word];
+    if (++word >= end) return -1;
+    bits = words_[word - first];
   }
   return static_cast<int>(word) * kWordBits + std::countr_zero(bits);
 }
 
 int CpuSet::NextClear(int from) const {
   if (from < 0) from = 0;
+  const size_t first = static_cast<size_t>(first_word_);
+  const size_t end = EndWord();
   size_t word = static_cast<size_t>(from) / kWordBits;
-  if (word >= words_.size()) return from;
-  uint64_t clear = ~words_[word] & (kAllOnes << (from % kWordBits));
+  if (word < first || word >= end) return from;
+  uint64_t clear = ~words_[word - first] & (kAllOnes << (from % kWordBits));
   while (clear == 0) {
-    if (++word >= words_.size()) return static_cast<int>(word) * kWordBits;
-    clear = ~words_[word];
+    if (++word >= end) return static_cast<int>(word) * kWordBits;
+    clear = ~words_[word - first];
   }
   return static_cast<int>(word) * kWordBits + std::countr_zero(clear);
 }
 
+void CpuSet::Cover(size_t lo, size_t hi) {
+  if (words_.empty()) {
+    words_.assign(hi - lo + 1, uint64_t{0});
+    first_word_ = static_cast<int32_t>(lo);
+    return;
+  }
+  const size_t first = static_cast<size_t>(first_word_);
+  const size_t end = EndWord();
+  const size_t new_first = std::min(lo, first);
+  const size_t new_end = std::max(hi + 1, end);
+  if (new_first == first) {
+    if (new_end > end) words_.resize(new_end - first);
+    return;
+  }
+  if (new_end == end) {
+    // One insert: a single shift (or reallocation) however far down the window grows.
+    words_.insert(words_.begin(), first - new_first, uint64_t{0});
+  } else {
+    std::vector<uint64_t> grown(new_end - new_first);
+    std::copy(words_.begin(), words_.end(),
+              grown.begin() + static_cast<std::ptrdiff_t>(first - new_first));
+    words_ = std::move(grown);
+  }
+  first_word_ = static_cast<int32_t>(new_first);
+}
+
 void CpuSet::Trim() {
   while (!words_.empty() && words_.back() == 0) words_.pop_back();
+  size_t leading = 0;
+  while (leading < words_.size() && words_[leading] == 0) ++leading;
+  if (leading > 0) {
+    words_.erase(words_.begin(), words_.begin() + static_cast<std::ptrdiff_t>(leading));
+    first_word_ += static_cast<int32_t>(leading);
+  }
+  if (words_.empty()) first_word_ = 0;
 }
 
 std::ostream& operator<<(std::ostream& os, const CpuSet& set) { return os << set.ToString(); }

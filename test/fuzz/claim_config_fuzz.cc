@@ -9,6 +9,7 @@
 
 #include "driver/claims/allocation_result.h"
 #include "driver/claims/cpu_config.h"
+#include "driver/prepare/planner.h"
 #include "nlohmann/json.hpp"
 #include "topology/topology.h"
 
@@ -16,6 +17,9 @@ namespace {
 
 using topodra::CpuSet;
 namespace claims = topodra::claims;
+namespace prepare = topodra::prepare;
+namespace state = topodra::state;
+namespace cdi = topodra::cdi;
 
 // 8 online CPUs on one core each, 8-9 offline: enough to reach every rule.
 const topodra::topology::Topology& Machine() {
@@ -53,6 +57,31 @@ const claims::CpuPool& Pool() {
     return p;
   }();
   return pool;
+}
+
+const prepare::DriverSetup& CpuDriver() {
+  static const prepare::DriverSetup setup = [] {
+    prepare::DriverSetup s;
+    s.driver = "dra.cpu";
+    s.kind = prepare::DriverKind::kCpu;
+    s.cpu_pool = Pool();
+    s.reserved = CpuSet{0};
+    return s;
+  }();
+  return setup;
+}
+
+const prepare::DriverSetup& GpuDriver() {
+  static const prepare::DriverSetup setup = [] {
+    prepare::DriverSetup s;
+    s.driver = "d";
+    s.kind = prepare::DriverKind::kGpu;
+    s.gpu_pool = "p";
+    s.gpus["g0"] = {"0000:01:00.0", {}};
+    s.gpus["g1"] = {"0000:02:00.0", {{.path = "/dev/dri/card1"}}};
+    return s;
+  }();
+  return setup;
 }
 
 }  // namespace
@@ -93,6 +122,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       used |= cpus;
     }
+  }
+  // The whole plan (CPU picks, GPU results, CDI spec) against a node where CPU 1 is held:
+  // never a crash; a plan holds only free CPUs and a valid CDI spec.
+  state::State held;
+  state::Allocation other;
+  other.kind = state::AllocationKind::kDraClaim;
+  other.driver = "dra.cpu";
+  other.owner = state::DraOwner("dra.cpu", "other-uid");
+  other.claim_namespace = "other";
+  other.claim_name = "c2";
+  other.cpus = CpuSet{1};
+  other.gpus = {"0000:01:00.0"};
+  other.phase = state::Phase::kPrepared;
+  (void)held.Add(other);
+  for (const prepare::DriverSetup* setup : {&CpuDriver(), &GpuDriver()}) {
+    absl::StatusOr<prepare::Plan> plan = prepare::PlanClaim(*claim, *setup, Machine(), held);
+    if (!plan.ok()) continue;
+    if (plan->allocation.cpus.Intersects(CpuSet{0, 1}) ||
+        !plan->allocation.cpus.IsSubsetOf(Machine().online) ||
+        plan->allocation.gpus.contains("0000:01:00.0")) {
+      std::abort();
+    }
+    if (!plan->cdi_spec.devices.empty() && !cdi::Validate(plan->cdi_spec).ok()) std::abort();
   }
   return 0;
 }
