@@ -104,6 +104,13 @@ bool ExpandConfig(const CLI::App& run, std::vector<std::string>* args, std::stri
                "topodra run, without dashes)";
       return false;
     }
+    // The command line wins: a key also given as a flag is not even looked at.
+    bool on_command_line = false;
+    for (size_t i = 1; i < args->size(); ++i) {
+      const std::string& a = (*args)[i];
+      on_command_line = on_command_line || a == flag || a.rfind(flag + "=", 0) == 0;
+    }
+    if (on_command_line) continue;
     std::string v;
     if (value.is_string()) {
       v = value.get<std::string>();

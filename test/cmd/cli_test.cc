@@ -222,3 +222,37 @@ TEST(CliTest, FlattenFromStdin) {
 }
 
 }  // namespace
+
+namespace {
+
+// `topodra run --config FILE`: keys are the long flags; the command line wins; unknown keys and
+// unreadable files are usage errors. The checks run before the daemon touches anything.
+TEST(CliTest, RunConfigFile) {
+  const std::string dir = ::testing::TempDir();
+  auto write = [&dir](const std::string& name, const std::string& text) {
+    const std::string path = dir + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  };
+  const std::string bad_mode = write("bad-mode.yaml", "cpu-device-mode: sideways\nnode-name: n1\n");
+  Result r = RunTopodra("run --config " + bad_mode);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("sideways"));
+  // The flag wins over the file; what fails next is the missing kubeconfig, not the mode.
+  r = RunTopodra("run --config " + bad_mode +
+                 " --cpu-device-mode individual --kubeconfig /nonexistent/kubeconfig");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("sideways")));
+  EXPECT_THAT(r.err, HasSubstr("/nonexistent/kubeconfig"));
+  r = RunTopodra("run --config " + write("unknown.yaml", "cpu-mode: individual\n"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown key \"cpu-mode\""));
+  r = RunTopodra("run --config " + write("list.yaml", "- a\n- b\n"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("expected a map"));
+  r = RunTopodra("run --config " + dir + "/missing.yaml");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("cannot read"));
+}
+
+}  // namespace
