@@ -58,7 +58,8 @@ absl::StatusOr<Spec> SpecStore::Write(absl::string_view file_name, const Spec& s
   if (absl::Status st = Validate(out); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("CDI spec \"", path, "\": ", st.message()));
   }
-  if (absl::Status st = WriteAtomically(std::string(file_name), ToJsonText(out), synced); !st.ok()) {
+  if (absl::Status st = WriteAtomically(std::string(file_name), ToJsonText(out), synced);
+      !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("write CDI spec \"", path, "\": ", st.message()));
   }
   return out;

@@ -100,7 +100,8 @@ bool ExpandConfig(const CLI::App& run, std::vector<std::string>* args, std::stri
       opt = nullptr;
     }
     if (opt == nullptr || key == "config" || key == "help") {
-      *error = "--config \"" + path + "\": unknown key \"" + key + "\" (keys are the long flags of "
+      *error = "--config \"" + path + "\": unknown key \"" + key +
+               "\" (keys are the long flags of "
                "topodra run, without dashes)";
       return false;
     }

@@ -62,8 +62,7 @@ std::optional<publish::Pool> PoolOf(const std::vector<publish::Pool>& pools,
   return std::nullopt;
 }
 
-prepare::DriverSetup CpuSetup(const topology::Topology& topo,
-                             const publish::PublishOptions& opts) {
+prepare::DriverSetup CpuSetup(const topology::Topology& topo, const publish::PublishOptions& opts) {
   prepare::DriverSetup setup;
   setup.driver = opts.cpu_driver;
   setup.kind = prepare::DriverKind::kCpu;
@@ -71,8 +70,8 @@ prepare::DriverSetup CpuSetup(const topology::Topology& topo,
   setup.cpu_pool.name = opts.node_name;
   const claims::CpuDeviceKind kind =
       opts.cpu_mode == publish::CpuDeviceMode::kIndividual ? claims::CpuDeviceKind::kIndividual
-      : opts.group_by == publish::GroupBy::kMachine         ? claims::CpuDeviceKind::kMachine
-                                                            : claims::CpuDeviceKind::kGroup;
+      : opts.group_by == publish::GroupBy::kMachine        ? claims::CpuDeviceKind::kMachine
+                                                           : claims::CpuDeviceKind::kGroup;
   for (auto& [name, cpus] : publish::CpuDeviceCpus(topo, opts)) {
     setup.cpu_pool.devices[name] = claims::CpuDevice{kind, cpus};
   }
@@ -158,7 +157,8 @@ int RunDaemon(const RunCommand& cmd, std::ostream& err) {
   for (const std::string& path :
        {absl::StrCat(cmd.state_dir, "/topodra.lock"),
         absl::StrCat(cmd.kubelet_root_dir, "/plugins/", opts->cpu_driver, "/topodra.lock")}) {
-    absl::StatusOr<std::unique_ptr<plugin::InstanceLock>> lock = plugin::InstanceLock::Acquire(path);
+    absl::StatusOr<std::unique_ptr<plugin::InstanceLock>> lock =
+        plugin::InstanceLock::Acquire(path);
     if (!lock.ok()) {
       spdlog::critical("{}", std::string(lock.status().message()));
       return kExitFailure;
@@ -169,7 +169,8 @@ int RunDaemon(const RunCommand& cmd, std::ostream& err) {
   absl::StatusOr<state::StateStore::Opened> opened =
       state::StateStore::Open(absl::StrCat(cmd.state_dir, "/checkpoint.json"));
   if (!opened.ok()) {
-    spdlog::critical("cannot load the allocation state: {}", std::string(opened.status().message()));
+    spdlog::critical("cannot load the allocation state: {}",
+                     std::string(opened.status().message()));
     return kExitFailure;
   }
   prepare::NodeAllocations node;
@@ -189,8 +190,8 @@ int RunDaemon(const RunCommand& cmd, std::ostream& err) {
     prepare::DriverSetup setup =
         i == 0 ? CpuSetup(*topo, *opts) : GpuSetup(*topo, *opts, pools, cmd.host_root);
     DriverRuntime d;
-    d.service = std::make_unique<prepare::ClaimService>(setup, *topo, &node, &cdi_store,
-                                                        &claim_source);
+    d.service =
+        std::make_unique<prepare::ClaimService>(setup, *topo, &node, &cdi_store, &claim_source);
     absl::StatusOr<prepare::ClaimService::Reconciled> reconciled = d.service->ReconcileCdi();
     if (!reconciled.ok()) {
       spdlog::critical("driver {}: CDI files in {}: {}", setup.driver, cmd.cdi_dir,

@@ -200,8 +200,8 @@ absl::StatusOr<std::vector<CpuAssignment>> ResolveCpuAssignments(
     }
     if (individual && !configs.empty()) {
       const DeviceConfig& config = *configs.back();
-      return Invalid(prefix, absl::StrCat("config[", &config - claim.configs.data(),
-                                          "]: device ", Quote(result.device),
+      return Invalid(prefix, absl::StrCat("config[", &config - claim.configs.data(), "]: device ",
+                                          Quote(result.device),
                                           " is one CPU (individual mode); a cpuset config is not "
                                           "accepted for it"));
     }

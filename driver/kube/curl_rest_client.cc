@@ -339,10 +339,10 @@ class CurlRestClient : public RestClient {
     // connection skips the TCP and TLS handshakes, which are most of its cost.
     share_ = curl_.share_init();
     if (share_ != nullptr) {
-      bool ok = curl_.share_setopt(share_, CURLSHOPT_LOCKFUNC, &LockShare) == CURLSHE_OK &&
-                curl_.share_setopt(share_, CURLSHOPT_UNLOCKFUNC, &UnlockShare) == CURLSHE_OK &&
-                curl_.share_setopt(share_, CURLSHOPT_USERDATA, static_cast<void*>(this)) ==
-                    CURLSHE_OK;
+      bool ok =
+          curl_.share_setopt(share_, CURLSHOPT_LOCKFUNC, &LockShare) == CURLSHE_OK &&
+          curl_.share_setopt(share_, CURLSHOPT_UNLOCKFUNC, &UnlockShare) == CURLSHE_OK &&
+          curl_.share_setopt(share_, CURLSHOPT_USERDATA, static_cast<void*>(this)) == CURLSHE_OK;
       for (curl_lock_data d :
            {CURL_LOCK_DATA_CONNECT, CURL_LOCK_DATA_SSL_SESSION, CURL_LOCK_DATA_DNS}) {
         ok = ok && curl_.share_setopt(share_, CURLSHOPT_SHARE, d) == CURLSHE_OK;

@@ -201,10 +201,10 @@ unsigned long InodeOf(const std::string& path) {
 // process-wide, so this runs while no other thread creates files (start-up, or the watcher,
 // which only ever runs this).
 absl::StatusOr<std::unique_ptr<grpc::Server>> Serve(const std::string& path,
-                                                     const std::vector<grpc::Service*>& services) {
+                                                    const std::vector<grpc::Service*>& services) {
   if (path.size() > kMaxSocketPath) {
-    return absl::InvalidArgumentError(absl::StrCat("socket path \"", path, "\" is longer than ",
-                                                   kMaxSocketPath, " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("socket path \"", path, "\" is longer than ", kMaxSocketPath, " bytes"));
   }
   if (absl::Status st = RemoveStaleSocket(path); !st.ok()) return st;
   grpc::ServerBuilder builder;
@@ -290,9 +290,10 @@ void KubeletPlugin::Watch() {
     }
     if (InodeOf(reg_socket_) == want && want != 0) continue;
     lock.unlock();
-    spdlog::warn("driver {}: registration socket {} was removed; creating it again so the kubelet "
-                 "registers the plugin again",
-                 opts_.driver, reg_socket_);
+    spdlog::warn(
+        "driver {}: registration socket {} was removed; creating it again so the kubelet "
+        "registers the plugin again",
+        opts_.driver, reg_socket_);
     if (absl::Status st = StartRegistration(); !st.ok()) {
       spdlog::error("driver {}: cannot re-create the registration socket: {}", opts_.driver,
                     std::string(st.message()));

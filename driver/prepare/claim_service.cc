@@ -37,11 +37,10 @@ absl::StatusOr<json> ApiClaimSource::GetClaim(const std::string& ns, const std::
     absl::StatusOr<kube::Response> got = client_->Get(path);
     if (got.ok()) return std::move(got->body);
     // A 404 for the group version itself (not a Status about the claim): try the other one.
-    const bool claim_not_found = absl::IsNotFound(got.status()) &&
-                                 std::string(got.status().message()).find("resourceclaims") !=
-                                     std::string::npos &&
-                                 std::string(got.status().message()).find("not found") !=
-                                     std::string::npos;
+    const bool claim_not_found =
+        absl::IsNotFound(got.status()) &&
+        std::string(got.status().message()).find("resourceclaims") != std::string::npos &&
+        std::string(got.status().message()).find("not found") != std::string::npos;
     if (!absl::IsNotFound(got.status()) || claim_not_found || attempt == 1) return got.status();
     version = version == "v1" ? "v1beta2" : "v1";
     std::lock_guard<std::mutex> lock(mu_);
@@ -98,7 +97,8 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::ReconcileCdi() {
   for (const auto& [file, spec_json] : specs) {
     absl::StatusOr<cdi::Spec> want = cdi::FromJson(spec_json.dump());
     if (!want.ok()) {
-      return absl::DataLossError(absl::StrCat("stored CDI spec of ", file, ": ", Message(want.status())));
+      return absl::DataLossError(
+          absl::StrCat("stored CDI spec of ", file, ": ", Message(want.status())));
     }
     absl::StatusOr<cdi::Spec> have = cdi_->Read(file);
     if (have.ok() && *have == *want) continue;
@@ -167,7 +167,8 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref) {
     std::lock_guard<std::mutex> lock(node_->mu);
     if (const state::Allocation* a = node_->state.Find(owner); a != nullptr) {
       if (std::optional<ClaimOutcome> o = replay(*a)) return *o;
-      return fail(absl::StrCat("claim ", Ref(ref), ": a concurrent call is preparing or "
+      return fail(absl::StrCat("claim ", Ref(ref),
+                               ": a concurrent call is preparing or "
                                "unpreparing it; retry"));
     }
   }
@@ -176,7 +177,8 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref) {
   absl::StatusOr<json> object = source_->GetClaim(ref.ns, ref.name);
   const auto t1 = std::chrono::steady_clock::now();
   if (!object.ok()) {
-    return fail(absl::StrCat("claim ", Ref(ref), ": get ResourceClaim: ", Message(object.status())));
+    return fail(
+        absl::StrCat("claim ", Ref(ref), ": get ResourceClaim: ", Message(object.status())));
   }
   absl::StatusOr<claims::Claim> claim = claims::ParseClaim(*object);
   if (!claim.ok()) {
@@ -194,7 +196,8 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref) {
     // Another call may have prepared it while we fetched it.
     if (const state::Allocation* a = node_->state.Find(owner); a != nullptr) {
       if (std::optional<ClaimOutcome> o = replay(*a)) return *o;
-      return fail(absl::StrCat("claim ", Ref(ref), ": a concurrent call is preparing or "
+      return fail(absl::StrCat("claim ", Ref(ref),
+                               ": a concurrent call is preparing or "
                                "unpreparing it; retry"));
     }
     absl::StatusOr<Plan> planned = PlanClaim(*claim, setup_, topo_, node_->state);
@@ -241,15 +244,14 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref) {
     CompactIfDue();
   }
   const auto t4 = std::chrono::steady_clock::now();
-  auto us = [](auto d) {
-    return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
-  };
+  auto us = [](auto d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); };
   spdlog::info("claim {} uid={} driver={}: prepared cpus={} gpus={} devices={}", Ref(ref), ref.uid,
                driver_, prepared.cpus.Empty() ? "none" : prepared.cpus.ToString(),
                prepared.gpus.size(), plan.devices.size());
-  spdlog::debug("claim {} uid={} driver={}: prepare took get {} us, plan {} us, cdi {} us, "
-                "journal {} us",
-                Ref(ref), ref.uid, driver_, us(t1 - t0), us(t2 - t1), us(t3 - t2), us(t4 - t3));
+  spdlog::debug(
+      "claim {} uid={} driver={}: prepare took get {} us, plan {} us, cdi {} us, "
+      "journal {} us",
+      Ref(ref), ref.uid, driver_, us(t1 - t0), us(t2 - t1), us(t3 - t2), us(t4 - t3));
   out.devices = std::move(plan.devices);
   return out;
 }
@@ -289,7 +291,8 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
       return "";
     }
     if (a->phase != state::Phase::kPrepared) {
-      return fail(absl::StrCat("claim ", Ref(ref), ": a concurrent call is preparing or "
+      return fail(absl::StrCat("claim ", Ref(ref),
+                               ": a concurrent call is preparing or "
                                "unpreparing it; retry"));
     }
     held = *a;

@@ -27,8 +27,7 @@ bool IsCharDevice(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && (S_ISCHR(st.st_mode) || S_ISREG(st.st_mode));
 }
 
-void Add(const std::string& root, const std::string& dev_path,
-         std::vector<cdi::DeviceNode>* out) {
+void Add(const std::string& root, const std::string& dev_path, std::vector<cdi::DeviceNode>* out) {
   const std::string host = Join(root, dev_path);
   if (!IsCharDevice(host)) return;
   for (const cdi::DeviceNode& n : *out) {
@@ -60,8 +59,8 @@ std::vector<cdi::DeviceNode> GpuDeviceNodes(const topology::Gpu& gpu, const std:
   }
   // NVIDIA: the minor number is in /proc/driver/nvidia/gpus/<bdf>/information.
   if (gpu.vendor_id == 0x10de) {
-    std::ifstream info(Join(root, absl::StrCat("/proc/driver/nvidia/gpus/", gpu.pci_bus_id,
-                                               "/information")));
+    std::ifstream info(
+        Join(root, absl::StrCat("/proc/driver/nvidia/gpus/", gpu.pci_bus_id, "/information")));
     std::string line;
     while (std::getline(info, line)) {
       absl::string_view rest(line);

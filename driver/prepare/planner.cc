@@ -110,8 +110,8 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
     const claims::CpuAssignment& a = *r.assignment;
     cdi::Device device;
     device.name = UniqueName(absl::StrCat(uid, "-", a.device), &names);
-    device.container_edits.env.push_back(absl::StrCat("DRA_CPUSET_", uid, "_", a.base_request,
-                                                      "=", by_request[a.base_request].ToString()));
+    device.container_edits.env.push_back(absl::StrCat("DRA_CPUSET_", uid, "_", a.base_request, "=",
+                                                      by_request[a.base_request].ToString()));
     PreparedDevice out;
     out.request_names = {a.base_request};
     out.pool = a.pool;
@@ -147,17 +147,15 @@ absl::StatusOr<Plan> PlanGpu(const claims::Claim& claim, const DriverSetup& setu
   std::vector<Chosen> chosen;
   std::map<std::string, std::vector<std::string>> by_request;  // base request -> PCI ids
   for (const claims::DeviceResult* r : results) {
-    const std::string prefix =
-        absl::StrCat(claim_prefix, " request ", Quote(r->request), ": ");
+    const std::string prefix = absl::StrCat(claim_prefix, " request ", Quote(r->request), ": ");
     for (const claims::DeviceConfig* c : claims::ConfigsFor(claim, *r, setup.driver)) {
       return absl::InvalidArgumentError(absl::StrCat(
           prefix, "config[", c - claim.configs.data(), "] (", claims::ConfigSourceName(c->source),
           "): driver ", setup.driver, " takes no opaque configuration"));
     }
     if (r->pool != setup.gpu_pool) {
-      return absl::InvalidArgumentError(absl::StrCat(prefix, "pool ", Quote(r->pool),
-                                                     " is not this node's pool ",
-                                                     Quote(setup.gpu_pool)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          prefix, "pool ", Quote(r->pool), " is not this node's pool ", Quote(setup.gpu_pool)));
     }
     auto it = setup.gpus.find(r->device);
     if (it == setup.gpus.end()) {
@@ -175,8 +173,8 @@ absl::StatusOr<Plan> PlanGpu(const claims::Claim& claim, const DriverSetup& setu
             a != nullptr ? state::Describe(*a) : "another owner"));
       }
       if (!alloc.gpus.insert(gpu.pci_bus_id).second) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            claim_prefix, ": GPU ", Quote(r->device), " is allocated to two results"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(claim_prefix, ": GPU ", Quote(r->device), " is allocated to two results"));
       }
     }
     by_request[claims::BaseRequest(r->request)].push_back(gpu.pci_bus_id);
@@ -236,9 +234,8 @@ absl::StatusOr<Plan> PlanClaim(const claims::Claim& claim, const DriverSetup& se
     if (absl::Status st = cdi::Validate(plan->cdi_spec); !st.ok()) {
       // Names come from the claim (UID, device names); a value the CDI rules refuse is the
       // claim's problem, reported like any other.
-      return absl::InvalidArgumentError(absl::StrCat("claim ", claim.Ref(),
-                                                     ": cannot describe the devices in CDI: ",
-                                                     Message(st)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "claim ", claim.Ref(), ": cannot describe the devices in CDI: ", Message(st)));
     }
   }
   state::Allocation& a = plan->allocation;

@@ -31,10 +31,10 @@ struct GpuDevice {
 struct DriverSetup {
   std::string driver;  // "dra.cpu", "gpu.topodra.io"
   DriverKind kind = DriverKind::kCpu;
-  claims::CpuPool cpu_pool;                   // kCpu: pool name and device -> CPUs
-  std::string gpu_pool;                       // kGpu: pool name (the node name)
-  std::map<std::string, GpuDevice> gpus;      // kGpu: device name -> GPU
-  CpuSet reserved;                            // --reserved-cpus
+  claims::CpuPool cpu_pool;               // kCpu: pool name and device -> CPUs
+  std::string gpu_pool;                   // kGpu: pool name (the node name)
+  std::map<std::string, GpuDevice> gpus;  // kGpu: device name -> GPU
+  CpuSet reserved;                        // --reserved-cpus
   std::string cpu_capacity = std::string(claims::kCpuCapacityName);
 };
 

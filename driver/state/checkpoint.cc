@@ -69,8 +69,8 @@ absl::Status ReadString(const json& v, absl::string_view where, std::string* out
 }
 
 absl::Status ReadAllocation(const json& v, absl::string_view where, Allocation* a) {
-  static const std::set<std::string> kKeys = {"owner", "kind",   "namespace", "name",  "driver",
-                                              "cpus",  "gpus",   "answer",    "phase", "cdi"};
+  static const std::set<std::string> kKeys = {"owner", "kind", "namespace", "name",  "driver",
+                                              "cpus",  "gpus", "answer",    "phase", "cdi"};
   return ReadObject(v, where, kKeys, [&](const std::string& key, const json& value) {
     const std::string at = absl::StrCat(where, " field \"", key, "\"");
     std::string text;
@@ -79,7 +79,8 @@ absl::Status ReadAllocation(const json& v, absl::string_view where, Allocation* 
     if (key == "name") return ReadString(value, at, &a->claim_name);
     if (key == "driver") return ReadString(value, at, &a->driver);
     if (key == "cdi") {
-      if (!value.is_null() && !value.is_object()) return Corrupt(absl::StrCat(at, ": not an object"));
+      if (!value.is_null() && !value.is_object())
+        return Corrupt(absl::StrCat(at, ": not an object"));
       a->cdi = value;
       return absl::OkStatus();
     }
@@ -135,8 +136,8 @@ absl::StatusOr<State> ReadPayload(const json& payload, uint64_t* seq) {
   // "seq" (the last journal record the snapshot covers) is written only by a StateStore.
   std::set<std::string> keys = {"allocations"};
   if (payload.contains("seq")) keys.insert("seq");
-  absl::Status st = ReadObject(
-      payload, "payload", keys, [&state, seq](const std::string& key, const json& list) {
+  absl::Status st =
+      ReadObject(payload, "payload", keys, [&state, seq](const std::string& key, const json& list) {
         if (key == "seq") {
           if (!list.is_number_unsigned()) return Corrupt("payload field \"seq\": not a count");
           *seq = list.get<uint64_t>();
@@ -166,8 +167,8 @@ json AllocationToJson(const Allocation& a) {
   json gpus = json::array();
   for (const std::string& gpu : a.gpus) gpus.push_back(gpu);
   return json{
-      {"owner", a.owner},     {"kind", KindName(a.kind)},   {"namespace", a.claim_namespace},
-      {"name", a.claim_name}, {"cpus", a.cpus.ToString()},  {"gpus", std::move(gpus)},
+      {"owner", a.owner},           {"kind", KindName(a.kind)},    {"namespace", a.claim_namespace},
+      {"name", a.claim_name},       {"cpus", a.cpus.ToString()},   {"gpus", std::move(gpus)},
       {"answer", a.answer.Parse()}, {"phase", PhaseName(a.phase)}, {"driver", a.driver},
       {"cdi", a.cdi.Parse()}};
 }

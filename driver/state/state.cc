@@ -39,7 +39,8 @@ absl::Status Validate(const Allocation& a) {
 }  // namespace
 
 JsonText::JsonText(const nlohmann::json& value) {
-  if (!value.is_null()) text_ = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (!value.is_null())
+    text_ = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 nlohmann::json JsonText::Parse() const {

@@ -20,7 +20,7 @@ enum class Phase { kPreparing, kPrepared };
 // matters with thousands of claims.
 class JsonText {
  public:
-  JsonText() = default;  // null
+  JsonText() = default;                   // null
   JsonText(const nlohmann::json& value);  // NOLINT: implicit, so values assign naturally
   nlohmann::json Parse() const;           // null for null; never throws
   const std::string& text() const { return text_; }

@@ -123,8 +123,8 @@ absl::StatusOr<StateStore::Opened> StateStore::Open(const std::string& path) {
   while (pos < content.size()) {
     const size_t nl = content.find('\n', pos);
     const bool last = nl == std::string::npos || nl + 1 == content.size();
-    const absl::string_view line =
-        absl::string_view(content).substr(pos, (nl == std::string::npos ? content.size() : nl) - pos);
+    const absl::string_view line = absl::string_view(content).substr(
+        pos, (nl == std::string::npos ? content.size() : nl) - pos);
     absl::StatusOr<json> body =
         nl == std::string::npos || line.size() > kMaxLineBytes
             ? absl::StatusOr<json>(absl::DataLossError("record without end of line"))
@@ -184,8 +184,7 @@ absl::StatusOr<StateStore::Opened> StateStore::Open(const std::string& path) {
     ::close(fd);
     return st;
   }
-  out.store.reset(
-      new StateStore(path, fd, seq, records, static_cast<int64_t>(good_end)));
+  out.store.reset(new StateStore(path, fd, seq, records, static_cast<int64_t>(good_end)));
   return out;
 }
 

@@ -38,7 +38,7 @@ class StateStore {
   struct Opened {
     std::unique_ptr<StateStore> store;
     State loaded;
-    int replayed = 0;         // journal records applied
+    int replayed = 0;           // journal records applied
     bool dropped_torn = false;  // a torn last record was dropped
   };
   static absl::StatusOr<Opened> Open(const std::string& path);
@@ -71,7 +71,7 @@ class StateStore {
   mutable std::mutex mu_;
   std::condition_variable synced_cv_;
   int fd_ = -1;
-  uint64_t next_seq_ = 0;    // last seq handed out
+  uint64_t next_seq_ = 0;     // last seq handed out
   uint64_t written_seq_ = 0;  // last seq whose line is in the file
   uint64_t synced_seq_ = 0;   // last seq known durable
   bool syncing_ = false;

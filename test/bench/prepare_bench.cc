@@ -66,12 +66,12 @@ std::vector<PrepareClaim> MakeClaims(FakeApiServer& server, const std::string& p
     threads.emplace_back([&] {
       for (int i = next++; i < count; i = next++) {
         const std::string name = absl::StrCat(prefix, i);
-        json claim = {{"metadata", {{"name", name}, {"namespace", "bench"}}},
-                      {"spec",
-                       {{"devices",
-                         {{"requests",
-                           json::array({{{"name", "cpus"},
-                                         {"exactly", {{"deviceClassName", "dra.cpu"}}}}})}}}}}};
+        json claim = {
+            {"metadata", {{"name", name}, {"namespace", "bench"}}},
+            {"spec",
+             {{"devices",
+               {{"requests", json::array({{{"name", "cpus"},
+                                           {"exactly", {{"deviceClassName", "dra.cpu"}}}}})}}}}}};
         auto created = server.CreateClaim(claim);
         if (!created.ok()) {
           ++failures;
@@ -151,7 +151,7 @@ void StopNode(Node& n) {
 // One-claim prepare+unprepare calls from `threads` threads; each thread cycles through its own
 // claims so no two calls contend for the same claim.
 int RunLoad(Node& n, const std::vector<PrepareClaim>& claims, int threads, int iterations,
-             const char* label, double floor_prepare, double floor_unprepare) {
+            const char* label, double floor_prepare, double floor_unprepare) {
   std::vector<std::vector<double>> prep(threads), unprep(threads);
   std::atomic<int> errors{0};
   const auto t0 = Clock::now();
@@ -210,8 +210,10 @@ int main(int argc, char** argv) {
   idle_rss = n.daemon.RssKib();
   std::sort(starts.begin(), starts.end());
   std::printf("384-PU fixture (192em64t-24n8c2t.xml), grouped by NUMA node\n");
-  std::printf("start -> registered with the kubelet: median %.1f ms, min %.1f ms (5 starts; target < 100 ms)\n",
-              starts[2], starts[0]);
+  std::printf(
+      "start -> registered with the kubelet: median %.1f ms, min %.1f ms (5 starts; target < 100 "
+      "ms)\n",
+      starts[2], starts[0]);
   std::printf("daemon RSS idle: %.1f MB (target < 15 MB)\n", idle_rss / 1024.0);
 
   // Floors.
@@ -237,7 +239,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 500; ++i) {
       const PrepareClaim& c = claims[i % claims.size()];
       auto a = Clock::now();
-      auto got = (*client)->Get(absl::StrCat("/apis/resource.k8s.io/v1/namespaces/bench/resourceclaims/", c.name));
+      auto got = (*client)->Get(
+          absl::StrCat("/apis/resource.k8s.io/v1/namespaces/bench/resourceclaims/", c.name));
       if (i >= 20) get_floor.push_back(Ms(Clock::now() - a));
       if (!got.ok()) break;
     }
@@ -255,14 +258,16 @@ int main(int argc, char** argv) {
     std::filesystem::remove(path);
   }
   const double g = Of(grpc_floor).p50, h = Of(get_floor).p50, s = Of(sync_floor).p50;
-  std::printf("floor: empty gRPC call (GetInfo, Unix socket) p50 %.3f ms; claim GET from the fake "
-              "API server p50 %.3f ms; journal append+fdatasync p50 %.3f ms\n",
-              g, h, s);
+  std::printf(
+      "floor: empty gRPC call (GetInfo, Unix socket) p50 %.3f ms; claim GET from the fake "
+      "API server p50 %.3f ms; journal append+fdatasync p50 %.3f ms\n",
+      g, h, s);
   std::printf("floor: prepare = gRPC + GET + sync = %.3f ms; unprepare = gRPC + sync = %.3f ms\n",
               g + h + s, g + s);
   int prepared = RunLoad(n, claims, 1, iterations / 2, "concurrency 1", g + h + s, g + s);
   prepared += RunLoad(n, claims, 16, iterations, "concurrency 16", g + h + s, g + s);
-  std::printf("targets: prepare p50 within 1.5x of its floor; >= 1000 claims/s at concurrency 16\n");
+  std::printf(
+      "targets: prepare p50 within 1.5x of its floor; >= 1000 claims/s at concurrency 16\n");
   if (prepared < 10000) {
     std::printf("(more cycles, to 10,000 claims prepared and unprepared in all)\n");
     prepared += RunLoad(n, claims, 16, 10000 - prepared, "concurrency 16", g + h + s, g + s);
@@ -291,7 +296,8 @@ int main(int argc, char** argv) {
       for (int i = next++; i < kMany; i = next++) {
         auto p = big.sim->Prepare(kDriver, {many[i]});
         if (!p.ok() || !(*p)[many[i].uid].error.empty()) {
-          if (failed++ == 0 && p.ok()) std::printf("  error: %s\n", (*p)[many[i].uid].error.c_str());
+          if (failed++ == 0 && p.ok())
+            std::printf("  error: %s\n", (*p)[many[i].uid].error.c_str());
         }
       }
     });
@@ -302,9 +308,10 @@ int main(int argc, char** argv) {
   std::printf("\nsynthetic 12,800 CPUs (pack:4 numa:4 core:400 pu:2), grouped by NUMA node\n");
   std::printf("daemon RSS idle: %.1f MB; holding %d prepared claims at once: %.1f MB\n",
               big_idle / 1024.0, kMany - failed.load(), big.daemon.RssKib() / 1024.0);
-  std::printf("(%d claims created in %.1f s by the fake API server; prepared in %.1f s at "
-              "concurrency 16: %.0f claims/s; %d failed)\n",
-              kMany, create_s, prep_s, kMany / prep_s, failed.load());
+  std::printf(
+      "(%d claims created in %.1f s by the fake API server; prepared in %.1f s at "
+      "concurrency 16: %.0f claims/s; %d failed)\n",
+      kMany, create_s, prep_s, kMany / prep_s, failed.load());
   // A restart with 10,000 claims in the state: how long until the kubelet can register it.
   big.sim.reset();
   big.daemon.Kill();

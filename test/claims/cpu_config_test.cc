@@ -103,9 +103,8 @@ TEST_P(ResolveTest, Resolves) {
   const Case& c = GetParam();
   absl::StatusOr<Claim> claim = ParseClaim(json::parse(c.claim));
   ASSERT_TRUE(claim.ok()) << claim.status();
-  absl::StatusOr<std::vector<CpuAssignment>> got =
-      ResolveCpuAssignments(*claim, kDriver, Load(c.topology), TestNode(),
-                            TestPool(Load(c.topology)));
+  absl::StatusOr<std::vector<CpuAssignment>> got = ResolveCpuAssignments(
+      *claim, kDriver, Load(c.topology), TestNode(), TestPool(Load(c.topology)));
   if (!c.error.empty()) {
     ASSERT_FALSE(got.ok()) << "accepted";
     EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
@@ -409,14 +408,13 @@ TEST(ResolveCpuAssignmentsTest, FixturesAreWhatTheCasesAssume) {
 }
 
 TEST(ResolveCpuAssignmentsTest, CapacityNameIsAParameter) {
-  absl::StatusOr<Claim> claim = ParseClaim(
-      json::parse(ClaimJson({R"({"request": "cpus", "driver": "dra.cpu", "pool": "node1", "device": "cpus-cpus",
+  absl::StatusOr<Claim> claim = ParseClaim(json::parse(
+      ClaimJson({R"({"request": "cpus", "driver": "dra.cpu", "pool": "node1", "device": "cpus-cpus",
            "consumedCapacity": {"example.com/cores": "2"}})"},
-                            {Config("FromClaim", "[]", Cpuset("4-5"))})));
+                {Config("FromClaim", "[]", Cpuset("4-5"))})));
   ASSERT_TRUE(claim.ok()) << claim.status();
-  absl::StatusOr<std::vector<CpuAssignment>> got =
-      ResolveCpuAssignments(*claim, kDriver, Load(kFull), TestNode(), TestPool(Load(kFull)),
-                            "example.com/cores");
+  absl::StatusOr<std::vector<CpuAssignment>> got = ResolveCpuAssignments(
+      *claim, kDriver, Load(kFull), TestNode(), TestPool(Load(kFull)), "example.com/cores");
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_EQ(got->size(), 1u);
   EXPECT_EQ((*got)[0].explicit_cpus, (CpuSet{4, 5}));
@@ -474,7 +472,8 @@ class PoolRulesTest : public ::testing::Test {
                        const std::string& capacity) {
     return R"({"request": "cpus", "driver": "dra.cpu", "pool": ")" + pool + R"(", "device": ")" +
            device + "\"" +
-           (capacity.empty() ? "" : R"(, "consumedCapacity": {"dra.cpu/cpu": ")" + capacity + "\"}") +
+           (capacity.empty() ? ""
+                             : R"(, "consumedCapacity": {"dra.cpu/cpu": ")" + capacity + "\"}") +
            "}";
   }
   CpuPool pool_;
@@ -515,9 +514,9 @@ TEST_F(PoolRulesTest, IndividualIsTheNamedCpu) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ((*got)[0].count, 1);
   EXPECT_EQ((*got)[0].explicit_cpus->ToString(), "9");
-  EXPECT_EQ(Resolve(R("node1", "cpudev003", ""), {}).status().message(),
-            kPrefix +
-                "device \"cpudev003\": CPU 3 is already prepared for claim other/c2 (uid u2)");
+  EXPECT_EQ(
+      Resolve(R("node1", "cpudev003", ""), {}).status().message(),
+      kPrefix + "device \"cpudev003\": CPU 3 is already prepared for claim other/c2 (uid u2)");
   EXPECT_EQ(Resolve(R("node1", "cpudev009", ""), {Config("FromClaim", "[]", Cpuset("9"))})
                 .status()
                 .message(),

@@ -30,10 +30,9 @@ Daemon::~Daemon() {
 void Daemon::Start(const DaemonDirs& dirs, const std::vector<std::string>& extra) {
   static int counter = 0;
   log_ = dirs.root + "/daemon-" + std::to_string(counter++) + ".log";
-  std::vector<std::string> args = {TOPODRA_BINARY,     "run",
-                                   "--kubelet-root-dir", dirs.kubelet_root,
-                                   "--cdi-dir",          dirs.cdi,
-                                   "--state-dir",        dirs.state};
+  std::vector<std::string> args = {TOPODRA_BINARY,    "run",       "--kubelet-root-dir",
+                                   dirs.kubelet_root, "--cdi-dir", dirs.cdi,
+                                   "--state-dir",     dirs.state};
   args.insert(args.end(), extra.begin(), extra.end());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());

@@ -21,8 +21,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
-#include "proto/drahealth/v1alpha1/api.grpc.pb.h"
 #include "nlohmann/json.hpp"
+#include "proto/drahealth/v1alpha1/api.grpc.pb.h"
 #include "test/integration/daemon.h"
 #include "test/integration/fake_apiserver.h"
 #include "test/kubelet_sim/kubelet_sim.h"
@@ -114,8 +114,8 @@ class DraPluginTest : public ::testing::Test {
   }
 
   void StartDaemon(std::vector<std::string> extra = {}, const std::string& machine = kMachine) {
-    std::vector<std::string> args = {"--kubeconfig", kubeconfig_, "--node-name", kNode,
-                                     "--topology-file", FixturePath(machine)};
+    std::vector<std::string> args = {"--kubeconfig", kubeconfig_,       "--node-name",
+                                     kNode,          "--topology-file", FixturePath(machine)};
     args.insert(args.end(), extra.begin(), extra.end());
     daemon_.Start(dirs_, args);
   }
@@ -186,7 +186,8 @@ class DraPluginTest : public ::testing::Test {
   std::string FirstGpu() {
     for (int i = 0; i < 500; ++i) {
       auto slices = server_->Api(
-          "GET", "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.driver%3Dgpu.topodra.io");
+          "GET",
+          "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.driver%3Dgpu.topodra.io");
       if (slices.ok() && !(*slices)["items"].empty() &&
           !(*slices)["items"][0]["spec"]["devices"].empty()) {
         return (*slices)["items"][0]["spec"]["devices"][0]["name"];
@@ -230,8 +231,8 @@ TEST_F(DraPluginTest, HealthStreamSendsTheFullDeviceList) {
   StartNode();
   EXPECT_THAT(sim_->Find(kCpu)->supported_versions,
               ::testing::Contains("v1alpha1.DRAResourceHealth"));
-  auto channel = grpc::CreateChannel("unix:" + sim_->Find(kCpu)->endpoint,
-                                     grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel("unix:" + sim_->Find(kCpu)->endpoint, grpc::InsecureChannelCredentials());
   auto stub = ::v1alpha1::DRAResourceHealth::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
@@ -293,8 +294,8 @@ TEST_F(DraPluginTest, GroupedClaimIsTopologyAlignedIdempotentAndUnprepared) {
 
 TEST_F(DraPluginTest, UnprepareOfUnknownClaimsSucceeds) {
   StartNode();
-  auto got = sim_->Unprepare(kCpu, {{"default", "no-such-uid", "never-prepared"},
-                                    {"other", "uid-2", "gone"}});
+  auto got = sim_->Unprepare(
+      kCpu, {{"default", "no-such-uid", "never-prepared"}, {"other", "uid-2", "gone"}});
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ((*got)["no-such-uid"], "");
   EXPECT_EQ((*got)["uid-2"], "");
@@ -303,8 +304,9 @@ TEST_F(DraPluginTest, UnprepareOfUnknownClaimsSucceeds) {
 TEST_F(DraPluginTest, IndividualModePreparesExactlyTheNamedCpus) {
   StartNode({"--cpu-device-mode", "individual"});
   // cpudev numbering walks cores with siblings adjacent: cpudev002/003 are CPUs 1 and 17.
-  PrepareClaim c = MakeClaim("individual", json::array({Request("cpus")}),
-                             json::array({Result("cpus", "cpudev002"), Result("cpus", "cpudev003")}));
+  PrepareClaim c =
+      MakeClaim("individual", json::array({Request("cpus")}),
+                json::array({Result("cpus", "cpudev002"), Result("cpus", "cpudev003")}));
   ClaimResult r = PrepareOne(c);
   ASSERT_EQ(r.error, "");
   EXPECT_EQ(r.devices.size(), 2u);
@@ -343,10 +345,10 @@ TEST_F(DraPluginTest, RejectionsNameTheClaimAndTheValue) {
        "unknown field \"cpuConfig.cpus\""},
       {"wrong-type", one, claim_cfg({{"apiVersion", "v1alpha1"}, {"cpuConfig", "2-3"}}),
        "cpuConfig: expected an object, got string"},
-      {"api-version", one,
-       claim_cfg({{"apiVersion", "v2"}, {"cpuConfig", {{"cpuset", "2-3"}}}}),
+      {"api-version", one, claim_cfg({{"apiVersion", "v2"}, {"cpuConfig", {{"cpuset", "2-3"}}}}),
        "unsupported apiVersion \"v2\""},
-      {"missing-cpuset", one, claim_cfg({{"apiVersion", "v1alpha1"}, {"cpuConfig", json::object()}}),
+      {"missing-cpuset", one,
+       claim_cfg({{"apiVersion", "v1alpha1"}, {"cpuConfig", json::object()}}),
        "cpuConfig.cpuset is missing"},
       {"empty-cpuset", one, claim_cfg(Cpuset("")), "cpuConfig.cpuset is empty"},
       {"unparsable", one, claim_cfg(Cpuset("2-x")), "\"2-x\""},
@@ -358,7 +360,8 @@ TEST_F(DraPluginTest, RejectionsNameTheClaimAndTheValue) {
        "CPU 8 is not in the allocated device \"cpudevnuma000\""},
       {"held", json::array({Result("cpus", "cpudevnuma001", "2")}), claim_cfg(Cpuset("13-14")),
        "CPU 13 is already prepared for claim default/holder (uid " + holder.uid + ")"},
-      {"twice", json::array({Result("cpus", "cpudevnuma000", "2"), Result("more", "cpudevnuma000", "2")}),
+      {"twice",
+       json::array({Result("cpus", "cpudevnuma000", "2"), Result("more", "cpudevnuma000", "2")}),
        json::array({Config("FromClaim", json::array({"cpus"}), Cpuset("2-3")),
                     Config("FromClaim", json::array({"more"}), Cpuset("3-4"))}),
        "CPU 3 is used by two results (requests \"cpus\" and \"more\")"},
@@ -423,11 +426,11 @@ TEST_F(DraPluginTest, ClaimsThatAreNotPreparableAreRejected) {
 
 TEST_F(DraPluginTest, PrioritizedListUsesBaseRequestNamesAndSubrequestConfigs) {
   StartNode();
-  PrepareClaim c = MakeClaim(
-      "prioritized", json::array({FirstAvailable("cpus", {"large", "small"})}),
-      json::array({Result("cpus/small", "cpudevnuma000", "2")}),
-      json::array({Config("FromClaim", json::array({"cpus/large"}), Cpuset("2-5")),
-                   Config("FromClaim", json::array({"cpus/small"}), Cpuset("6-7"))}));
+  PrepareClaim c =
+      MakeClaim("prioritized", json::array({FirstAvailable("cpus", {"large", "small"})}),
+                json::array({Result("cpus/small", "cpudevnuma000", "2")}),
+                json::array({Config("FromClaim", json::array({"cpus/large"}), Cpuset("2-5")),
+                             Config("FromClaim", json::array({"cpus/small"}), Cpuset("6-7"))}));
   ClaimResult r = PrepareOne(c);
   ASSERT_EQ(r.error, "");
   ASSERT_EQ(r.devices.size(), 1u);
@@ -438,9 +441,11 @@ TEST_F(DraPluginTest, PrioritizedListUsesBaseRequestNamesAndSubrequestConfigs) {
 
 TEST_F(DraPluginTest, DeviceClassConfigIsHonouredAndClaimConfigWins) {
   StartNode();
-  json cls = {{"metadata", {{"name", "pinned-cpus"}}},
-              {"spec", {{"config", json::array({{{"opaque", {{"driver", kCpu},
-                                                             {"parameters", Cpuset("20-21")}}}}})}}}};
+  json cls = {
+      {"metadata", {{"name", "pinned-cpus"}}},
+      {"spec",
+       {{"config",
+         json::array({{{"opaque", {{"driver", kCpu}, {"parameters", Cpuset("20-21")}}}}})}}}};
   ASSERT_TRUE(server_->CreateDeviceClass(cls).ok());
   // The scheduler copies the class config into the allocation as FromClass.
   PrepareClaim from_class =
@@ -493,9 +498,10 @@ TEST_F(DraPluginTest, StateSurvivesKill9AndRestart) {
   ClaimResult again = PrepareOne(a);
   EXPECT_EQ(again.error, "");
   EXPECT_EQ(again.devices[0].cdi_device_ids, first.devices[0].cdi_device_ids);
-  PrepareClaim overlap = CpuClaim("overlap", "cpudevnuma000", "1",
-                                  Cpuset(std::to_string(*held.begin())));
-  EXPECT_THAT(PrepareOne(overlap).error, HasSubstr("already prepared for claim default/before-crash"));
+  PrepareClaim overlap =
+      CpuClaim("overlap", "cpudevnuma000", "1", Cpuset(std::to_string(*held.begin())));
+  EXPECT_THAT(PrepareOne(overlap).error,
+              HasSubstr("already prepared for claim default/before-crash"));
   EXPECT_EQ(UnprepareOne(a), "");
   EXPECT_EQ(PrepareOne(overlap).error, "");
 }
@@ -505,8 +511,8 @@ TEST_F(DraPluginTest, Kill9AtAnyMomentNeverHandsACpuOutTwice) {
   // 16 claims, each wanting a pair of CPUs that overlaps its neighbours'.
   std::vector<PrepareClaim> claims;
   for (int i = 0; i < 16; ++i) {
-    claims.push_back(CpuClaim(absl::StrCat("c", i), "cpudevmachine", "2",
-                              Cpuset(absl::StrCat(i, "-", i + 1))));
+    claims.push_back(
+        CpuClaim(absl::StrCat("c", i), "cpudevmachine", "2", Cpuset(absl::StrCat(i, "-", i + 1))));
   }
   std::mt19937 rng(42);
   for (int round = 0; round < 8; ++round) {
@@ -539,8 +545,8 @@ TEST_F(DraPluginTest, Kill9AtAnyMomentNeverHandsACpuOutTwice) {
       if (!(*got)[c.uid].error.empty()) continue;
       const CpuSet cpus = CdiCpus(c.uid);
       ASSERT_EQ(cpus.Size(), 2) << c.name;
-      EXPECT_FALSE(cpus.Intersects(seen)) << "round " << round << ": " << c.name << " got "
-                                          << cpus << " already handed out";
+      EXPECT_FALSE(cpus.Intersects(seen))
+          << "round " << round << ": " << c.name << " got " << cpus << " already handed out";
       seen |= cpus;
     }
     // CDI files exist only for prepared claims.
@@ -548,7 +554,8 @@ TEST_F(DraPluginTest, Kill9AtAnyMomentNeverHandsACpuOutTwice) {
       const std::string name = entry.path().filename().string();
       bool known = false;
       for (const PrepareClaim& c : claims) {
-        known = known || (name == "dra.cpu-claim_" + c.uid + ".json" && (*got)[c.uid].error.empty());
+        known =
+            known || (name == "dra.cpu-claim_" + c.uid + ".json" && (*got)[c.uid].error.empty());
       }
       EXPECT_TRUE(known || name[0] == '.') << "stray CDI file " << name;
     }

@@ -5,8 +5,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <spdlog/spdlog.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 
@@ -161,9 +161,7 @@ class ClaimServiceTest : public ::testing::Test {
     return a == nullptr ? CpuSet{} : a->cpus;
   }
 
-  bool CdiExists(const std::string& file) {
-    return std::filesystem::exists(cdi_->PathOf(file));
-  }
+  bool CdiExists(const std::string& file) { return std::filesystem::exists(cdi_->PathOf(file)); }
   std::set<std::string> CdiFiles() {
     std::set<std::string> out;
     if (!std::filesystem::exists(cdi_->dir())) return out;
@@ -269,7 +267,8 @@ TEST_F(ClaimServiceTest, UnprepareRemovesTheFileAndFreesTheCpus) {
   PrepareOk(c2);
   EXPECT_EQ(HeldCpus("uid-2").ToString(), "5-6");
   // And a later prepare of the unprepared claim starts over (a new GET, new CPUs check).
-  EXPECT_THAT(PrepareError(c1), HasSubstr("CPU 5 is already prepared for claim team/c2 (uid uid-2)"));
+  EXPECT_THAT(PrepareError(c1),
+              HasSubstr("CPU 5 is already prepared for claim team/c2 (uid uid-2)"));
 }
 
 TEST_F(ClaimServiceTest, UnprepareOfAnUnknownClaimSucceeds) {
@@ -283,8 +282,8 @@ TEST_F(ClaimServiceTest, UnprepareOfAnUnknownClaimSucceeds) {
   d.container_edits.env = {"A=1"};
   leftover.devices = {d};
   ASSERT_TRUE(cdi_->Write("dra.cpu-claim_ghost.json", leftover).ok());
-  std::map<std::string, std::string> out =
-      service().Unprepare({Ref("default", "never", "never-prepared"), Ref("default", "ghost", "ghost")});
+  std::map<std::string, std::string> out = service().Unprepare(
+      {Ref("default", "never", "never-prepared"), Ref("default", "ghost", "ghost")});
   EXPECT_EQ(out, (std::map<std::string, std::string>{{"never-prepared", ""}, {"ghost", ""}}));
   EXPECT_FALSE(CdiExists("dra.cpu-claim_ghost.json"));
   EXPECT_EQ(source_.gets(), 0);
@@ -300,8 +299,8 @@ TEST_F(ClaimServiceTest, OneBadClaimDoesNotAffectTheOthers) {
   const ClaimRef missing = Ref("default", "missing", "uid-missing");
   source_.Fail("default", "flaky", absl::UnavailableError("connection refused"));
   const ClaimRef flaky = Ref("default", "flaky", "uid-flaky");
-  source_.Set("team", "recreated", ClaimJson("uid-new", "team", "recreated",
-                                             {Result("cpus", kNuma0, "2")}));
+  source_.Set("team", "recreated",
+              ClaimJson("uid-new", "team", "recreated", {Result("cpus", kNuma0, "2")}));
   const ClaimRef recreated = Ref("team", "recreated", "uid-old");
   source_.Set("default", "pending", PendingClaimJson("uid-pending", "default", "pending"));
   const ClaimRef pending = Ref("default", "pending", "uid-pending");
@@ -321,10 +320,9 @@ TEST_F(ClaimServiceTest, OneBadClaimDoesNotAffectTheOthers) {
 
   const ClaimRef good3 = Add("default", "good-3", "uid-good-3", {Result("cpus", kNuma0, "2")});
 
-  const std::vector<ClaimRef> refs = {good1,        good2,    missing,  flaky,
-                                      recreated,    pending,  outside,  unparsable,
-                                      taken,        wrong_device, bad_json, no_uid,
-                                      good3};
+  const std::vector<ClaimRef> refs = {good1,    good2,   missing,    flaky, recreated,
+                                      pending,  outside, unparsable, taken, wrong_device,
+                                      bad_json, no_uid,  good3};
   std::map<std::string, ClaimOutcome> out = service().Prepare(refs);
   ASSERT_EQ(out.size(), refs.size());
   for (const ClaimRef& r : refs) EXPECT_TRUE(out.contains(r.uid)) << r.name;
@@ -346,13 +344,16 @@ TEST_F(ClaimServiceTest, OneBadClaimDoesNotAffectTheOthers) {
            {"uid-flaky", {"claim default/flaky: get ResourceClaim: connection refused"}},
            {"uid-old", {"claim team/recreated: ", "uid \"uid-new\"", "uid \"uid-old\""}},
            {"uid-pending", {"claim default/pending is not allocated"}},
-           {"uid-outside", {"claim default/outside request \"cpus\": cpuset \"14-17\": CPUs 16-17 "
-                            "are not on this node"}},
+           {"uid-outside",
+            {"claim default/outside request \"cpus\": cpuset \"14-17\": CPUs 16-17 "
+             "are not on this node"}},
            {"uid-unparsable", {"claim default/unparsable request \"cpus\": ", "cpuset", "3-x"}},
-           {"uid-taken", {"claim default/taken request \"cpus\": cpuset \"6-7\": CPU 6 is already "
-                          "prepared for claim default/good-2 (uid uid-good-2)"}},
-           {"uid-wrong-device", {"claim default/wrong-device request \"cpus\": device "
-                                 "\"cpudevnuma009\" is not a CPU device of this node"}},
+           {"uid-taken",
+            {"claim default/taken request \"cpus\": cpuset \"6-7\": CPU 6 is already "
+             "prepared for claim default/good-2 (uid uid-good-2)"}},
+           {"uid-wrong-device",
+            {"claim default/wrong-device request \"cpus\": device "
+             "\"cpudevnuma009\" is not a CPU device of this node"}},
            {"uid-bad-type", {"claim default/bad-type: ", "results[0].pool"}},
            {"", {"default/no-uid", "namespace, name and uid are required"}},
        }) {
@@ -364,12 +365,12 @@ TEST_F(ClaimServiceTest, OneBadClaimDoesNotAffectTheOthers) {
     EXPECT_FALSE(CdiExists(CdiFileName(kCpuDriver, w.uid)));
   }
   EXPECT_EQ(node_->state.Size(), 3);
-  EXPECT_EQ(CdiFiles(), (std::set<std::string>{"dra.cpu-claim_uid-good-1.json",
-                                               "dra.cpu-claim_uid-good-2.json",
-                                               "dra.cpu-claim_uid-good-3.json"}));
+  EXPECT_EQ(CdiFiles(),
+            (std::set<std::string>{"dra.cpu-claim_uid-good-1.json", "dra.cpu-claim_uid-good-2.json",
+                                   "dra.cpu-claim_uid-good-3.json"}));
   // A claim that failed is not remembered: once fixed, it prepares.
-  source_.Set("default", "missing", ClaimJson("uid-missing", "default", "missing",
-                                              {Result("cpus", kNuma0, "2")}));
+  source_.Set("default", "missing",
+              ClaimJson("uid-missing", "default", "missing", {Result("cpus", kNuma0, "2")}));
   PrepareOk(missing);
 }
 
@@ -397,8 +398,8 @@ TEST_F(ClaimServiceTest, PreparedClaimsSurviveARestart) {
   const DriverSetup setup = CpuSetup(topo, Mode::kNuma);
   Start(setup, topo);
   const ClaimRef c1 = Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "4")});
-  const ClaimRef c2 = Add("default", "c2", "uid-2", {Result("cpus", kNuma0, "2")},
-                          {Config({}, Cpuset("3,11"))});
+  const ClaimRef c2 =
+      Add("default", "c2", "uid-2", {Result("cpus", kNuma0, "2")}, {Config({}, Cpuset("3,11"))});
   const ClaimRef c3 = Add("default", "c3", "uid-3", {Result("cpus", kNuma0, "2")});
   const ClaimOutcome a1 = PrepareOk(c1);
   const ClaimOutcome a2 = PrepareOk(c2);
@@ -440,8 +441,8 @@ TEST_F(ClaimServiceTest, PreparedClaimsSurviveARestart) {
   ASSERT_NE(Held(kCpuDriver, "uid-5"), nullptr);
   EXPECT_EQ(node_->state.Size(), 2);
   EXPECT_EQ(PrepareOk(c2).devices, a2.devices);
-  EXPECT_EQ(CdiFiles(), (std::set<std::string>{"dra.cpu-claim_uid-2.json",
-                                               "dra.cpu-claim_uid-5.json"}));
+  EXPECT_EQ(CdiFiles(),
+            (std::set<std::string>{"dra.cpu-claim_uid-2.json", "dra.cpu-claim_uid-5.json"}));
 }
 
 TEST_F(ClaimServiceTest, ReconcileCdiRestoresAndRemovesOnlyItsOwnFiles) {
@@ -493,12 +494,10 @@ TEST_F(ClaimServiceTest, ReconcileCdiRestoresAndRemovesOnlyItsOwnFiles) {
   EXPECT_EQ(*back1, *spec1);
   EXPECT_EQ(*back2, *spec2);
   EXPECT_EQ(*back3, *spec3);
-  EXPECT_EQ(CdiFiles(), (std::set<std::string>{"dra.cpu-claim_uid-1.json",
-                                               "dra.cpu-claim_uid-2.json",
-                                               "dra.cpu-claim_uid-3.json",
-                                               "gpu.topodra.io-claim_x.json",
-                                               "vendor.example.com.json", "notes.txt",
-                                               "dra.cpu-claim_x.yaml"}));
+  EXPECT_EQ(CdiFiles(), (std::set<std::string>{
+                            "dra.cpu-claim_uid-1.json", "dra.cpu-claim_uid-2.json",
+                            "dra.cpu-claim_uid-3.json", "gpu.topodra.io-claim_x.json",
+                            "vendor.example.com.json", "notes.txt", "dra.cpu-claim_x.yaml"}));
   r = service().ReconcileCdi();
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->written, 0);
@@ -540,9 +539,9 @@ TEST_F(ClaimServiceTest, GpuAndCpuDriversShareTheNode) {
   const DriverSetup gpu = GpuSetup(topo);
   Start(cpu, topo);
   Start(gpu, topo);
-  const ClaimRef both = Add("ml", "train", "uid-t",
-                            {Result("cpus", "cpudevnuma000", "2"),
-                             Result("gpus", "gpu-0000-34-00-0", "", kGpuDriver)});
+  const ClaimRef both = Add(
+      "ml", "train", "uid-t",
+      {Result("cpus", "cpudevnuma000", "2"), Result("gpus", "gpu-0000-34-00-0", "", kGpuDriver)});
   const ClaimOutcome c = PrepareOk(both, 0);
   const ClaimOutcome g = PrepareOk(both, 1);
   ASSERT_EQ(c.devices.size(), 1u);
@@ -557,7 +556,8 @@ TEST_F(ClaimServiceTest, GpuAndCpuDriversShareTheNode) {
   absl::StatusOr<cdi::Spec> spec = cdi_->Read("gpu.topodra.io-claim_uid-t.json");
   ASSERT_TRUE(spec.ok()) << spec.status();
   ASSERT_EQ(spec->devices.size(), 1u);
-  EXPECT_EQ(spec->devices[0].container_edits.device_nodes, gpu.gpus.at("gpu-0000-34-00-0").device_nodes);
+  EXPECT_EQ(spec->devices[0].container_edits.device_nodes,
+            gpu.gpus.at("gpu-0000-34-00-0").device_nodes);
 
   // The GPU is taken for another claim.
   const ClaimRef second =
@@ -594,8 +594,8 @@ TEST_F(ClaimServiceTest, GpuAndCpuDriversShareTheNode) {
 TEST_F(ClaimServiceTest, UpdateAppliesToLaterPrepares) {
   const topology::Topology& topo = Load(k16);
   Start(CpuSetup(topo, Mode::kNuma), topo);
-  const ClaimRef c1 = Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "2")},
-                          {Config({}, Cpuset("0,8"))});
+  const ClaimRef c1 =
+      Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "2")}, {Config({}, Cpuset("0,8"))});
   PrepareOk(c1);
   // CPUs 0-7 become reserved: the device shrinks, the prepared claim keeps its CPUs.
   service().Update(CpuSetup(topo, Mode::kNuma, CpuSet::Range(0, 7)), topo);
@@ -603,8 +603,8 @@ TEST_F(ClaimServiceTest, UpdateAppliesToLaterPrepares) {
   const ClaimRef c2 = Add("default", "c2", "uid-2", {Result("cpus", kNuma0, "7")});
   PrepareOk(c2);
   EXPECT_EQ(HeldCpus("uid-2").ToString(), "9-15");
-  const ClaimRef c3 = Add("default", "c3", "uid-3", {Result("cpus", kNuma0, "1")},
-                          {Config({}, Cpuset("1"))});
+  const ClaimRef c3 =
+      Add("default", "c3", "uid-3", {Result("cpus", kNuma0, "1")}, {Config({}, Cpuset("1"))});
   EXPECT_THAT(PrepareError(c3), HasSubstr("CPU 1 is reserved (--reserved-cpus)"));
 }
 
@@ -616,11 +616,13 @@ TEST_F(ClaimServiceTest, InFlightClaimIsNotPreparedOrUnpreparedTwice) {
   state::Allocation busy = HeldBy(kCpuDriver, "uid-1", "default", "c1", CpuSet{2, 10});
   busy.phase = state::Phase::kPreparing;
   ASSERT_TRUE(node_->state.Add(busy).ok());
-  EXPECT_THAT(PrepareError(ref),
-              HasSubstr("claim default/c1: a concurrent call is preparing or unpreparing it; retry"));
+  EXPECT_THAT(
+      PrepareError(ref),
+      HasSubstr("claim default/c1: a concurrent call is preparing or unpreparing it; retry"));
   std::map<std::string, std::string> out = service().Unprepare({ref});
-  EXPECT_THAT(out["uid-1"],
-              HasSubstr("claim default/c1: a concurrent call is preparing or unpreparing it; retry"));
+  EXPECT_THAT(
+      out["uid-1"],
+      HasSubstr("claim default/c1: a concurrent call is preparing or unpreparing it; retry"));
   EXPECT_EQ(source_.gets(), 0);
   ASSERT_NE(Held(kCpuDriver, "uid-1"), nullptr);
   EXPECT_EQ(Held(kCpuDriver, "uid-1")->phase, state::Phase::kPreparing);
@@ -646,8 +648,8 @@ TEST_F(ClaimServiceTest, CdiWriteFailureHoldsNothing) {
   Start(CpuSetup(topo, Mode::kNuma), topo);
   // The CDI directory cannot be created: a file is in the way.
   std::ofstream(cdi_->dir()) << "not a directory";
-  const ClaimRef ref = Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "2")},
-                           {Config({}, Cpuset("2,10"))});
+  const ClaimRef ref =
+      Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "2")}, {Config({}, Cpuset("2,10"))});
   const std::string error = PrepareError(ref);
   EXPECT_THAT(error, HasSubstr("claim default/c1: "));
   EXPECT_THAT(error, HasSubstr(cdi_->dir()));
@@ -702,8 +704,8 @@ TEST_F(ClaimServiceTest, JournalFailureUndoesThePrepare) {
   Start(CpuSetup(topo, Mode::kNuma), topo);
   PrepareOk(Add("default", "a", "uid-a", {Result("cpus", kNuma0, "2")}));
   PrepareOk(Add("default", "b", "uid-b", {Result("cpus", kNuma0, "2")}));
-  const ClaimRef ref = Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "2")},
-                           {Config({}, Cpuset("7,15"))});
+  const ClaimRef ref =
+      Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "2")}, {Config({}, Cpuset("7,15"))});
   const int64_t records = store_->records();
   {
     JournalFull full(store_->journal_path());
@@ -726,8 +728,8 @@ TEST_F(ClaimServiceTest, JournalFailureKeepsTheClaimPreparedOnUnprepare) {
   const topology::Topology& topo = Load(k16);
   Start(CpuSetup(topo, Mode::kNuma), topo);
   PrepareOk(Add("default", "a", "uid-a", {Result("cpus", kNuma0, "2")}));
-  const ClaimRef ref = Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "2")},
-                           {Config({}, Cpuset("7,15"))});
+  const ClaimRef ref =
+      Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "2")}, {Config({}, Cpuset("7,15"))});
   const ClaimOutcome first = PrepareOk(ref);
   {
     JournalFull full(store_->journal_path());
@@ -751,8 +753,8 @@ TEST_F(ClaimServiceTest, FailedUnprepareKeepsTheCdiSpecOfTheStillPreparedClaim) 
   const topology::Topology& topo = Load(k16);
   Start(CpuSetup(topo, Mode::kNuma), topo);
   PrepareOk(Add("default", "a", "uid-a", {Result("cpus", kNuma0, "2")}));
-  const ClaimRef ref = Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "2")},
-                           {Config({}, Cpuset("7,15"))});
+  const ClaimRef ref =
+      Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "2")}, {Config({}, Cpuset("7,15"))});
   const ClaimOutcome first = PrepareOk(ref);
   absl::StatusOr<cdi::Spec> spec = cdi_->Read("dra.cpu-claim_uid-1.json");
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -827,7 +829,8 @@ TEST_F(ClaimServiceTest, ConcurrentOverlappingCpusetsNeverShareACpu) {
     const CpuSet cpus{i, (i + 1) % kClaims};
     wanted.push_back(cpus);
     refs.push_back(Add("default", absl::StrCat("c", i), absl::StrCat("uid-", i),
-                       {Result("cpus", "cpudevmachine", "2")}, {Config({}, Cpuset(cpus.ToString()))}));
+                       {Result("cpus", "cpudevmachine", "2")},
+                       {Config({}, Cpuset(cpus.ToString()))}));
   }
   for (int round = 0; round < 3; ++round) {
     SCOPED_TRACE(absl::StrCat("round ", round));
@@ -873,17 +876,17 @@ TEST_F(ClaimServiceTest, ConcurrentOverlappingCpusetsNeverShareACpu) {
     for (int i = 0; i < kClaims; ++i) {
       if (ok.contains(i)) continue;
       EXPECT_TRUE(outcomes[i].devices.empty());
-      EXPECT_TRUE(wanted[i].Intersects(held)) << "claim " << i << " failed for nothing: "
-                                              << outcomes[i].error;
+      EXPECT_TRUE(wanted[i].Intersects(held))
+          << "claim " << i << " failed for nothing: " << outcomes[i].error;
       const int left = (i + kClaims - 1) % kClaims;
       const int right = (i + 1) % kClaims;
       const bool names_holder =
           (ok.contains(left) &&
            outcomes[i].error.find(absl::StrCat("claim default/c", left, " (uid uid-", left, ")")) !=
                std::string::npos) ||
-          (ok.contains(right) && outcomes[i].error.find(absl::StrCat(
-                                     "claim default/c", right, " (uid uid-", right, ")")) !=
-                                     std::string::npos);
+          (ok.contains(right) &&
+           outcomes[i].error.find(absl::StrCat("claim default/c", right, " (uid uid-", right,
+                                               ")")) != std::string::npos);
       EXPECT_TRUE(names_holder) << "claim " << i << ": " << outcomes[i].error;
       EXPECT_FALSE(CdiExists(CdiFileName(kCpuDriver, refs[i].uid))) << i;
     }
@@ -934,7 +937,8 @@ TEST_F(ClaimServiceTest, ConcurrentGroupedClaimsGetDisjointCpus) {
   for (int i = 0; i < kClaims; ++i) {
     if (!outcomes[i].error.empty()) {
       EXPECT_THAT(outcomes[i].error,
-                  HasSubstr(absl::StrCat("claim default/g", i, " request \"cpus\": 2 CPUs wanted "
+                  HasSubstr(absl::StrCat("claim default/g", i,
+                                         " request \"cpus\": 2 CPUs wanted "
                                          "from device \"cpudevnuma000\" but only 0 are free "
                                          "there (none)")));
       continue;

@@ -137,9 +137,9 @@ TEST_P(PlanCpuTest, Plans) {
     EXPECT_TRUE(plan->allocation.cpus.Empty()) << plan->allocation.cpus.ToString();
     return;
   }
-  EXPECT_EQ(plan->cdi_spec.container_edits.env,
-            std::vector<std::string>{"DRA_CPUSET_" + claim.uid + "=" +
-                                     plan->allocation.cpus.ToString()});
+  EXPECT_EQ(
+      plan->cdi_spec.container_edits.env,
+      std::vector<std::string>{"DRA_CPUSET_" + claim.uid + "=" + plan->allocation.cpus.ToString()});
 
   std::map<std::string, std::vector<size_t>> by_request;
   for (size_t i = 0; i < c.want.size(); ++i) {
@@ -400,21 +400,17 @@ std::vector<CpuCase> CpuCases() {
       // Other drivers, other owners.
       {.name = "OtherDriversResultsAndConfigsIgnored",
        .topology = k192,
-       .claim = C({Result("gpu", "gpu-0000-34-00-0", "", kGpuDriver),
-                   Result("cpus", kNuma3, "2"),
-                   Result("nic", "eth0", "", "net.example.com", "elsewhere")},
-                  {Config({}, json{{"anything", {"goes"}}}, kGpuDriver),
-                   Config({"cpus"}, json{{"kind", "NotACpuConfig"}}, "other.example.com",
-                          "FromClass")}),
+       .claim =
+           C({Result("gpu", "gpu-0000-34-00-0", "", kGpuDriver), Result("cpus", kNuma3, "2"),
+              Result("nic", "eth0", "", "net.example.com", "elsewhere")},
+             {Config({}, json{{"anything", {"goes"}}}, kGpuDriver),
+              Config({"cpus"}, json{{"kind", "NotACpuConfig"}}, "other.example.com", "FromClass")}),
        .want = {{"cpus", kNuma3, 2}}},
       {.name = "OnlyOtherDriversResults",
        .topology = k192,
        .claim = C({Result("gpu", "gpu-0000-34-00-0", "", kGpuDriver)}),
        .want = {}},
-      {.name = "NoResultsAtAll",
-       .topology = k192,
-       .claim = C({}),
-       .want = {}},
+      {.name = "NoResultsAtAll", .topology = k192, .claim = C({}), .want = {}},
       {.name = "NotAllocated",
        .topology = k192,
        .claim = PendingClaimJson(kUid, "default", "c1"),
@@ -503,8 +499,7 @@ TEST(PlanClaimTest, SecondClaimOnTheSameDeviceGetsOtherCpus) {
   }
   // 4 of 16 left: a claim for 5 is refused, with both counts and what is free.
   const CpuSet free = setup.cpu_pool.devices.at(kNuma3).cpus - taken;
-  const claims::Claim big =
-      Parse(ClaimJson("uid-4", "team", "big", {Result("cpus", kNuma3, "5")}));
+  const claims::Claim big = Parse(ClaimJson("uid-4", "team", "big", {Result("cpus", kNuma3, "5")}));
   absl::StatusOr<Plan> plan = PlanClaim(big, setup, topo, held);
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), absl::StatusCode::kResourceExhausted);
@@ -540,8 +535,7 @@ TEST(PlanClaimTest, ResultsArePickedInClaimOrder) {
   EXPECT_FALSE(a.Intersects(b));
   state::State held;
   ASSERT_TRUE(held.Add(HeldBy(kCpuDriver, "x", "default", "x", a)).ok());
-  absl::StatusOr<Plan> second =
-      PlanClaim(Parse(C({Result("b", kNuma3, "4")})), setup, topo, held);
+  absl::StatusOr<Plan> second = PlanClaim(Parse(C({Result("b", kNuma3, "4")})), setup, topo, held);
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(b, second->allocation.cpus);
 }
@@ -577,7 +571,10 @@ TEST(PlanClaimTest, CdiSpecAndAnswerExactly) {
 
   const std::vector<PreparedDevice> devices = {
       {{"main"}, "node1", "cpudevmachine", {"dra.cpu/claim=" + uid + "-cpudevmachine"}, {}},
-      {{"side"}, "node1", "cpudevmachine", {"dra.cpu/claim=" + uid + "-cpudevmachine-2"},
+      {{"side"},
+       "node1",
+       "cpudevmachine",
+       {"dra.cpu/claim=" + uid + "-cpudevmachine-2"},
        "share-7"},
   };
   EXPECT_EQ(plan->devices, devices);
@@ -594,9 +591,11 @@ TEST(PlanClaimTest, CdiSpecAndAnswerExactly) {
   EXPECT_TRUE(a.gpus.empty());
   EXPECT_EQ(a.answer, json::parse(R"({"devices": [
       {"requestNames": ["main"], "pool": "node1", "device": "cpudevmachine",
-       "cdiDeviceIds": ["dra.cpu/claim=)" + uid + R"(-cpudevmachine"]},
+       "cdiDeviceIds": ["dra.cpu/claim=)" +
+                                  uid + R"(-cpudevmachine"]},
       {"requestNames": ["side"], "pool": "node1", "device": "cpudevmachine",
-       "cdiDeviceIds": ["dra.cpu/claim=)" + uid + R"(-cpudevmachine-2"], "shareId": "share-7"}]})"));
+       "cdiDeviceIds": ["dra.cpu/claim=)" +
+                                  uid + R"(-cpudevmachine-2"], "shareId": "share-7"}]})"));
   EXPECT_EQ(a.cdi, (json{{"file", "dra.cpu-claim_" + uid + ".json"}, {"spec", cdi::ToJson(want)}}));
 }
 
@@ -610,19 +609,19 @@ TEST(PlanClaimTest, CdiVersionFollowsTheUid) {
            {"f0e1d2c3-0000-4000-8000-000000000000", "0.3.0"}}) {
     SCOPED_TRACE(uid);
     absl::StatusOr<Plan> plan =
-        PlanClaim(Parse(ClaimJson(uid, "default", "c", {Result("r", "cpudevnuma000", "2")})),
-                  setup, topo, state::State{});
+        PlanClaim(Parse(ClaimJson(uid, "default", "c", {Result("r", "cpudevnuma000", "2")})), setup,
+                  topo, state::State{});
     ASSERT_TRUE(plan.ok()) << plan.status();
     EXPECT_EQ(plan->cdi_spec.cdi_version, version);
     EXPECT_EQ(plan->cdi_spec.cdi_version, cdi::MinimumVersion(plan->cdi_spec));
     EXPECT_TRUE(cdi::Validate(plan->cdi_spec).ok()) << cdi::Validate(plan->cdi_spec);
     // The UID as it is, dashes and all.
-    EXPECT_EQ(plan->cdi_spec.container_edits.env,
-              std::vector<std::string>{"DRA_CPUSET_" + uid + "=" +
-                                       plan->allocation.cpus.ToString()});
-    EXPECT_EQ(plan->cdi_spec.devices[0].container_edits.env,
-              std::vector<std::string>{"DRA_CPUSET_" + uid + "_r=" +
-                                       plan->allocation.cpus.ToString()});
+    EXPECT_EQ(
+        plan->cdi_spec.container_edits.env,
+        std::vector<std::string>{"DRA_CPUSET_" + uid + "=" + plan->allocation.cpus.ToString()});
+    EXPECT_EQ(
+        plan->cdi_spec.devices[0].container_edits.env,
+        std::vector<std::string>{"DRA_CPUSET_" + uid + "_r=" + plan->allocation.cpus.ToString()});
     EXPECT_EQ(plan->devices[0].cdi_device_ids,
               std::vector<std::string>{"dra.cpu/claim=" + uid + "-cpudevnuma000"});
   }
@@ -673,10 +672,10 @@ struct GpuCase {
   std::string name;
   std::vector<state::Allocation> held;
   json claim;
-  std::vector<std::string> want_devices;  // in answer order
-  std::set<std::string> want_gpus;        // allocation.gpus
+  std::vector<std::string> want_devices;        // in answer order
+  std::set<std::string> want_gpus;              // allocation.gpus
   std::map<std::string, std::string> want_env;  // request -> PCI ids
-  std::string error;                      // InvalidArgument, a substring
+  std::string error;                            // InvalidArgument, a substring
 };
 
 void PrintTo(const GpuCase& c, std::ostream* os) { *os << c.name; }
@@ -768,8 +767,8 @@ std::vector<GpuCase> GpuCases() {
        .want_gpus = {},
        .want_env = {{"monitor", "0000:34:00.0"}}},
       {.name = "OpaqueConfigRejected",
-       .claim = G({GpuResult("gpus", kGpu0)}, {Config({}, json{{"sharing", "timeSlicing"}},
-                                                      kGpuDriver)}),
+       .claim = G({GpuResult("gpus", kGpu0)},
+                  {Config({}, json{{"sharing", "timeSlicing"}}, kGpuDriver)}),
        .error = "request \"gpus\": config[0] (FromClaim): driver gpu.topodra.io takes no opaque "
                 "configuration"},
       {.name = "ClassConfigRejectedToo",

@@ -45,10 +45,14 @@ enum class Mode { kIndividual, kNuma, kSocket, kMachine };
 
 inline const char* ModeName(Mode m) {
   switch (m) {
-    case Mode::kIndividual: return "individual";
-    case Mode::kNuma: return "numa";
-    case Mode::kSocket: return "socket";
-    case Mode::kMachine: return "machine";
+    case Mode::kIndividual:
+      return "individual";
+    case Mode::kNuma:
+      return "numa";
+    case Mode::kSocket:
+      return "socket";
+    case Mode::kMachine:
+      return "machine";
   }
   return "?";
 }
@@ -60,8 +64,8 @@ inline DriverSetup CpuSetup(const topology::Topology& topo, Mode mode,
   opts.node_name = kNode;
   opts.cpu_driver = kCpuDriver;
   opts.reserved_cpus = reserved;
-  opts.cpu_mode =
-      mode == Mode::kIndividual ? publish::CpuDeviceMode::kIndividual : publish::CpuDeviceMode::kGrouped;
+  opts.cpu_mode = mode == Mode::kIndividual ? publish::CpuDeviceMode::kIndividual
+                                            : publish::CpuDeviceMode::kGrouped;
   opts.group_by = mode == Mode::kSocket    ? publish::GroupBy::kSocket
                   : mode == Mode::kMachine ? publish::GroupBy::kMachine
                                            : publish::GroupBy::kNuma;
@@ -133,9 +137,7 @@ inline json ClaimJson(const std::string& uid, const std::string& ns, const std::
           {"kind", "ResourceClaim"},
           {"metadata", {{"uid", uid}, {"namespace", ns}, {"name", name}}},
           {"spec", {{"devices", {{"requests", json::array()}}}}},
-          {"status",
-           {{"allocation",
-             {{"devices", {{"results", results}, {"config", configs}}}}}}}};
+          {"status", {{"allocation", {{"devices", {{"results", results}, {"config", configs}}}}}}}};
 }
 
 // A claim the scheduler has not allocated yet.
@@ -153,8 +155,8 @@ inline claims::Claim Parse(const json& j) {
 
 // A DRA allocation held by another claim, as ClaimService records it after prepare.
 inline state::Allocation HeldBy(const std::string& driver, const std::string& uid,
-                                const std::string& ns, const std::string& name,
-                                const CpuSet& cpus, std::set<std::string> gpus = {}) {
+                                const std::string& ns, const std::string& name, const CpuSet& cpus,
+                                std::set<std::string> gpus = {}) {
   state::Allocation a;
   a.kind = state::AllocationKind::kDraClaim;
   a.owner = state::DraOwner(driver, uid);

@@ -266,10 +266,10 @@ namespace {
 TEST(DeviceBuilderTest, CpuDeviceCpusMatchesThePublishedDevices) {
   for (const std::string& fixture : testing::AllFixtures()) {
     const Topology topo = Load(fixture);
-    for (const PublishOptions& opts :
-         {Opts(CpuDeviceMode::kIndividual, GroupBy::kNuma, CpuSet{1}),
-          Opts(CpuDeviceMode::kGrouped, GroupBy::kNuma, CpuSet{1}),
-          Opts(CpuDeviceMode::kGrouped, GroupBy::kSocket), Opts(CpuDeviceMode::kGrouped, GroupBy::kMachine)}) {
+    for (const PublishOptions& opts : {Opts(CpuDeviceMode::kIndividual, GroupBy::kNuma, CpuSet{1}),
+                                       Opts(CpuDeviceMode::kGrouped, GroupBy::kNuma, CpuSet{1}),
+                                       Opts(CpuDeviceMode::kGrouped, GroupBy::kSocket),
+                                       Opts(CpuDeviceMode::kGrouped, GroupBy::kMachine)}) {
       const std::map<std::string, CpuSet> cpus = CpuDeviceCpus(topo, opts);
       const Pool pool = BuildPools(topo, opts)[0];
       ASSERT_EQ(cpus.size(), pool.devices.size()) << fixture;

@@ -54,9 +54,10 @@ State Sample() {
   claim.claim_name = "gpu-claim";
   claim.cpus = CpuSet::Range(0, 3);
   claim.gpus = {"0000:3b:00.0", "0000:af:00.0"};
-  claim.answer = json{{"devices", {{{"cdi", {"k8s.topodra.io/cpu=claim-6f1c"}}, {"pool", "node-a"}}}},
-                  {"ratio", 0.5},
-                  {"text", "ünïcode"}};
+  claim.answer =
+      json{{"devices", {{{"cdi", {"k8s.topodra.io/cpu=claim-6f1c"}}, {"pool", "node-a"}}}},
+           {"ratio", 0.5},
+           {"text", "ünïcode"}};
   claim.phase = Phase::kPrepared;
   EXPECT_TRUE(state.Add(claim).ok());
   Allocation plugin;

@@ -466,7 +466,9 @@ absl::hash_internal::SpyHashState HashInput(const CpuSet& set) {
 }
 
 // Words a canonical set with members between lo and hi (inclusive) must store.
-size_t WindowWords(int lo, int hi) { return static_cast<size_t>(hi / 64 - lo / 64 + 1); }
+size_t WindowWords(int lo, int hi) {
+  return static_cast<size_t>(hi) / 64 - static_cast<size_t>(lo) / 64 + 1;
+}
 
 TEST(CpuSetSparseTest, SetsThatStartHigh) {
   const CpuSet pair{12798, 12799};
