@@ -12,16 +12,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
-#include "proto/dra/v1/api.grpc.pb.h"
-#include "proto/dra/v1beta1/api.grpc.pb.h"
+#include "proto/dra_api.h"
 #include "proto/drahealth/v1alpha1/api.grpc.pb.h"
 #include "proto/pluginregistration/api.grpc.pb.h"
 
 namespace topodra::plugin {
 namespace {
 
-namespace drav1 = ::k8s::io::kubelet::pkg::apis::dra::v1;
-namespace drav1beta1 = ::k8s::io::kubelet::pkg::apis::dra::v1beta1;
 namespace reg = ::pluginregistration;
 
 // sun_path is 108 bytes including the terminating NUL.
@@ -37,7 +34,7 @@ std::vector<prepare::ClaimRef> ClaimsOf(const Request& request) {
 
 // The two DRA versions have the same messages except Device.share_id (v1 only); one template
 // serves both.
-template <typename Api, bool kHasShareId>
+template <typename Api>
 class DraService final : public Api::DRAPlugin::Service {
  public:
   explicit DraService(prepare::ClaimService* service) : service_(service) {}
@@ -61,7 +58,7 @@ class DraService final : public Api::DRAPlugin::Service {
           device->set_pool_name(d.pool);
           device->set_device_name(d.device);
           for (const std::string& id : d.cdi_device_ids) device->add_cdi_device_ids(id);
-          if constexpr (kHasShareId) {
+          if constexpr (Api::kHasShareId) {
             if (d.share_id) device->set_share_id(*d.share_id);
           }
         }
@@ -89,28 +86,6 @@ class DraService final : public Api::DRAPlugin::Service {
   prepare::ClaimService* service_;
 };
 
-struct V1 {
-  using DRAPlugin = drav1::DRAPlugin;
-  using NodePrepareResourcesRequest = drav1::NodePrepareResourcesRequest;
-  using NodePrepareResourcesResponse = drav1::NodePrepareResourcesResponse;
-  using NodePrepareResourceResponse = drav1::NodePrepareResourceResponse;
-  using NodeUnprepareResourcesRequest = drav1::NodeUnprepareResourcesRequest;
-  using NodeUnprepareResourcesResponse = drav1::NodeUnprepareResourcesResponse;
-  using Device = drav1::Device;
-};
-struct V1beta1 {
-  using DRAPlugin = drav1beta1::DRAPlugin;
-  using NodePrepareResourcesRequest = drav1beta1::NodePrepareResourcesRequest;
-  using NodePrepareResourcesResponse = drav1beta1::NodePrepareResourcesResponse;
-  using NodePrepareResourceResponse = drav1beta1::NodePrepareResourceResponse;
-  using NodeUnprepareResourcesRequest = drav1beta1::NodeUnprepareResourcesRequest;
-  using NodeUnprepareResourcesResponse = drav1beta1::NodeUnprepareResourcesResponse;
-  using Device = drav1beta1::Device;
-};
-
-// DRAResourceHealth: the complete device list at once, then again every health_interval, all
-// Healthy (devices that are not usable are not published, so not listed here either). Used by
-// 1.34+ kubelets with the ResourceHealthStatus feature gate.
 class HealthService final : public ::v1alpha1::DRAResourceHealth::Service {
  public:
   HealthService(KubeletPlugin* plugin, prepare::ClaimService* service, absl::Duration interval)
@@ -242,8 +217,8 @@ absl::StatusOr<std::unique_ptr<KubeletPlugin>> KubeletPlugin::Start(
   if (absl::Status st = files::MakeDirectories(p->plugin_dir_, 0750); !st.ok()) return st;
   if (absl::Status st = files::MakeDirectories(p->registry_dir_, 0755); !st.ok()) return st;
 
-  p->services_.push_back(std::make_unique<DraService<V1, true>>(service));
-  p->services_.push_back(std::make_unique<DraService<V1beta1, false>>(service));
+  p->services_.push_back(std::make_unique<DraService<proto::DraV1>>(service));
+  p->services_.push_back(std::make_unique<DraService<proto::DraV1beta1>>(service));
   p->services_.push_back(
       std::make_unique<HealthService>(p.get(), service, p->opts_.health_interval));
   std::vector<grpc::Service*> services;

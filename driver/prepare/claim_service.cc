@@ -163,14 +163,17 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref) {
                   driver_);
     return o;
   };
+  // With node_->mu held: the outcome when the claim is already known, else nullopt.
+  auto known = [&]() -> std::optional<ClaimOutcome> {
+    const state::Allocation* a = node_->state.Find(owner);
+    if (a == nullptr) return std::nullopt;
+    if (std::optional<ClaimOutcome> o = replay(*a)) return o;
+    return fail(absl::StrCat("claim ", Ref(ref),
+                             ": a concurrent call is preparing or unpreparing it; retry"));
+  };
   {
     std::lock_guard<std::mutex> lock(node_->mu);
-    if (const state::Allocation* a = node_->state.Find(owner); a != nullptr) {
-      if (std::optional<ClaimOutcome> o = replay(*a)) return *o;
-      return fail(absl::StrCat("claim ", Ref(ref),
-                               ": a concurrent call is preparing or "
-                               "unpreparing it; retry"));
-    }
+    if (std::optional<ClaimOutcome> o = known()) return *o;
   }
 
   const auto t0 = std::chrono::steady_clock::now();
@@ -194,12 +197,7 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref) {
   {
     std::lock_guard<std::mutex> lock(node_->mu);
     // Another call may have prepared it while we fetched it.
-    if (const state::Allocation* a = node_->state.Find(owner); a != nullptr) {
-      if (std::optional<ClaimOutcome> o = replay(*a)) return *o;
-      return fail(absl::StrCat("claim ", Ref(ref),
-                               ": a concurrent call is preparing or "
-                               "unpreparing it; retry"));
-    }
+    if (std::optional<ClaimOutcome> o = known()) return *o;
     absl::StatusOr<Plan> planned = PlanClaim(*claim, setup_, topo_, node_->state);
     if (!planned.ok()) return fail(Message(planned.status()));
     plan = *std::move(planned);

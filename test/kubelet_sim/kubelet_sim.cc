@@ -22,15 +22,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "proto/dra/v1/api.grpc.pb.h"
-#include "proto/dra/v1beta1/api.grpc.pb.h"
+#include "proto/dra_api.h"
 #include "proto/pluginregistration/api.grpc.pb.h"
 
 namespace topodra::testing {
 namespace {
 
-namespace dra_v1 = ::k8s::io::kubelet::pkg::apis::dra::v1;
-namespace dra_v1beta1 = ::k8s::io::kubelet::pkg::apis::dra::v1beta1;
 namespace reg = ::pluginregistration;
 
 // The kubelet's values (spec §6), except the loop period and the retry backoff, which are
@@ -48,22 +45,6 @@ constexpr absl::Duration kCancelCheck = absl::Milliseconds(50);
 constexpr char kDraPluginType[] = "DRAPlugin";
 constexpr char kV1[] = "v1.DRAPlugin";
 constexpr char kV1beta1[] = "v1beta1.DRAPlugin";
-
-struct V1Api {
-  using Service = dra_v1::DRAPlugin;
-  using PrepareRequest = dra_v1::NodePrepareResourcesRequest;
-  using PrepareResponse = dra_v1::NodePrepareResourcesResponse;
-  using UnprepareRequest = dra_v1::NodeUnprepareResourcesRequest;
-  using UnprepareResponse = dra_v1::NodeUnprepareResourcesResponse;
-};
-
-struct V1beta1Api {
-  using Service = dra_v1beta1::DRAPlugin;
-  using PrepareRequest = dra_v1beta1::NodePrepareResourcesRequest;
-  using PrepareResponse = dra_v1beta1::NodePrepareResourcesResponse;
-  using UnprepareRequest = dra_v1beta1::NodeUnprepareResourcesRequest;
-  using UnprepareResponse = dra_v1beta1::NodeUnprepareResourcesResponse;
-};
 
 absl::Status FromGrpc(const grpc::Status& s) {
   if (s.ok()) return absl::OkStatus();
@@ -175,9 +156,9 @@ template <typename Api>
 absl::StatusOr<std::map<std::string, ClaimResult>> CallPrepare(
     const std::shared_ptr<grpc::Channel>& channel, const std::vector<PrepareClaim>& claims,
     std::string* log) {
-  auto stub = Api::Service::NewStub(channel);
-  auto req = BuildRequest<typename Api::PrepareRequest>(claims);
-  typename Api::PrepareResponse resp;
+  auto stub = Api::DRAPlugin::NewStub(channel);
+  auto req = BuildRequest<typename Api::NodePrepareResourcesRequest>(claims);
+  typename Api::NodePrepareResourcesResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(Deadline(kCallTimeout));
   grpc::Status s = stub->NodePrepareResources(&ctx, req, &resp);
@@ -208,9 +189,9 @@ template <typename Api>
 absl::StatusOr<std::map<std::string, std::string>> CallUnprepare(
     const std::shared_ptr<grpc::Channel>& channel, const std::vector<PrepareClaim>& claims,
     std::string* log) {
-  auto stub = Api::Service::NewStub(channel);
-  auto req = BuildRequest<typename Api::UnprepareRequest>(claims);
-  typename Api::UnprepareResponse resp;
+  auto stub = Api::DRAPlugin::NewStub(channel);
+  auto req = BuildRequest<typename Api::NodeUnprepareResourcesRequest>(claims);
+  typename Api::NodeUnprepareResourcesResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(Deadline(kCallTimeout));
   grpc::Status s = stub->NodeUnprepareResources(&ctx, req, &resp);
@@ -333,8 +314,8 @@ class KubeletSimulator::Impl {
     std::string version;
     if (absl::Status s = Lookup(driver, &channel, &version); !s.ok()) return s;
     std::string result;
-    auto out = version == kV1 ? CallPrepare<V1Api>(channel, claims, &result)
-                              : CallPrepare<V1beta1Api>(channel, claims, &result);
+    auto out = version == kV1 ? CallPrepare<proto::DraV1>(channel, claims, &result)
+                              : CallPrepare<proto::DraV1beta1>(channel, claims, &result);
     AddLog(absl::StrCat("NodePrepareResources driver=", driver, " version=", version,
                         " claims=", ClaimsForLog(claims), " -> ", result));
     return out;
@@ -346,8 +327,8 @@ class KubeletSimulator::Impl {
     std::string version;
     if (absl::Status s = Lookup(driver, &channel, &version); !s.ok()) return s;
     std::string result;
-    auto out = version == kV1 ? CallUnprepare<V1Api>(channel, claims, &result)
-                              : CallUnprepare<V1beta1Api>(channel, claims, &result);
+    auto out = version == kV1 ? CallUnprepare<proto::DraV1>(channel, claims, &result)
+                              : CallUnprepare<proto::DraV1beta1>(channel, claims, &result);
     AddLog(absl::StrCat("NodeUnprepareResources driver=", driver, " version=", version,
                         " claims=", ClaimsForLog(claims), " -> ", result));
     return out;
