@@ -79,7 +79,12 @@ struct RunCommand {
 };
 // The node daemon: publishes this node's ResourceSlices and serves the kubelet (DRA plugin per
 // driver) until SIGTERM or SIGINT.
+// Loads the `run` module (libtopodra_run.so next to the binary, or ../lib/topodra/) and calls it.
 int RunDaemon(const RunCommand& cmd, std::ostream& err);
+// The module's entry point, in the module.
+int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err);
+inline constexpr char kRunModuleName[] = "libtopodra_run.so";
+inline constexpr char kRunModuleEntry[] = "topodra_run_daemon";
 
 int RunFlatten(const FlattenCommand& cmd, std::istream& in, std::ostream& out, std::ostream& err);
 

@@ -1,5 +1,6 @@
 // The topodra binary. This is the only file that includes CLI11 (slow to compile); it turns the
 // command line into option structs and hands them to the subcommands in commands.h.
+#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <iostream>
@@ -129,6 +130,11 @@ bool ExpandConfig(const CLI::App& run, std::vector<std::string>* args, std::stri
 }
 
 int Main(int argc, char** argv) {
+  // hwloc loads every plugin it finds on each discovery (the daemon rediscovers every 30 s) and
+  // only then applies our component blacklist: OpenCL, GL (X11), libpciaccess and libxml2 (ICU)
+  // would be mapped into the daemon each time. The environment stops the loading itself. Set
+  // before any thread exists (setenv is not thread-safe); an operator's own value wins.
+  setenv("HWLOC_PLUGINS_BLACKLIST", "hwloc_opencl,hwloc_gl,hwloc_pci,hwloc_xml_libxml", 0);
   CLI::App app{"topodra: topology-aware Kubernetes DRA driver for CPUs and GPUs", "topodra"};
   // A flag given twice takes the last value: how --config values yield to the command line.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);

@@ -105,7 +105,7 @@ struct DriverRuntime {
 
 }  // namespace
 
-int RunDaemon(const RunCommand& cmd, std::ostream& err) {
+int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   // gRPC and the publishers run a dozen threads; glibc would give each its own malloc arena
   // (tens of MB of reserved, partly touched memory) for a daemon that allocates little.
   mallopt(M_ARENA_MAX, 2);
@@ -265,3 +265,9 @@ int RunDaemon(const RunCommand& cmd, std::ostream& err) {
 }
 
 }  // namespace topodra::cmd
+
+// What run_loader.cc looks up with dlsym.
+extern "C" __attribute__((visibility("default"))) int topodra_run_daemon(
+    const topodra::cmd::RunCommand* cmd, std::ostream* err) {
+  return topodra::cmd::RunDaemonInProcess(*cmd, *err);
+}
