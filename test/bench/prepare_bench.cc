@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <string>
@@ -131,6 +132,8 @@ bool StartNode(Node& n, const std::vector<std::string>& machine) {
     args.push_back(std::string(n.dirs.root).replace(0, 4, "/dev/shm") + "-cdi");
   }
   args.insert(args.end(), machine.begin(), machine.end());
+  // Per-phase timings of each prepare in the daemon log, for looking into the figures.
+  if (std::getenv("TOPODRA_BENCH_VERBOSE") != nullptr) args.push_back("-v");
   const auto t0 = Clock::now();
   n.daemon.Start(n.dirs, args);
   auto reg = n.sim->WaitForRegistration(kDriver, 1, absl::Seconds(30));
@@ -275,6 +278,15 @@ int main(int argc, char** argv) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   std::printf("daemon RSS after %d claims prepared and unprepared: %.1f MB (target < 40 MB)\n",
               prepared, n.daemon.RssKib() / 1024.0);
+  if (std::getenv("TOPODRA_BENCH_VERBOSE") != nullptr) {
+    std::printf("daemon log: %s\n", n.daemon.Log().substr(0, 0).c_str());
+    std::FILE* f = std::fopen("/tmp/prepare_bench_daemon.log", "w");
+    if (f != nullptr) {
+      const std::string log = n.daemon.Log();
+      std::fwrite(log.data(), 1, log.size(), f);
+      std::fclose(f);
+    }
+  }
   StopNode(n);
   if (argc > 3 && std::string(argv[3]) == "--latency-only") return 0;
 
