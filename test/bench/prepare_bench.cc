@@ -331,6 +331,9 @@ int main(int argc, char** argv) {
   if (StartNode(big, synthetic)) {
     std::printf("restart (kill -9) with %d claims in the state -> registered: %.1f ms\n", kMany,
                 big.start_to_registered_ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    std::printf("daemon RSS after that restart, the %d claims loaded: %.1f MB\n", kMany,
+                big.daemon.RssKib() / 1024.0);
   }
   StopNode(big);
   return 0;
