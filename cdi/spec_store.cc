@@ -101,34 +101,15 @@ absl::Status SpecStore::Remove(absl::string_view file_name, bool synced) const {
 }
 
 absl::StatusOr<std::vector<std::string>> SpecStore::List() const {
-  DIR* dir = ::opendir(dir_.c_str());
-  if (dir == nullptr) {
-    if (errno == ENOENT) return std::vector<std::string>{};
-    return ErrnoStatus(errno, "open directory", dir_);
-  }
+  absl::StatusOr<std::vector<files::DirEntry>> entries = files::ListDirectory(dir_);
+  if (!entries.ok()) return entries.status();
   std::vector<std::string> names;
-  int err = 0;
-  while (true) {
-    errno = 0;
-    const dirent* entry = ::readdir(dir);
-    if (entry == nullptr) {
-      err = errno;
-      break;
+  for (const files::DirEntry& e : *entries) {
+    if (!e.regular || !absl::EndsWith(e.name, ".json") || !ValidateSpecFileName(e.name).ok()) {
+      continue;
     }
-    const absl::string_view name = entry->d_name;
-    if (!absl::EndsWith(name, ".json") || !ValidateSpecFileName(name).ok()) continue;
-    if (entry->d_type != DT_REG && entry->d_type != DT_UNKNOWN) continue;
-    if (entry->d_type == DT_UNKNOWN) {
-      struct stat st;
-      if (::fstatat(::dirfd(dir), entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-          !S_ISREG(st.st_mode)) {
-        continue;
-      }
-    }
-    names.emplace_back(name);
+    names.push_back(e.name);
   }
-  ::closedir(dir);
-  if (err != 0) return ErrnoStatus(err, "read directory", dir_);
   std::sort(names.begin(), names.end());
   return names;
 }

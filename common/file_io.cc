@@ -1,5 +1,6 @@
 #include "common/file_io.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -118,6 +119,36 @@ bool IsTempNameFor(absl::string_view name, absl::string_view file_name) {
   return name.size() > file_name.size() + 6 && absl::StartsWith(name, ".") &&
          absl::StartsWith(name.substr(1), file_name) && name[file_name.size() + 1] == '.' &&
          absl::EndsWith(name, ".tmp");
+}
+
+absl::StatusOr<std::vector<DirEntry>> ListDirectory(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) {
+    if (errno == ENOENT) return std::vector<DirEntry>{};
+    return ErrnoStatus(errno, "open directory", dir);
+  }
+  std::vector<DirEntry> out;
+  int err = 0;
+  while (true) {
+    errno = 0;
+    const dirent* entry = ::readdir(d);
+    if (entry == nullptr) {
+      err = errno;
+      break;
+    }
+    const std::string name = entry->d_name;
+    if (name == "." || name == "..") continue;
+    bool regular = entry->d_type == DT_REG;
+    if (entry->d_type == DT_UNKNOWN) {
+      struct stat st;
+      regular = ::fstatat(::dirfd(d), entry->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                S_ISREG(st.st_mode);
+    }
+    out.push_back({name, regular});
+  }
+  ::closedir(d);
+  if (err != 0) return ErrnoStatus(err, "read directory", dir);
+  return out;
 }
 
 absl::StatusOr<std::string> ReadFileBounded(const std::string& path, size_t max_bytes) {

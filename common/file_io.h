@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -35,6 +36,14 @@ absl::Status WriteFileAtomically(const std::string& dir, const std::string& file
 
 // True for the temporary names WriteFileAtomically uses for file_name (leftovers of a crash).
 bool IsTempNameFor(absl::string_view name, absl::string_view file_name);
+
+// The names in `dir` (not "." and ".."), and whether each is a regular file (symlinks are not
+// followed). A directory that does not exist has no entries.
+struct DirEntry {
+  std::string name;
+  bool regular = false;
+};
+absl::StatusOr<std::vector<DirEntry>> ListDirectory(const std::string& dir);
 
 // The content of a regular file, at most max_bytes + 1 bytes so the caller can report an
 // oversized file. A missing file is NotFound.

@@ -156,8 +156,8 @@ absl::Status HwlocDiscoverer::Load(hwloc_topology_t t) const {
   if (hwloc_topology_load(t) != 0) {
     // Without the libxml2 plugin (the daemon blacklists it) hwloc parses XML only here.
     if (source_.kind == TopologySource::Kind::kXmlFile) {
-      return absl::InvalidArgumentError(absl::StrCat("topology file \"", source_.value,
-                                                     "\" is not valid hwloc XML"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("topology file \"", source_.value, "\" is not valid hwloc XML"));
     }
     return absl::InvalidArgumentError(
         absl::StrCat("cannot load topology from ", source_.Describe(), ": ", ErrnoText(errno)));

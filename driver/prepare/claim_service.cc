@@ -1,13 +1,16 @@
 #include "driver/prepare/claim_service.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <exception>
 #include <set>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/file_io.h"
 #include "driver/claims/allocation_result.h"
 #include "driver/kube/rest_client.h"
 
@@ -106,9 +109,18 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::ReconcileCdi() {
     spdlog::info("driver {}: restored CDI spec {}", driver_, cdi_->PathOf(file));
     ++out.written;
   }
-  absl::StatusOr<std::vector<std::string>> files = cdi_->List();
-  if (!files.ok()) return files.status();
-  for (const std::string& file : *files) {
+  // Temporary files of writes a crash interrupted: hidden and ".tmp", so runtimes skip them, but
+  // they would pile up.
+  absl::StatusOr<std::vector<files::DirEntry>> entries = files::ListDirectory(cdi_->dir());
+  if (!entries.ok()) return entries.status();
+  for (const files::DirEntry& e : *entries) {
+    if (absl::StartsWith(e.name, "." + driver_ + "-claim_") && absl::EndsWith(e.name, ".tmp")) {
+      if (::unlink(cdi_->PathOf(e.name).c_str()) == 0) ++out.removed;
+    }
+  }
+  absl::StatusOr<std::vector<std::string>> on_disk = cdi_->List();
+  if (!on_disk.ok()) return on_disk.status();
+  for (const std::string& file : *on_disk) {
     if (!IsCdiFileOf(driver_, file) || wanted.contains(file)) continue;
     if (absl::Status st = cdi_->Remove(file); !st.ok()) return st;
     spdlog::info("driver {}: removed CDI spec {} of a claim that is not prepared", driver_,

@@ -289,24 +289,12 @@ absl::Status Checkpoint::Save(const State& state) const {
 }
 
 absl::Status Checkpoint::RemoveStaleTemps() const {
-  DIR* dir = ::opendir(dir_.c_str());
-  if (dir == nullptr) {
-    if (errno == ENOENT) return absl::OkStatus();
-    return ErrnoStatus(errno, "open directory", dir_);
-  }
+  absl::StatusOr<std::vector<files::DirEntry>> entries = files::ListDirectory(dir_);
+  if (!entries.ok()) return entries.status();
   std::vector<std::string> stale;
-  int err = 0;
-  while (true) {
-    errno = 0;
-    const dirent* entry = ::readdir(dir);
-    if (entry == nullptr) {
-      err = errno;
-      break;
-    }
-    if (files::IsTempNameFor(entry->d_name, file_name_)) stale.emplace_back(entry->d_name);
+  for (const files::DirEntry& e : *entries) {
+    if (files::IsTempNameFor(e.name, file_name_)) stale.push_back(e.name);
   }
-  ::closedir(dir);
-  if (err != 0) return ErrnoStatus(err, "read directory", dir_);
   for (const std::string& name : stale) {
     const std::string path = absl::StrCat(dir_, "/", name);
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) {

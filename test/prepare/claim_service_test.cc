@@ -504,6 +504,21 @@ TEST_F(ClaimServiceTest, ReconcileCdiRestoresAndRemovesOnlyItsOwnFiles) {
   EXPECT_EQ(r->removed, 0);
 }
 
+TEST_F(ClaimServiceTest, ReconcileRemovesTemporaryFilesOfInterruptedWrites) {
+  const topology::Topology& topo = Load(k16);
+  Start(CpuSetup(topo, Mode::kNuma), topo);
+  std::filesystem::create_directories(cdi_->dir());
+  const std::string ours = cdi_->PathOf(".dra.cpu-claim_uid-9.json.4242-7.tmp");
+  const std::string theirs = cdi_->PathOf(".gpu.topodra.io-claim_uid-9.json.4242-8.tmp");
+  std::ofstream(ours) << "{";
+  std::ofstream(theirs) << "{";
+  absl::StatusOr<ClaimService::Reconciled> r = service().ReconcileCdi();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->removed, 1);
+  EXPECT_FALSE(std::filesystem::exists(ours));
+  EXPECT_TRUE(std::filesystem::exists(theirs));
+}
+
 TEST_F(ClaimServiceTest, ReconcileWithNothingPreparedAndNoDirectory) {
   const topology::Topology& topo = Load(k16);
   Start(CpuSetup(topo, Mode::kNuma), topo);
