@@ -310,6 +310,27 @@ struct Builder {
                            host->attr->bridge.downstream.pci.secondary_bus);
   }
 
+  // The bridges above a PCI device, topmost first; see Gpu::pci_path.
+  static std::vector<std::string> PciPath(hwloc_obj_t dev) {
+    std::vector<std::string> path;
+    for (hwloc_obj_t o = dev->parent; o != nullptr && o->type == HWLOC_OBJ_BRIDGE; o = o->parent) {
+      const hwloc_obj_attr_u::hwloc_bridge_attr_s* b =
+          o->attr == nullptr ? nullptr : &o->attr->bridge;
+      if (b != nullptr && b->upstream_type == HWLOC_OBJ_BRIDGE_PCI) {
+        const hwloc_obj_attr_u::hwloc_pcidev_attr_s& up = b->upstream.pci;
+        path.push_back(absl::StrFormat("%04x:%02x:%02x.%01x", up.domain, up.bus, up.dev, up.func));
+      } else if (b != nullptr && b->downstream_type == HWLOC_OBJ_BRIDGE_PCI) {
+        path.push_back(absl::StrFormat("pci%04x:%02x", b->downstream.pci.domain,
+                                       b->downstream.pci.secondary_bus));
+      } else {
+        // A host bridge hwloc could not name: still distinct from every other bridge.
+        path.push_back(absl::StrCat("bridge#", o->gp_index));
+      }
+    }
+    std::reverse(path.begin(), path.end());
+    return path;
+  }
+
   void Gpus() {
     for (hwloc_obj_t o = nullptr; (o = hwloc_get_next_pcidev(t, o)) != nullptr;) {
       const hwloc_obj_attr_u::hwloc_pcidev_attr_s& pci = o->attr->pcidev;
@@ -323,6 +344,7 @@ struct Builder {
       if (g.vendor_name.empty()) g.vendor_name = FallbackVendorName(pci.vendor_id);
       g.device_name = Info(o, "PCIDevice");
       g.pcie_root = PcieRoot(o);
+      g.pci_path = PciPath(o);
       if (hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(t, o)) {
         g.local_cpus = ToCpuSet(anc->cpuset);
         if (anc->nodeset != nullptr && hwloc_bitmap_weight(anc->nodeset) == 1) {

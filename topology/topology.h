@@ -77,7 +77,14 @@ struct Gpu {
   std::string uuid;
   int numa = kNone;  // kNone when the device is not attached below a single NUMA node
   CpuSet local_cpus;
-  std::string pcie_root;      // "pci0000:00": domain and bus of the host bridge above it
+  std::string pcie_root;  // "pci0000:00": domain and bus of the host bridge above it
+  // The bridges above the GPU, from the host bridge down to the GPU's parent: first the host
+  // bridge named like pcie_root ("pci0000:00"), then each PCI-to-PCI bridge by its own bus id
+  // ("0000:17:00.0"), the switch ports included. Two GPUs behind the same PCIe switch share every
+  // entry down to the switch's upstream port, so the length of the common prefix says how close
+  // they are in the PCI tree. Empty when unknown (hand-built topologies); not part of the text or
+  // JSON formats.
+  std::vector<std::string> pci_path;
   uint64_t memory_bytes = 0;  // 0 when unknown
   std::vector<OsDevice> os_devices;
 };

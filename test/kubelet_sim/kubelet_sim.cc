@@ -24,9 +24,15 @@
 #include "absl/synchronization/mutex.h"
 #include "proto/dra_api.h"
 #include "proto/pluginregistration/api.grpc.pb.h"
+#include "test/kubelet_sim/grpc_util.h"
 
 namespace topodra::testing {
 namespace {
+
+using sim::Deadline;
+using sim::Dial;
+using sim::FromGrpc;
+using sim::GrpcResult;
 
 namespace reg = ::pluginregistration;
 
@@ -46,22 +52,6 @@ constexpr char kDraPluginType[] = "DRAPlugin";
 constexpr char kV1[] = "v1.DRAPlugin";
 constexpr char kV1beta1[] = "v1beta1.DRAPlugin";
 
-absl::Status FromGrpc(const grpc::Status& s) {
-  if (s.ok()) return absl::OkStatus();
-  // gRPC and absl share the canonical code numbering.
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-}
-
-std::string GrpcResult(const grpc::Status& s) {
-  if (s.ok()) return "OK";
-  return absl::StrCat(absl::StatusCodeToString(static_cast<absl::StatusCode>(s.error_code())), ": ",
-                      s.error_message());
-}
-
-std::chrono::system_clock::time_point Deadline(absl::Duration d) {
-  return absl::ToChronoTime(absl::Now() + d);
-}
-
 const char* StateName(grpc_connectivity_state s) {
   switch (s) {
     case GRPC_CHANNEL_IDLE:
@@ -76,19 +66,6 @@ const char* StateName(grpc_connectivity_state s) {
       return "SHUTDOWN";
   }
   return "UNKNOWN";
-}
-
-std::shared_ptr<grpc::Channel> Dial(const std::string& socket_path) {
-  grpc::ChannelArguments args;
-  // A fresh connection per channel: after a socket is re-created, a shared subchannel could still
-  // be connected to the old server behind the unlinked socket.
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  // Reconnect quickly when the plugin restarts (the default waits a second first).
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(absl::StrCat("unix:", socket_path),
-                                   grpc::InsecureChannelCredentials(), args);
 }
 
 std::string ClaimsForLog(const std::vector<PrepareClaim>& claims) {
