@@ -300,7 +300,9 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
                     ref.uid, driver_);
       return "";
     }
-    if (a->phase != state::Phase::kPrepared) {
+    // A prepare whose journal record is still being written (in_flight) would append it after our
+    // removal record and bring the claim back on replay: that call must finish first.
+    if (a->phase != state::Phase::kPrepared || node_->in_flight.contains(owner)) {
       return fail(absl::StrCat("claim ", Ref(ref),
                                ": a concurrent call is preparing or "
                                "unpreparing it; retry"));
