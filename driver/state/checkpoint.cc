@@ -274,14 +274,14 @@ Checkpoint::Checkpoint(std::string path) : path_(std::move(path)) {
   }
 }
 
-absl::Status Checkpoint::Save(const State& state) const {
+absl::Status Checkpoint::Save(const State& state, uint64_t seq, bool prepared_only) const {
   auto fail = [this](absl::Status st) {
     return absl::Status(st.code(), absl::StrCat("save checkpoint \"", path_, "\": ", st.message()));
   };
   if (file_name_.empty()) return fail(absl::InvalidArgumentError("path names a directory"));
   // 0600 / 0700: the checkpoint names every pod's claims.
-  if (absl::Status st =
-          files::WriteFileAtomically(dir_, file_name_, EncodeCheckpoint(state), 0600, 0700);
+  if (absl::Status st = files::WriteFileAtomically(
+          dir_, file_name_, EncodeCheckpoint(state, seq, prepared_only), 0600, 0700);
       !st.ok()) {
     return fail(st);
   }

@@ -51,9 +51,11 @@ class Checkpoint {
   explicit Checkpoint(std::string path);
 
   const std::string& path() const { return path_; }
+  const std::string& dir() const { return dir_; }
 
   // Creates the directory (0700) if missing; the file is 0600.
-  absl::Status Save(const State& state) const;
+  // seq and prepared_only as in EncodeCheckpoint (a StateStore snapshot).
+  absl::Status Save(const State& state, uint64_t seq = 0, bool prepared_only = false) const;
   // A missing file is the empty state. A corrupt file is an error telling the operator what to
   // do, never silently dropped. Removes temporary files a crashed Save left behind, so call it
   // at start, not concurrently with Save.

@@ -36,12 +36,6 @@ absl::Status WriteAll(int fd, absl::string_view data) {
   return absl::OkStatus();
 }
 
-std::string DirOf(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 }  // namespace
 
 std::string EncodeJournalLine(const json& body) {
@@ -96,11 +90,12 @@ StateStore::~StateStore() {
 absl::StatusOr<StateStore::Opened> StateStore::Open(const std::string& path) {
   const std::string journal = path + ".journal";
   const std::string todo_journal = absl::StrCat("journal \"", journal, "\": ");
-  if (absl::Status st = files::MakeDirectories(DirOf(path), 0700); !st.ok()) {
+  const Checkpoint snapshot(path);
+  if (absl::Status st = files::MakeDirectories(snapshot.dir(), 0700); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("state directory: ", st.message()));
   }
   uint64_t snapshot_seq = 0;
-  absl::StatusOr<State> state = Checkpoint(path).Load(&snapshot_seq);
+  absl::StatusOr<State> state = snapshot.Load(&snapshot_seq);
   if (!state.ok()) return state.status();
 
   Opened out;
@@ -180,7 +175,7 @@ absl::StatusOr<StateStore::Opened> StateStore::Open(const std::string& path) {
       return ErrnoStatus(err, "drop the torn last record of", journal);
     }
   }
-  if (absl::Status st = files::SyncDirectory(DirOf(path)); !st.ok()) {
+  if (absl::Status st = files::SyncDirectory(snapshot.dir()); !st.ok()) {
     ::close(fd);
     return st;
   }
@@ -246,13 +241,8 @@ absl::Status StateStore::Compact(const State& state) {
   std::unique_lock<std::mutex> lock(mu_);
   while (syncing_) synced_cv_.wait(lock);
   const uint64_t seq = next_seq_;
-  const size_t slash = path_.rfind('/');
-  const std::string dir = DirOf(path_);
-  const std::string name = slash == std::string::npos ? path_ : path_.substr(slash + 1);
-  if (absl::Status st = files::WriteFileAtomically(
-          dir, name, EncodeCheckpoint(state, seq, /*prepared_only=*/true), 0600, 0700);
-      !st.ok()) {
-    return absl::Status(st.code(), absl::StrCat("compact state into ", path_, ": ", st.message()));
+  if (absl::Status st = Checkpoint(path_).Save(state, seq, /*prepared_only=*/true); !st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("compact: ", st.message()));
   }
   // The snapshot covers every record: the journal can go. A crash before this is harmless
   // (replay skips records up to seq).
