@@ -44,6 +44,7 @@ bench: deps
 	./build/bench/test/bench/topology_bench ../shared/topologies
 	./build/bench/test/bench/slices_bench ../shared/topologies
 	./build/bench/test/bench/prepare_bench ../shared/topologies
+	./build/bench/test/bench/device_plugin_bench ../shared/topologies
 
 format:
 	git ls-files '*.cc' '*.h' | xargs clang-format -i

@@ -76,6 +76,12 @@ struct RunCommand {
   std::string state_dir = "/var/lib/topodra";
   // Where GPU device nodes are looked up (/sys, /dev, /proc); a test points them elsewhere.
   std::string host_root = "/";
+  // The legacy device-plugin API: "none", "gpu", "cpu", "gpu,cpu".
+  std::string device_plugin = "none";
+  std::string device_plugin_gpu_resource = "topodra.io/gpu";
+  std::string device_plugin_cpu_resource = "topodra.io/cpu";
+  double device_plugin_reclaim_seconds = 10;
+  std::string pod_resources_socket;  // empty: <kubelet_root_dir>/pod-resources/kubelet.sock
 };
 // The node daemon: publishes this node's ResourceSlices and serves the kubelet (DRA plugin per
 // driver) until SIGTERM or SIGINT.

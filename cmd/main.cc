@@ -201,6 +201,24 @@ int Main(int argc, char** argv) {
   run->add_option("--host-root", run_cmd.host_root,
                   "Where the host's /sys, /dev and /proc are seen (GPU device nodes)")
       ->capture_default_str();
+  run->add_option("--device-plugin", run_cmd.device_plugin,
+                  "Also serve the legacy device-plugin API: none, gpu, cpu or gpu,cpu")
+      ->check(CLI::IsMember({"none", "gpu", "cpu", "gpu,cpu", "cpu,gpu"}))
+      ->capture_default_str();
+  run->add_option("--device-plugin-gpu-resource", run_cmd.device_plugin_gpu_resource,
+                  "Extended resource name of GPUs served through the device plugin")
+      ->capture_default_str();
+  run->add_option("--device-plugin-cpu-resource", run_cmd.device_plugin_cpu_resource,
+                  "Extended resource name of exclusive CPUs served through the device plugin")
+      ->capture_default_str();
+  run->add_option("--device-plugin-reclaim-interval", run_cmd.device_plugin_reclaim_seconds,
+                  "Seconds between checks of the kubelet's PodResources API; a device-plugin "
+                  "allocation no container uses in two checks is released")
+      ->check(CLI::Range(0.05, 3600.0))
+      ->capture_default_str();
+  run->add_option("--pod-resources-socket", run_cmd.pod_resources_socket,
+                  "The kubelet's PodResources API socket (default "
+                  "<kubelet-root-dir>/pod-resources/kubelet.sock)");
   std::string config_file;
   run->add_option("--config", config_file,
                   "YAML file with the same keys as these flags (without dashes); flags win");

@@ -6,6 +6,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <ctime>
 #include <ostream>
@@ -13,11 +14,16 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "cdi/spec.h"
 #include "cdi/spec_store.h"
 #include "cmd/commands.h"
+#include "common/uevent.h"
+#include "driver/deviceplugin/device_plugin_service.h"
 #include "driver/kube/rest_client.h"
+#include "driver/plugin/device_plugin_server.h"
 #include "driver/plugin/instance_lock.h"
 #include "driver/plugin/kubelet_plugin.h"
+#include "driver/plugin/pod_resources.h"
 #include "driver/prepare/claim_service.h"
 #include "driver/prepare/gpu_nodes.h"
 #include "driver/publish/slice_publisher.h"
@@ -98,6 +104,39 @@ prepare::DriverSetup GpuSetup(const topology::Topology& topo, const publish::Pub
   return setup;
 }
 
+deviceplugin::ResourceSetup DpSetup(deviceplugin::ResourceKind kind, const std::string& resource,
+                                    const prepare::DriverSetup& dra) {
+  deviceplugin::ResourceSetup setup;
+  setup.kind = kind;
+  setup.resource = resource;
+  setup.reserved = dra.reserved;
+  for (const auto& [name, gpu] : dra.gpus) setup.gpus[gpu.pci_bus_id] = gpu;
+  return setup;
+}
+
+// The kubelet's rules for an extended resource name (it refuses Register otherwise), plus CDI's
+// for a kind: the name is also the CDI kind of the allocations' specs.
+absl::Status ValidateResourceName(const std::string& name) {
+  const size_t slash = name.find('/');
+  if (slash == std::string::npos || name.find('/', slash + 1) != std::string::npos ||
+      name.substr(0, slash).ends_with("kubernetes.io") || name.starts_with("requests.")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resource name \"", name,
+        "\" is not an extended resource name (want <domain>/<name>, not in kubernetes.io)"));
+  }
+  if (absl::Status st = cdi::ValidateKind(name); !st.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resource name \"", name, "\": ", std::string(st.message())));
+  }
+  return absl::OkStatus();
+}
+
+struct DevicePluginRuntime {
+  deviceplugin::ResourceKind kind;
+  std::unique_ptr<deviceplugin::DevicePluginService> service;
+  std::unique_ptr<plugin::DevicePluginServer> server;
+};
+
 struct DriverRuntime {
   std::unique_ptr<prepare::ClaimService> service;
   std::unique_ptr<plugin::KubeletPlugin> plugin;
@@ -139,6 +178,8 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  // From the uevent thread: a device changed, rediscover now.
+  sigaddset(&signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   // A peer closing a connection must be an error on that call, not the end of the daemon.
   signal(SIGPIPE, SIG_IGN);
@@ -211,6 +252,53 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
     drivers.push_back(std::move(d));
   }
 
+  // The legacy device-plugin API, on the same node allocations.
+  std::vector<DevicePluginRuntime> device_plugins;
+  for (const auto& [kind, resource] :
+       std::vector<std::pair<deviceplugin::ResourceKind, std::string>>{
+           {deviceplugin::ResourceKind::kGpu, cmd.device_plugin_gpu_resource},
+           {deviceplugin::ResourceKind::kCpu, cmd.device_plugin_cpu_resource}}) {
+    const bool gpu = kind == deviceplugin::ResourceKind::kGpu;
+    if (cmd.device_plugin.find(gpu ? "gpu" : "cpu") == std::string::npos) continue;
+    if (absl::Status st = ValidateResourceName(resource); !st.ok()) {
+      spdlog::critical("--device-plugin-{}-resource: {}", gpu ? "gpu" : "cpu",
+                       std::string(st.message()));
+      return kExitUsage;
+    }
+    const prepare::DriverSetup dra =
+        gpu ? GpuSetup(*topo, *opts, pools, cmd.host_root) : CpuSetup(*topo, *opts);
+    DevicePluginRuntime d;
+    d.kind = kind;
+    d.service = std::make_unique<deviceplugin::DevicePluginService>(DpSetup(kind, resource, dra),
+                                                                    *topo, &node, &cdi_store);
+    if (absl::StatusOr<prepare::ReconciledCdi> r = d.service->ReconcileCdi(); !r.ok()) {
+      spdlog::critical("device plugin {}: CDI files in {}: {}", resource, cmd.cdi_dir,
+                       std::string(r.status().message()));
+      return kExitFailure;
+    }
+    plugin::DevicePluginOptions dpo;
+    dpo.kubelet_root = cmd.kubelet_root_dir;
+    absl::StatusOr<std::unique_ptr<plugin::DevicePluginServer>> server =
+        plugin::DevicePluginServer::Start(dpo, d.service.get());
+    if (!server.ok()) {
+      spdlog::critical("device plugin {}: {}", resource, std::string(server.status().message()));
+      return kExitFailure;
+    }
+    d.server = *std::move(server);
+    device_plugins.push_back(std::move(d));
+  }
+  std::unique_ptr<plugin::DevicePluginReclaimer> reclaimer;
+  if (!device_plugins.empty()) {
+    const std::string socket = cmd.pod_resources_socket.empty()
+                                   ? plugin::PodResourcesSocket(cmd.kubelet_root_dir)
+                                   : cmd.pod_resources_socket;
+    std::vector<deviceplugin::DevicePluginService*> services;
+    for (DevicePluginRuntime& d : device_plugins) services.push_back(d.service.get());
+    reclaimer = std::make_unique<plugin::DevicePluginReclaimer>(
+        plugin::NewPodResourcesClient(socket, absl::Seconds(5)), std::move(services),
+        absl::Milliseconds(static_cast<int64_t>(cmd.device_plugin_reclaim_seconds * 1000)));
+  }
+
   std::vector<std::unique_ptr<publish::SlicePublisher>> publishers;
   for (const std::string& driver : {opts->cpu_driver, opts->gpu_driver}) {
     publish::PublisherOptions po;
@@ -225,6 +313,30 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   std::vector<std::thread> threads;
   for (auto& p : publishers) threads.emplace_back([&p] { p->Run(); });
 
+  // CPUs going offline, GPUs disappearing: the kernel says so at once, so the device lists
+  // (ListAndWatch, slices) follow within milliseconds instead of at the next periodic
+  // rediscovery, which stays as the fallback.
+  std::atomic<bool> stopping{false};
+  std::thread uevents;
+  if (absl::StatusOr<std::unique_ptr<uevent::Listener>> listener = uevent::Listener::Open();
+      listener.ok()) {
+    uevents = std::thread([&stopping, main_thread = pthread_self(), l = *std::move(listener)] {
+      while (!stopping.load()) {
+        std::optional<uevent::Uevent> e = l->Next(absl::Milliseconds(500));
+        if (!e || !uevent::AffectsDevices(*e)) continue;
+        spdlog::debug("uevent {}@{} ({}): rediscovering", e->action, e->devpath, e->subsystem);
+        // One rediscovery for a burst (a CPU going offline sends several events).
+        const absl::Time until = absl::Now() + absl::Milliseconds(10);
+        while (absl::Now() < until && l->Next(until - absl::Now())) {
+        }
+        pthread_kill(main_thread, SIGUSR1);
+      }
+    });
+  } else {
+    spdlog::info("no kernel uevents ({}); device changes are found by the rediscovery every {} s",
+                 std::string(listener.status().message()), cmd.topology_refresh_seconds);
+  }
+
   // Discovery and start-up leave freed heap behind; give it back to the system.
   malloc_trim(0);
   const timespec refresh{std::max(1, cmd.topology_refresh_seconds), 0};
@@ -234,6 +346,15 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
     if (sig == SIGTERM || sig == SIGINT) {
       spdlog::info("received {}, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
       break;
+    }
+    if (sig == SIGUSR1) {
+      // Coalesce: more wake-ups that came meanwhile are covered by this rediscovery.
+      const timespec zero{0, 0};
+      sigset_t usr1;
+      sigemptyset(&usr1);
+      sigaddset(&usr1, SIGUSR1);
+      while (sigtimedwait(&usr1, &info, &zero) == SIGUSR1) {
+      }
     }
     // CPUs hot-plugged or offlined, GPUs gone or back: rediscover and republish on change.
     absl::StatusOr<topology::Topology> now = topology::Discover(source);
@@ -254,9 +375,20 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
       if (drivers.size() > 1) {
         drivers[1].service->Update(GpuSetup(*now, *opts, pools, cmd.host_root), *now);
       }
+      for (DevicePluginRuntime& d : device_plugins) {
+        const bool gpu = d.kind == deviceplugin::ResourceKind::kGpu;
+        d.service->Update(
+            DpSetup(d.kind, d.service->resource(),
+                    gpu ? GpuSetup(*now, *opts, pools, cmd.host_root) : CpuSetup(*now, *opts)),
+            *now);
+      }
     }
   }
+  stopping = true;
+  if (uevents.joinable()) uevents.join();
   // The kubelet first: it stops sending claims and deregisters before the slices go quiet.
+  if (reclaimer != nullptr) reclaimer->Stop();
+  for (DevicePluginRuntime& d : device_plugins) d.server->Stop();
   for (DriverRuntime& d : drivers) d.plugin->Stop();
   for (auto& p : publishers) p->Stop();
   for (std::thread& t : threads) t.join();

@@ -71,9 +71,7 @@ absl::StatusOr<int> ConsumedCpus(const DeviceResult& result, std::string_view na
 
 std::string HolderText(const NodeCpuState& node, int cpu) {
   if (node.holder) {
-    if (std::optional<ClaimRef> ref = node.holder(cpu); ref.has_value()) {
-      return absl::StrCat("claim ", ref->namespace_name, "/", ref->name, " (uid ", ref->uid, ")");
-    }
+    if (std::optional<std::string> who = node.holder(cpu); who.has_value()) return *who;
   }
   return "another claim";
 }

@@ -37,9 +37,10 @@ struct ClaimRef {
 struct NodeCpuState {
   CpuSet reserved;        // --reserved-cpus
   CpuSet held_by_others;  // CPUs prepared for other claims
-  // Which claim holds a CPU of held_by_others; may be empty or answer nullopt, then the message
-  // says "another claim".
-  std::function<std::optional<ClaimRef>(int cpu)> holder;
+  // Who holds a CPU of held_by_others, as messages name it ("claim ns/name (uid u)",
+  // "device-plugin allocation ..."); may be empty or answer nullopt, then the message says
+  // "another claim".
+  std::function<std::optional<std::string>(int cpu)> holder;
 };
 
 // The node's CPU pool as published: what each device name stands for.

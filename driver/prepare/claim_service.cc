@@ -65,6 +65,7 @@ void ClaimService::Update(DriverSetup setup, topology::Topology topo) {
   std::lock_guard<std::mutex> lock(node_->mu);
   setup_ = std::move(setup);
   topo_ = std::move(topo);
+  node_->changes.Notify();
 }
 
 std::vector<std::pair<std::string, std::string>> ClaimService::Devices() const {
@@ -80,10 +81,64 @@ std::vector<std::pair<std::string, std::string>> ClaimService::Devices() const {
   return out;
 }
 
+void ChangeSignal::Notify() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++generation_;
+  }
+  cv_.notify_all();
+}
+
+uint64_t ChangeSignal::generation() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return generation_;
+}
+
+uint64_t ChangeSignal::WaitChange(uint64_t seen, absl::Duration timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, absl::ToChronoMicroseconds(timeout), [&] { return generation_ != seen; });
+  return generation_;
+}
+
+absl::StatusOr<ReconciledCdi> ReconcileCdiFiles(
+    const cdi::SpecStore& store, const std::map<std::string, json>& wanted,
+    const std::function<bool(const std::string&)>& is_ours, const std::string& tmp_prefix,
+    const std::string& label) {
+  ReconciledCdi out;
+  for (const auto& [file, spec_json] : wanted) {
+    absl::StatusOr<cdi::Spec> want = cdi::FromJson(spec_json.dump());
+    if (!want.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("stored CDI spec of ", file, ": ", Message(want.status())));
+    }
+    absl::StatusOr<cdi::Spec> have = store.Read(file);
+    if (have.ok() && *have == *want) continue;
+    if (absl::StatusOr<cdi::Spec> w = store.Write(file, *want); !w.ok()) return w.status();
+    spdlog::info("{}: restored CDI spec {}", label, store.PathOf(file));
+    ++out.written;
+  }
+  // Temporary files of writes a crash interrupted: hidden and ".tmp", so runtimes skip them, but
+  // they would pile up.
+  absl::StatusOr<std::vector<files::DirEntry>> entries = files::ListDirectory(store.dir());
+  if (!entries.ok()) return entries.status();
+  for (const files::DirEntry& e : *entries) {
+    if (absl::StartsWith(e.name, "." + tmp_prefix) && absl::EndsWith(e.name, ".tmp")) {
+      if (::unlink(store.PathOf(e.name).c_str()) == 0) ++out.removed;
+    }
+  }
+  absl::StatusOr<std::vector<std::string>> on_disk = store.List();
+  if (!on_disk.ok()) return on_disk.status();
+  for (const std::string& file : *on_disk) {
+    if (!is_ours(file) || wanted.contains(file)) continue;
+    if (absl::Status st = store.Remove(file); !st.ok()) return st;
+    spdlog::info("{}: removed CDI spec {}: its owner holds nothing", label, store.PathOf(file));
+    ++out.removed;
+  }
+  return out;
+}
+
 absl::StatusOr<ClaimService::Reconciled> ClaimService::ReconcileCdi() {
-  Reconciled out;
-  std::set<std::string> wanted;
-  std::vector<std::pair<std::string, json>> specs;
+  std::map<std::string, json> wanted;
   {
     std::lock_guard<std::mutex> lock(node_->mu);
     for (const auto& [owner, a] : node_->state.allocations()) {
@@ -93,41 +148,12 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::ReconcileCdi() {
       const auto file = cdi.find("file");
       const auto spec = cdi.find("spec");
       if (file == cdi.end() || !file->is_string() || spec == cdi.end()) continue;
-      wanted.insert(file->get<std::string>());
-      specs.emplace_back(file->get<std::string>(), *spec);
+      wanted[file->get<std::string>()] = *spec;
     }
   }
-  for (const auto& [file, spec_json] : specs) {
-    absl::StatusOr<cdi::Spec> want = cdi::FromJson(spec_json.dump());
-    if (!want.ok()) {
-      return absl::DataLossError(
-          absl::StrCat("stored CDI spec of ", file, ": ", Message(want.status())));
-    }
-    absl::StatusOr<cdi::Spec> have = cdi_->Read(file);
-    if (have.ok() && *have == *want) continue;
-    if (absl::StatusOr<cdi::Spec> w = cdi_->Write(file, *want); !w.ok()) return w.status();
-    spdlog::info("driver {}: restored CDI spec {}", driver_, cdi_->PathOf(file));
-    ++out.written;
-  }
-  // Temporary files of writes a crash interrupted: hidden and ".tmp", so runtimes skip them, but
-  // they would pile up.
-  absl::StatusOr<std::vector<files::DirEntry>> entries = files::ListDirectory(cdi_->dir());
-  if (!entries.ok()) return entries.status();
-  for (const files::DirEntry& e : *entries) {
-    if (absl::StartsWith(e.name, "." + driver_ + "-claim_") && absl::EndsWith(e.name, ".tmp")) {
-      if (::unlink(cdi_->PathOf(e.name).c_str()) == 0) ++out.removed;
-    }
-  }
-  absl::StatusOr<std::vector<std::string>> on_disk = cdi_->List();
-  if (!on_disk.ok()) return on_disk.status();
-  for (const std::string& file : *on_disk) {
-    if (!IsCdiFileOf(driver_, file) || wanted.contains(file)) continue;
-    if (absl::Status st = cdi_->Remove(file); !st.ok()) return st;
-    spdlog::info("driver {}: removed CDI spec {} of a claim that is not prepared", driver_,
-                 cdi_->PathOf(file));
-    ++out.removed;
-  }
-  return out;
+  return ReconcileCdiFiles(
+      *cdi_, wanted, [&](const std::string& file) { return IsCdiFileOf(driver_, file); },
+      driver_ + "-claim_", absl::StrCat("driver ", driver_));
 }
 
 std::map<std::string, ClaimOutcome> ClaimService::Prepare(const std::vector<ClaimRef>& claims) {
@@ -216,12 +242,14 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref) {
     if (absl::Status st = node_->state.Add(plan.allocation); !st.ok()) {
       return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(st)));
     }
+    node_->changes.Notify();
   }
   const auto t2 = std::chrono::steady_clock::now();
   auto undo = [&]() {
     if (!plan.cdi_file.empty()) (void)cdi_->Remove(plan.cdi_file, /*synced=*/false);
     std::lock_guard<std::mutex> lock(node_->mu);
     (void)node_->state.Remove(owner);
+    node_->changes.Notify();
   };
   if (!plan.cdi_file.empty()) {
     if (absl::StatusOr<cdi::Spec> w = cdi_->Write(plan.cdi_file, plan.cdi_spec, /*synced=*/false);
@@ -251,7 +279,7 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref) {
   {
     std::lock_guard<std::mutex> lock(node_->mu);
     node_->in_flight.erase(owner);
-    CompactIfDue();
+    CompactIfDue(node_);
   }
   const auto t4 = std::chrono::steady_clock::now();
   auto us = [](auto d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); };
@@ -339,20 +367,21 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
   {
     std::lock_guard<std::mutex> lock(node_->mu);
     (void)node_->state.Remove(owner);
-    CompactIfDue();
+    node_->changes.Notify();
+    CompactIfDue(node_);
   }
   spdlog::info("claim {} uid={} driver={}: unprepared, freed cpus={} gpus={}", Ref(ref), ref.uid,
                driver_, held.cpus.Empty() ? "none" : held.cpus.ToString(), held.gpus.size());
   return "";
 }
 
-void ClaimService::CompactIfDue() {
-  if (!node_->store->ShouldCompact(node_->state.Size())) return;
-  if (absl::Status st = node_->store->Compact(node_->state); !st.ok()) {
+void CompactIfDue(NodeAllocations* node) {
+  if (!node->store->ShouldCompact(node->state.Size())) return;
+  if (absl::Status st = node->store->Compact(node->state); !st.ok()) {
     // The journal keeps growing but stays correct; try again on the next change.
     spdlog::warn("state compaction failed: {}", Message(st));
   } else {
-    spdlog::debug("state compacted: {} allocations", node_->state.Size());
+    spdlog::debug("state compacted: {} allocations", node->state.Size());
   }
 }
 

@@ -13,6 +13,9 @@
 // loss took.
 #pragma once
 
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -22,6 +25,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "cdi/spec_store.h"
 #include "driver/prepare/planner.h"
 #include "driver/state/state.h"
@@ -57,15 +61,49 @@ class ApiClaimSource : public ClaimSource {
   std::string version_ = "v1";
 };
 
-// The node's allocations, shared by every driver and (later) the device plugin: one lock, one
-// State, one StateStore, so nothing is handed out twice whichever API asked for it.
+// Wakes whoever reports the node's devices (device-plugin ListAndWatch streams) when who holds
+// what, or what exists, may have changed. A generation counter: waiters never miss a change
+// that happened between two waits.
+class ChangeSignal {
+ public:
+  void Notify();
+  uint64_t generation() const;
+  // Returns as soon as the generation differs from `seen`, or after `timeout`; returns the
+  // generation then.
+  uint64_t WaitChange(uint64_t seen, absl::Duration timeout) const;
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  uint64_t generation_ = 0;
+};
+
+// The node's allocations, shared by every driver and the device plugin: one lock, one State, one
+// StateStore, so nothing is handed out twice whichever API asked for it.
 struct NodeAllocations {
   std::mutex mu;
   state::State state;  // guarded by mu
   // Owners marked Prepared whose journal record is still being written: not yet answerable.
   std::set<std::string> in_flight;  // guarded by mu
   state::StateStore* store = nullptr;
+  // Notified after every change of `state` and every change of a driver's devices.
+  ChangeSignal changes;
 };
+
+// Compacts the state journal when it is due. With node->mu held.
+void CompactIfDue(NodeAllocations* node);
+
+// At start: writes each wanted CDI spec (file name -> spec JSON) that is missing or differs,
+// removes files `is_ours` accepts that are not wanted, and removes temporary files of
+// interrupted writes whose name starts with "." + tmp_prefix. `label` names the owner in logs.
+struct ReconciledCdi {
+  int written = 0;
+  int removed = 0;
+};
+absl::StatusOr<ReconciledCdi> ReconcileCdiFiles(
+    const cdi::SpecStore& store, const std::map<std::string, nlohmann::json>& wanted,
+    const std::function<bool(const std::string&)>& is_ours, const std::string& tmp_prefix,
+    const std::string& label);
 
 struct ClaimRef {
   std::string ns;
@@ -88,10 +126,7 @@ class ClaimService {
   // At start, before serving: rewrites the CDI file of every claim this driver has prepared
   // when it is missing or differs, and removes this driver's CDI files of claims that are not
   // prepared. Returns how many files were written and removed.
-  struct Reconciled {
-    int written = 0;
-    int removed = 0;
-  };
+  using Reconciled = ReconciledCdi;
   absl::StatusOr<Reconciled> ReconcileCdi();
 
   // One outcome per claim UID of the request, each independent of the others. Never throws.
@@ -109,7 +144,6 @@ class ClaimService {
  private:
   ClaimOutcome PrepareOne(const ClaimRef& ref);
   std::string UnprepareOne(const ClaimRef& ref);
-  void CompactIfDue();  // with node_->mu held
 
   const std::string driver_;
   NodeAllocations* node_;

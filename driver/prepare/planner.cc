@@ -50,12 +50,12 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
   if (const state::Allocation* own = held.Find(owner); own != nullptr) {
     node.held_by_others -= own->cpus;
   }
-  node.holder = [&held](int cpu) -> std::optional<claims::ClaimRef> {
+  node.holder = [&held](int cpu) -> std::optional<std::string> {
     std::optional<std::string> who = held.HolderOfCpu(cpu);
     if (!who) return std::nullopt;
     const state::Allocation* a = held.Find(*who);
-    if (a == nullptr || a->kind != state::AllocationKind::kDraClaim) return std::nullopt;
-    return claims::ClaimRef{a->claim_namespace, a->claim_name, state::ClaimUid(*a)};
+    if (a == nullptr) return std::nullopt;
+    return state::Describe(*a);
   };
   absl::StatusOr<std::vector<claims::CpuAssignment>> assignments = claims::ResolveCpuAssignments(
       claim, setup.driver, topo, node, setup.cpu_pool, setup.cpu_capacity);

@@ -19,13 +19,13 @@ absl::Status Validate(const Allocation& a) {
           absl::StrCat("claim ", q, ": namespace and name must not be empty"));
     }
   } else {
-    // The resource name has a '/' of its own ("topodra.io/cpu").
+    // "<resource>/<allocation id>"; the resource name has a '/' of its own ("topodra.io/cpu").
     const std::vector<absl::string_view> parts = absl::StrSplit(a.owner, absl::MaxSplits('/', 2));
     bool ok = parts.size() == 3;
     for (absl::string_view part : parts) ok = ok && !part.empty();
     if (!ok) {
       return absl::InvalidArgumentError(
-          absl::StrCat("device-plugin owner ", q, ": want <pod uid>/<container>/<resource>"));
+          absl::StrCat("device-plugin owner ", q, ": want <resource>/<allocation id>"));
     }
   }
   for (const std::string& gpu : a.gpus) {

@@ -38,8 +38,9 @@ class JsonText {
 const char* KindName(AllocationKind kind);
 const char* PhaseName(Phase phase);
 
-// What one owner holds. The owner is a claim UID for kDraClaim, or
-// "<pod uid>/<container>/<resource>" for kDevicePlugin.
+// What one owner holds. The owner is DraOwner(driver, claim uid) for kDraClaim, or
+// "<resource>/<allocation id>" for kDevicePlugin ("topodra.io/gpu/3f9a...": the device-plugin
+// API never says which pod an Allocate is for, so the id is derived from the devices).
 struct Allocation {
   AllocationKind kind = AllocationKind::kDraClaim;
   std::string owner;
@@ -69,7 +70,7 @@ std::string DraOwner(const std::string& driver, const std::string& claim_uid);
 // The claim UID of a kDraClaim allocation (the owner without its driver prefix).
 std::string ClaimUid(const Allocation& allocation);
 
-// "claim default/gpu-claim (uid 1234)" or "device-plugin allocation pod/ctr/res".
+// "claim default/gpu-claim (uid 1234)" or "device-plugin allocation topodra.io/cpu/<id>".
 std::string Describe(const Allocation& allocation);
 
 // Every allocation of the node, by owner. A pure value: no I/O, no clock. Invariant: no CPU and

@@ -35,8 +35,8 @@ NodeCpuState TestNode() {
   NodeCpuState node;
   node.reserved = CpuSet{0, 1};
   node.held_by_others = CpuSet{3, 13};
-  node.holder = [](int cpu) -> std::optional<ClaimRef> {
-    if (cpu == 3) return ClaimRef{"other", "c2", "u2"};
+  node.holder = [](int cpu) -> std::optional<std::string> {
+    if (cpu == 3) return "claim other/c2 (uid u2)";
     return std::nullopt;
   };
   return node;

@@ -101,8 +101,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   claims::NodeCpuState node;
   node.reserved = CpuSet{0};
   node.held_by_others = CpuSet{1, 2};
-  node.holder = [](int cpu) -> std::optional<claims::ClaimRef> {
-    if (cpu == 1) return claims::ClaimRef{"other", "c2", "u2"};
+  node.holder = [](int cpu) -> std::optional<std::string> {
+    if (cpu == 1) return "claim other/c2 (uid u2)";
     return std::nullopt;
   };
   for (const std::string& driver : {std::string("dra.cpu"), std::string("d")}) {

@@ -222,7 +222,7 @@ state::Allocation Other(const std::string& cpus) {
 state::Allocation DevicePlugin(const std::string& cpus) {
   state::Allocation a;
   a.kind = state::AllocationKind::kDevicePlugin;
-  a.owner = "pod-1/ctr/topodra.io/cpu";
+  a.owner = "topodra.io/cpu/0123456789abcdef";
   a.cpus = Cpus(cpus);
   a.phase = state::Phase::kPrepared;
   return a;
@@ -434,12 +434,13 @@ std::vector<CpuCase> CpuCases() {
        .want = {{"cpus", kNuma3, 4}},
        .want_cpus = "220-223",
        .whole_cores = false},  // their siblings are the plugin's
-      {.name = "DevicePluginCpusAreNotNamedAsAClaim",
+      {.name = "DevicePluginCpusNameTheAllocation",
        .topology = k192,
        .held = {DevicePlugin("24-25")},
        .claim = C({Result("cpus", kNuma3, "2")}, {Config({}, Cpuset("25-26"))}),
        .code = S::kInvalidArgument,
-       .error = "cpuset \"25-26\": CPU 25 is already prepared for another claim"},
+       .error = "cpuset \"25-26\": CPU 25 is already prepared for device-plugin allocation "
+                "topodra.io/cpu/0123456789abcdef"},
       {.name = "SameClaimOfAnotherDriverIsAnotherOwner",
        .topology = k192,
        .held = {HeldBy(kGpuDriver, kUid, "default", "c1", Cpus("24"))},
@@ -725,7 +726,7 @@ std::vector<GpuCase> GpuCases() {
       HeldBy(kGpuDriver, "u2", "other", "c2", CpuSet{}, {"0000:34:00.0"});
   state::Allocation plugin;
   plugin.kind = state::AllocationKind::kDevicePlugin;
-  plugin.owner = "pod-1/ctr/nvidia.com/gpu";
+  plugin.owner = "topodra.io/gpu/0123456789abcdef";
   plugin.gpus = {"0000:34:00.0"};
   plugin.phase = state::Phase::kPrepared;
   return {
@@ -747,7 +748,7 @@ std::vector<GpuCase> GpuCases() {
       {.name = "HeldByTheDevicePlugin",
        .held = {plugin},
        .claim = G({GpuResult("gpus", kGpu0)}),
-       .error = "is already prepared for device-plugin allocation pod-1/ctr/nvidia.com/gpu"},
+       .error = "is already prepared for device-plugin allocation topodra.io/gpu/0123456789abcdef"},
       {.name = "HeldByItself",
        .held = {HeldBy(kGpuDriver, kUid, "default", "c1", CpuSet{}, {"0000:34:00.0"})},
        .claim = G({GpuResult("gpus", kGpu0)}),
