@@ -45,6 +45,7 @@ bench: deps
 	./build/bench/test/bench/slices_bench ../shared/topologies
 	./build/bench/test/bench/prepare_bench ../shared/topologies
 	./build/bench/test/bench/device_plugin_bench ../shared/topologies
+	./build/bench/test/bench/cgroup_bench
 
 format:
 	git ls-files '*.cc' '*.h' | xargs clang-format -i

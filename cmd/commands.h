@@ -82,6 +82,11 @@ struct RunCommand {
   std::string device_plugin_cpu_resource = "topodra.io/cpu";
   double device_plugin_reclaim_seconds = 10;
   std::string pod_resources_socket;  // empty: <kubelet_root_dir>/pod-resources/kubelet.sock
+  // CPU pinning: "cgroup" (the OCI hook and the shared-pool reconciler) or "none" (CDI env only).
+  std::string enforce = "cgroup";
+  std::string cgroup_root = "/sys/fs/cgroup";
+  // Where the hook binary is installed on the host (the same path inside the daemon's pod).
+  std::string hook_dir = "/opt/topodra/bin";
 };
 // The node daemon: publishes this node's ResourceSlices and serves the kubelet (DRA plugin per
 // driver) until SIGTERM or SIGINT.

@@ -219,6 +219,16 @@ int Main(int argc, char** argv) {
   run->add_option("--pod-resources-socket", run_cmd.pod_resources_socket,
                   "The kubelet's PodResources API socket (default "
                   "<kubelet-root-dir>/pod-resources/kubelet.sock)");
+  run->add_option("--enforce", run_cmd.enforce,
+                  "CPU pinning: cgroup (containers of CPU claims run only on their CPUs, all "
+                  "others only on the shared pool) or none (the CDI environment only)")
+      ->check(CLI::IsMember({"cgroup", "none"}))
+      ->capture_default_str();
+  run->add_option("--cgroup-root", run_cmd.cgroup_root, "The host's cgroup mount")
+      ->capture_default_str();
+  run->add_option("--hook-dir", run_cmd.hook_dir,
+                  "Host directory the CPU pinning hook is installed in (same path in the pod)")
+      ->capture_default_str();
   std::string config_file;
   run->add_option("--config", config_file,
                   "YAML file with the same keys as these flags (without dashes); flags win");

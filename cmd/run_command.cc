@@ -1,14 +1,18 @@
 // `topodra run`: the per-node daemon. Publishes the node's devices and keeps them published while
 // the machine (CPUs going offline, GPUs disappearing) and the API server change.
 #include <malloc.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+#include <sys/inotify.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <ctime>
+#include <mutex>
 #include <ostream>
 #include <set>
 #include <thread>
@@ -17,7 +21,11 @@
 #include "cdi/spec.h"
 #include "cdi/spec_store.h"
 #include "cmd/commands.h"
+#include "common/file_io.h"
 #include "common/uevent.h"
+#include "driver/cgroup/cgroupfs.h"
+#include "driver/cgroup/pinning.h"
+#include "driver/cgroup/reconciler.h"
 #include "driver/deviceplugin/device_plugin_service.h"
 #include "driver/kube/rest_client.h"
 #include "driver/plugin/device_plugin_server.h"
@@ -131,6 +139,47 @@ absl::Status ValidateResourceName(const std::string& name) {
   return absl::OkStatus();
 }
 
+// Copies the hook binary (built next to the daemon's binary) to `dir` on the host, atomically and
+// only when it differs, so a container created meanwhile never runs a half-written hook.
+absl::StatusOr<std::string> InstallHook(const std::string& dir) {
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return absl::InternalError("cannot find our own binary (/proc/self/exe)");
+  self[n] = '\0';
+  std::string from = std::string(self);
+  from = from.substr(0, from.rfind('/')) + "/topodra-cpuset-hook";
+  const std::string to = dir + "/topodra-cpuset-hook";
+  absl::StatusOr<std::string> want = files::ReadFileBounded(from, 64 << 20);
+  if (!want.ok()) {
+    return absl::Status(want.status().code(),
+                        absl::StrCat("the CPU pinning hook: ", want.status().message()));
+  }
+  if (absl::StatusOr<std::string> have = files::ReadFileBounded(to, 64 << 20);
+      have.ok() && *have == *want) {
+    return to;
+  }
+  if (absl::Status st = files::WriteFileAtomically(dir, "topodra-cpuset-hook", *want, 0755, 0755);
+      !st.ok()) {
+    return st;
+  }
+  return to;
+}
+
+// cpuManagerPolicy static would pin containers by itself and fight the reconciler.
+void WarnAboutCpuManager(const std::string& kubelet_root) {
+  absl::StatusOr<std::string> text =
+      files::ReadFileBounded(kubelet_root + "/cpu_manager_state", 1 << 20);
+  if (!text.ok()) return;
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+  if (j.is_object() && j.contains("policyName") && j["policyName"].is_string() &&
+      j["policyName"] != "none") {
+    spdlog::warn(
+        "the kubelet's CPU manager policy is \"{}\" ({}/cpu_manager_state): it pins containers "
+        "itself and will fight topodra's pinning; set the kubelet's cpuManagerPolicy to none",
+        j["policyName"].get<std::string>(), kubelet_root);
+  }
+}
+
 struct DevicePluginRuntime {
   deviceplugin::ResourceKind kind;
   std::unique_ptr<deviceplugin::DevicePluginService> service;
@@ -221,6 +270,107 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
                opened->store->path(), node.state.Size(), opened->replayed,
                opened->dropped_torn ? ", a torn last record dropped" : "");
 
+  // CPU pinning: the hook in every CPU claim's CDI spec, and the shared-pool reconciler.
+  std::optional<prepare::CpusetHook> cpuset_hook;
+  std::optional<cgroup::Hierarchy> hierarchy;
+  const std::string records_dir = absl::StrCat(cmd.state_dir, "/containers");
+  if (cmd.enforce == "cgroup") {
+    absl::StatusOr<cgroup::Hierarchy> h = cgroup::FindHierarchy(cmd.cgroup_root);
+    if (!h.ok()) {
+      spdlog::critical("--enforce=cgroup: {} (use --enforce=none to run without CPU pinning)",
+                       std::string(h.status().message()));
+      return kExitFailure;
+    }
+    absl::StatusOr<std::string> hook = InstallHook(cmd.hook_dir);
+    if (!hook.ok()) {
+      spdlog::critical("--enforce=cgroup: install the hook in {}: {}", cmd.hook_dir,
+                       std::string(hook.status().message()));
+      return kExitFailure;
+    }
+    if (absl::Status st = files::MakeDirectories(records_dir, 0700); !st.ok()) {
+      spdlog::critical("--enforce=cgroup: {}", std::string(st.message()));
+      return kExitFailure;
+    }
+    hierarchy = *h;
+    cpuset_hook = prepare::CpusetHook{*hook, records_dir, cmd.cgroup_root};
+    WarnAboutCpuManager(cmd.kubelet_root_dir);
+    spdlog::info("CPU pinning: cgroup {} at {}, hook {}",
+                 h->version == cgroup::Version::kV2 ? "v2" : "v1", h->root, *hook);
+  }
+
+  // The shared pool follows every change of the allocations (prepare, unprepare, device plugin)
+  // and of the hook's records; the reconciler also fixes every new pod cgroup as it appears.
+  std::unique_ptr<cgroup::Reconciler> reconciler;
+  std::atomic<bool> pinning_stop{false};
+  std::thread pinning, records_watch;
+  // Joined on every way out, early error returns included.
+  struct Joiner {
+    std::atomic<bool>* stop;
+    std::thread* threads[2];
+    ~Joiner() {
+      stop->store(true);
+      for (std::thread* t : threads) {
+        if (t->joinable()) t->join();
+      }
+    }
+  } joiner{&pinning_stop, {&pinning, &records_watch}};
+  std::mutex online_mu;
+  CpuSet online = topo->online;  // guarded by online_mu
+  if (hierarchy) {
+    reconciler =
+        std::make_unique<cgroup::Reconciler>(cgroup::NewCgroupFs(*hierarchy), hierarchy->root);
+    auto target_now = [&]() {
+      const std::vector<cgroup::HookRecord> records = cgroup::ReadRecords(records_dir);
+      std::vector<std::string> stale;
+      cgroup::Target t;
+      {
+        std::lock_guard<std::mutex> lock(node.mu);
+        std::lock_guard<std::mutex> lock2(online_mu);
+        t = cgroup::BuildTarget(online, opts->reserved_cpus, node.state, records, &stale);
+      }
+      for (const std::string& f : stale) ::unlink((records_dir + "/" + f).c_str());
+      return t;
+    };
+    // Containers created while the daemon was down are fixed before we serve.
+    const cgroup::ApplyResult first = reconciler->Apply(target_now());
+    spdlog::info("CPU pinning: {} pod cgroups, {} cpusets written{}", first.cgroups, first.writes,
+                 first.failed > 0 ? absl::StrCat(", ", first.failed, " failed") : "");
+    if (absl::Status st = reconciler->Start(); !st.ok()) {
+      spdlog::warn(
+          "CPU pinning: not watching for new cgroups ({}); they are fixed at the next "
+          "change",
+          std::string(st.message()));
+    }
+    pinning = std::thread([&, target_now] {
+      uint64_t seen = node.changes.generation();
+      while (!pinning_stop.load()) {
+        const uint64_t now = node.changes.WaitChange(seen, absl::Milliseconds(500));
+        if (now == seen || pinning_stop.load()) continue;
+        seen = now;
+        reconciler->SetTarget(target_now());
+      }
+    });
+    records_watch = std::thread([&] {
+      const int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+      if (fd < 0 || inotify_add_watch(fd, records_dir.c_str(),
+                                      IN_CLOSE_WRITE | IN_MOVED_TO | IN_DELETE) < 0) {
+        spdlog::warn("CPU pinning: cannot watch {}: hook records are seen at the next change",
+                     records_dir);
+        if (fd >= 0) ::close(fd);
+        return;
+      }
+      char buf[4096];
+      while (!pinning_stop.load()) {
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, 500) <= 0) continue;
+        while (::read(fd, buf, sizeof(buf)) > 0) {
+        }
+        node.changes.Notify();
+      }
+      ::close(fd);
+    });
+  }
+
   std::vector<publish::Pool> pools = publish::BuildPools(*topo, *opts);
   prepare::ApiClaimSource claim_source(client->get());
   const cdi::SpecStore cdi_store(cmd.cdi_dir);
@@ -230,6 +380,7 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   for (int i = 0; i < (serve_gpus ? 2 : 1); ++i) {
     prepare::DriverSetup setup =
         i == 0 ? CpuSetup(*topo, *opts) : GpuSetup(*topo, *opts, pools, cmd.host_root);
+    if (i == 0) setup.cpuset_hook = cpuset_hook;
     DriverRuntime d;
     d.service =
         std::make_unique<prepare::ClaimService>(setup, *topo, &node, &cdi_store, &claim_source);
@@ -269,8 +420,10 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
         gpu ? GpuSetup(*topo, *opts, pools, cmd.host_root) : CpuSetup(*topo, *opts);
     DevicePluginRuntime d;
     d.kind = kind;
-    d.service = std::make_unique<deviceplugin::DevicePluginService>(DpSetup(kind, resource, dra),
-                                                                    *topo, &node, &cdi_store);
+    deviceplugin::ResourceSetup dp_setup = DpSetup(kind, resource, dra);
+    if (!gpu) dp_setup.cpuset_hook = cpuset_hook;
+    d.service = std::make_unique<deviceplugin::DevicePluginService>(std::move(dp_setup), *topo,
+                                                                    &node, &cdi_store);
     if (absl::StatusOr<prepare::ReconciledCdi> r = d.service->ReconcileCdi(); !r.ok()) {
       spdlog::critical("device plugin {}: CDI files in {}: {}", resource, cmd.cdi_dir,
                        std::string(r.status().message()));
@@ -371,7 +524,13 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
       pools = std::move(next);
       publishers[0]->SetDesired(PoolOf(pools, opts->cpu_driver));
       publishers[1]->SetDesired(PoolOf(pools, opts->gpu_driver));
-      drivers[0].service->Update(CpuSetup(*now, *opts), *now);
+      {
+        std::lock_guard<std::mutex> lock(online_mu);
+        online = now->online;
+      }
+      prepare::DriverSetup cpu_setup = CpuSetup(*now, *opts);
+      cpu_setup.cpuset_hook = cpuset_hook;
+      drivers[0].service->Update(std::move(cpu_setup), *now);
       if (drivers.size() > 1) {
         drivers[1].service->Update(GpuSetup(*now, *opts, pools, cmd.host_root), *now);
       }
@@ -386,6 +545,11 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   }
   stopping = true;
   if (uevents.joinable()) uevents.join();
+  pinning_stop = true;
+  if (pinning.joinable()) pinning.join();
+  if (records_watch.joinable()) records_watch.join();
+  if (reconciler != nullptr) reconciler->Stop();
+  (void)joiner;
   // The kubelet first: it stops sending claims and deregisters before the slices go quiet.
   if (reclaimer != nullptr) reclaimer->Stop();
   for (DevicePluginRuntime& d : device_plugins) d.server->Stop();

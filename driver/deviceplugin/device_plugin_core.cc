@@ -354,6 +354,15 @@ absl::StatusOr<AllocatePlan> PlanAllocate(const ResourceSetup& setup,
     const std::string cpus = a.cpus.ToString();
     plan.grant.envs[absl::StrCat(env, "SET")] = cpus;  // TOPODRA_CPUSET
     device.container_edits.env.push_back(absl::StrCat(env, "SET=", cpus));
+    if (setup.cpuset_hook) {
+      if (absl::Status st = prepare::KeepSharedPool(setup.resource, topo, setup.reserved,
+                                                    held.HeldCpus() - a.cpus, a.cpus);
+          !st.ok()) {
+        return st;
+      }
+      device.container_edits.hooks.push_back(
+          prepare::CpusetHookFor(*setup.cpuset_hook, alloc_id, a.cpus));
+    }
   } else {
     const std::string list = absl::StrJoin(sorted, ",");
     plan.grant.envs[env + "S"] = list;  // TOPODRA_GPUS

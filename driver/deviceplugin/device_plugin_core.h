@@ -8,6 +8,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -28,6 +29,9 @@ struct ResourceSetup {
   ResourceKind kind = ResourceKind::kGpu;
   std::string resource;  // "topodra.io/gpu"; also the CDI kind of its allocations
   CpuSet reserved;       // kCpu: never listed
+  // kCpu with --enforce=cgroup: the hook goes into every allocation's CDI spec, and no
+  // allocation may empty the shared pool.
+  std::optional<prepare::CpusetHook> cpuset_hook;
   // kGpu: the GPUs served, by PCI bus id, with the device nodes a container needs.
   std::map<std::string, prepare::GpuDevice> gpus;
 };

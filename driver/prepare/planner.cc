@@ -89,6 +89,14 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
     taken |= *cpus;
   }
 
+  if (setup.cpuset_hook && !taken.Empty()) {
+    if (absl::Status st = KeepSharedPool(absl::StrCat("claim ", claim.Ref()), topo, node.reserved,
+                                         node.held_by_others, taken);
+        !st.ok()) {
+      return st;
+    }
+  }
+
   Plan plan;
   state::Allocation& alloc = plan.allocation;
   alloc.cpus = taken;
@@ -105,6 +113,10 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
   // dra-driver-cpu's variable: the claim's CPUs, whatever request a container names.
   plan.cdi_spec.container_edits.env.push_back(
       absl::StrCat("DRA_CPUSET_", uid, "=", taken.ToString()));
+  // Whatever device of the claim a container gets, it runs on all of the claim's CPUs.
+  if (setup.cpuset_hook) {
+    plan.cdi_spec.container_edits.hooks.push_back(CpusetHookFor(*setup.cpuset_hook, uid, taken));
+  }
   std::set<std::string> names;
   for (const ResultCpus& r : chosen) {
     const claims::CpuAssignment& a = *r.assignment;
@@ -209,6 +221,28 @@ absl::StatusOr<Plan> PlanGpu(const claims::Claim& claim, const DriverSetup& setu
 }
 
 }  // namespace
+
+cdi::Hook CpusetHookFor(const CpusetHook& hook, const std::string& claim_id, const CpuSet& cpus) {
+  cdi::Hook h;
+  h.hook_name = "createRuntime";
+  h.path = hook.path;
+  h.args = {"topodra-cpuset-hook", "--cpus",         cpus.ToString(), "--claim",       claim_id,
+            "--records",           hook.records_dir, "--cgroup-root", hook.cgroup_root};
+  h.timeout = 10;
+  return h;
+}
+
+absl::Status KeepSharedPool(const std::string& what, const topology::Topology& topo,
+                            const CpuSet& reserved, const CpuSet& held, const CpuSet& taking) {
+  const CpuSet left = topo.online - reserved - held - taking;
+  if (!left.Empty()) return absl::OkStatus();
+  auto text = [](const CpuSet& s) { return s.Empty() ? std::string("none") : s.ToString(); };
+  return absl::FailedPreconditionError(
+      absl::StrCat(what, ": taking CPUs ", text(taking),
+                   " would leave no CPU for the containers without a CPU claim (online ",
+                   text(topo.online), ", reserved ", text(reserved), ", held by other claims ",
+                   text(held & topo.online), "); the shared pool must keep at least one CPU"));
+}
 
 std::string CdiKind(const std::string& driver) { return driver + "/claim"; }
 

@@ -27,6 +27,23 @@ struct GpuDevice {
   std::vector<cdi::DeviceNode> device_nodes;  // resolved on the host; may be empty
 };
 
+// The OCI hook that pins the containers of a CPU claim to its CPUs (--enforce=cgroup); see
+// cmd/cpuset_hook.cc and driver/cgroup.
+struct CpusetHook {
+  std::string path;         // the hook binary, as the host (the runtime) sees it
+  std::string records_dir;  // where it records which container holds which claim
+  std::string cgroup_root;  // the host's cgroup mount
+  bool operator==(const CpusetHook&) const = default;
+};
+// The createRuntime hook for the containers of `claim_id` (a claim UID, or a device-plugin
+// allocation id) holding `cpus`.
+cdi::Hook CpusetHookFor(const CpusetHook& hook, const std::string& claim_id, const CpuSet& cpus);
+// With enforcement on, a claim may not take the last CPUs of the shared pool (online - reserved
+// - every prepared claim): every container without a claim runs there. FailedPrecondition
+// naming the values when `taking` would empty it; `what` starts the message.
+absl::Status KeepSharedPool(const std::string& what, const topology::Topology& topo,
+                            const CpuSet& reserved, const CpuSet& held, const CpuSet& taking);
+
 // One DRA driver of this node and the devices it published.
 struct DriverSetup {
   std::string driver;  // "dra.cpu", "gpu.topodra.io"
@@ -35,6 +52,9 @@ struct DriverSetup {
   std::string gpu_pool;                   // kGpu: pool name (the node name)
   std::map<std::string, GpuDevice> gpus;  // kGpu: device name -> GPU
   CpuSet reserved;                        // --reserved-cpus
+  // kCpu with --enforce=cgroup: the hook goes into every CPU claim's CDI spec, and no claim may
+  // empty the shared pool.
+  std::optional<CpusetHook> cpuset_hook;
   std::string cpu_capacity = std::string(claims::kCpuCapacityName);
 };
 

@@ -84,7 +84,8 @@ void BuildFigures(const Machine& m, int iterations) {
 double RunToPublished(const std::string& kubeconfig, const Machine& m, size_t want_slices,
                       kube::RestClient& client) {
   std::vector<std::string> args = {TOPODRA_BINARY, "run",        "--kubeconfig",      kubeconfig,
-                                   "--node-name",  "bench-node", "--cpu-device-mode", "individual"};
+                                   "--node-name",  "bench-node", "--cpu-device-mode", "individual",
+                                   "--enforce",    "none"};
   args.insert(args.end(), m.args.begin(), m.args.end());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -33,6 +34,12 @@ void Daemon::Start(const DaemonDirs& dirs, const std::vector<std::string>& extra
   std::vector<std::string> args = {TOPODRA_BINARY,    "run",       "--kubelet-root-dir",
                                    dirs.kubelet_root, "--cdi-dir", dirs.cdi,
                                    "--state-dir",     dirs.state};
+  // Tests never pin the machine's real cgroups or install the hook in /opt: enforcement only where
+  // a test asks for it (on a fake cgroup tree).
+  if (std::find(extra.begin(), extra.end(), "--enforce") == extra.end()) {
+    args.push_back("--enforce");
+    args.push_back("none");
+  }
   args.insert(args.end(), extra.begin(), extra.end());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());

@@ -1,0 +1,171 @@
+// topodra-cpuset-hook: the OCI createRuntime hook in the CDI spec of every CPU claim. The
+// runtime runs it on the host once the container's cgroup exists and before the container's
+// process starts; it records that the container holds the claim (so the daemon's reconciler
+// keeps it on its CPUs and every other container off them) and puts the container's cgroup on
+// the claim's CPUs, widening the pod's cgroups first where cgroup rules need it.
+//
+// usage: topodra-cpuset-hook --cpus LIST --claim ID --records DIR [--cgroup-root DIR]
+// stdin: the OCI container state (JSON with "id" and "pid").
+// Built statically: the host may have none of the daemon's libraries.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "driver/cgroup/hook_core.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+namespace hook = topodra::cgroup::hook;
+
+[[noreturn]] void Fail(const std::string& message) {
+  std::cerr << "topodra-cpuset-hook: " << message << "\n";
+  std::exit(1);
+}
+
+std::string Read(const std::string& path, bool* ok) {
+  std::ifstream in(path);
+  *ok = static_cast<bool>(in);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+bool IsDir(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+void WriteCgroupFile(const std::string& path, const std::string& value) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) Fail("open " + path + ": " + std::strerror(errno));
+  const ssize_t n = ::write(fd, value.data(), value.size());
+  const int err = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(value.size())) {
+    Fail("write \"" + value + "\" to " + path + ": " + std::strerror(err));
+  }
+}
+
+void WriteRecord(const std::string& dir, const std::string& name, const std::string& text) {
+  ::mkdir(dir.c_str(), 0700);
+  const std::string tmp = dir + "/." + name + ".tmp";
+  const std::string path = dir + "/" + name;
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) Fail("write " + tmp + ": " + std::strerror(errno));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    Fail("rename " + tmp + ": " + std::strerror(errno));
+  }
+}
+
+bool SafeName(const std::string& s) {
+  if (s.empty() || s.size() > 128) return false;
+  for (char c : s) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+      return false;
+    }
+  }
+  return s[0] != '.';
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string cpus_arg, claim, records, cgroup_root = "/sys/fs/cgroup";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) Fail(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--cpus") {
+      cpus_arg = value();
+    } else if (a == "--claim") {
+      claim = value();
+    } else if (a == "--records") {
+      records = value();
+    } else if (a == "--cgroup-root") {
+      cgroup_root = value();
+    } else {
+      Fail("unknown argument \"" + a + "\"");
+    }
+  }
+  const std::optional<std::set<int>> cpus = hook::ParseList(cpus_arg);
+  if (!cpus || cpus->empty()) Fail("--cpus \"" + cpus_arg + "\" is not a CPU list");
+  if (!SafeName(claim)) Fail("--claim \"" + claim + "\" is not a claim id");
+  if (records.empty()) Fail("--records is required");
+
+  const std::string state_text((std::istreambuf_iterator<char>(std::cin)),
+                               std::istreambuf_iterator<char>());
+  const nlohmann::json state = nlohmann::json::parse(state_text, nullptr, false);
+  if (!state.is_object() || !state.contains("pid") || !state["pid"].is_number_integer() ||
+      !state.contains("id") || !state["id"].is_string()) {
+    Fail("stdin is not an OCI container state with \"id\" and \"pid\"");
+  }
+  const long pid = state["pid"].get<long>();
+  const std::string id = state["id"].get<std::string>();
+  if (pid <= 0 || !SafeName(id)) Fail("bad container id or pid in the OCI state");
+
+  const bool v2 =
+      !IsDir(cgroup_root + "/cpuset") && std::ifstream(cgroup_root + "/cgroup.controllers").good();
+  const std::string hierarchy = v2 ? cgroup_root : cgroup_root + "/cpuset";
+  bool ok = false;
+  const std::string proc = Read("/proc/" + std::to_string(pid) + "/cgroup", &ok);
+  if (!ok) Fail("cannot read /proc/" + std::to_string(pid) + "/cgroup");
+  const std::optional<std::string> relative = hook::CpusetCgroupOf(proc, v2);
+  if (!relative) Fail("no cpuset cgroup for pid " + std::to_string(pid) + " in: " + proc);
+
+  // The record first: a reconcile that runs from now on keeps the container on its CPUs.
+  WriteRecord(records, id + "_" + claim + ".json",
+              hook::RecordJson(id, claim, hook::FormatList(*cpus), *relative));
+
+  // The container's CPUs: every CPU claim of it (a container may hold several).
+  std::set<int> want = *cpus;
+  {
+    const std::string prefix = id + "_";
+    DIR* d = ::opendir(records.c_str());
+    if (d != nullptr) {
+      while (dirent* e = ::readdir(d)) {
+        const std::string name = e->d_name;
+        if (name.rfind(prefix, 0) != 0) continue;
+        bool read_ok = false;
+        const nlohmann::json r =
+            nlohmann::json::parse(Read(records + "/" + name, &read_ok), nullptr, false);
+        if (!r.is_object() || !r.contains("cpus") || !r["cpus"].is_string()) continue;
+        if (auto more = hook::ParseList(r["cpus"].get<std::string>())) {
+          want.insert(more->begin(), more->end());
+        }
+      }
+      ::closedir(d);
+    }
+  }
+  const std::string want_text = hook::FormatList(want);
+
+  const std::vector<std::string> chain = hook::Chain(*relative);
+  for (size_t i = 0; i + 1 < chain.size(); ++i) {
+    const std::string file = hierarchy + "/" + chain[i] + "/cpuset.cpus";
+    bool read_ok = false;
+    const std::string now = Read(file, &read_ok);
+    if (!read_ok) continue;  // v2: cpuset not enabled at this level
+    std::optional<std::set<int>> have = hook::ParseList(now);
+    if (!have || have->empty()) continue;  // v2: empty inherits the parent's
+    std::set<int> wider = *have;
+    wider.insert(want.begin(), want.end());
+    if (wider != *have) WriteCgroupFile(file, hook::FormatList(wider));
+  }
+  WriteCgroupFile(hierarchy + "/" + *relative + "/cpuset.cpus", want_text);
+  return 0;
+}

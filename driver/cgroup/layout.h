@@ -1,0 +1,90 @@
+// Which CPUs every cgroup of the kubelet's pod hierarchy must have, and in which order to write
+// them: pure (paths and CPU sets in, writes out), for cgroup v1 (the cpuset controller's own
+// hierarchy) and v2 (the unified one), with the kubelet's systemd and cgroupfs drivers.
+//
+// Layouts recognised (paths relative to the cpuset hierarchy's root, e.g. /sys/fs/cgroup on v2,
+// /sys/fs/cgroup/cpuset on v1):
+//   systemd:  kubepods.slice/[kubepods-{burstable,besteffort}.slice/]
+//             kubepods[-{burstable,besteffort}]-pod<uid with _ for ->.slice/
+//             {cri-containerd-<id>.scope | crio-<id>.scope | crio-conmon-<id>.scope |
+//             docker-<id>.scope}
+//             [/container]
+//   cgroupfs: kubepods/[{burstable,besteffort}/]pod<uid>/{<id> | crio-<id> | crio-conmon-<id>}
+// Guaranteed pods sit right under kubepods; burstable and besteffort pods under their QoS
+// cgroup. Anything else (system.slice, the QoS cgroups' other children, ...) is not ours, and
+// neither is a non-default --cgroup-root (kind's kubelet.slice/kubelet-kubepods.slice/...).
+//   - <uid>: an RFC 4122 UUID as the API server assigns, or the 32 hex digits the kubelet gives
+//     a static pod whose manifest has none.
+//   - <id>: letters and digits (the runtimes use 64 hex), at most 128.
+//   - "<scope>/container": crun's sub-cgroup on cgroup v2 with the systemd driver (its
+//     run.oci.systemd.subgroup default), where the container's processes are; the same
+//     container as its scope.
+//   - crio-conmon-<id>: CRI-O's container monitor (conmon_cgroup = "pod"), classified as a
+//     container with id "conmon-<id>": no claim has that id, so conmon stays on the shared CPUs.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "topology/cpuset.h"
+
+namespace topodra::cgroup {
+
+enum class Version { kV1, kV2 };
+enum class Driver { kSystemd, kCgroupfs };
+enum class Level { kKubepods, kQos, kPod, kContainer };
+
+struct Node {
+  std::string path;  // relative, no leading or trailing '/'
+  Level level = Level::kKubepods;
+  Driver driver = Driver::kCgroupfs;
+  std::string pod_uid;       // kPod, kContainer: with dashes ("1b2c-..."), as in the API
+  std::string container_id;  // kContainer: the runtime's id (64 hex for containerd/CRI-O)
+  bool operator==(const Node&) const = default;
+};
+
+// nullopt for a path outside the kubelet's pod hierarchy or not matching a layout above.
+std::optional<Node> Classify(std::string_view relative_path);
+
+// One cgroup as found on the machine.
+struct Observed {
+  Node node;
+  CpuSet cpus;  // its cpuset.cpus now (v2: may be empty, meaning "the parent's")
+};
+
+struct Write {
+  std::string path;  // relative
+  CpuSet cpus;
+  bool operator==(const Write&) const = default;
+};
+
+struct Target {
+  CpuSet online;  // every online CPU: kubepods and the QoS cgroups get these
+  CpuSet shared;  // online - reserved - every prepared claim: every other container's CPUs
+  // Containers that hold a claim, by container id: exactly these CPUs.
+  std::map<std::string, CpuSet> exclusive;
+};
+
+// The cpuset.cpus each observed cgroup must have:
+//   kubepods, QoS:  online
+//   pod:            shared | the exclusive CPUs of its containers
+//   container:      its exclusive CPUs if it holds a claim, else shared
+CpuSet Desired(const Node& node, const Target& target,
+               const std::map<std::string, CpuSet>& exclusive_by_pod);
+
+// The writes that take `tree` to the desired state, in an order every step of which cgroup v1
+// accepts (a child's CPUs always within its parent's, given a tree that obeys it now): first,
+// top-down (by depth, then path), each cgroup that must gain CPUs gets current | desired (an
+// empty current, v2's "the parent's", always must); then, bottom-up (deepest first, then path),
+// each cgroup not yet equal to desired gets desired. Cgroups already right are not written, and
+// no write is empty: a cgroup whose Desired is empty (an empty shared pool, which the daemon
+// never creates, or an empty claim) is left as it is, and its ancestors keep its CPUs. Pods'
+// exclusive CPUs come from the containers in `tree`; claims of containers not in it are
+// ignored. Paths listed twice count once (the first). Deterministic for a given set of
+// cgroups, whatever their order in `tree`. Expects shared and exclusive CPUs within online.
+std::vector<Write> Plan(const std::vector<Observed>& tree, const Target& target);
+
+}  // namespace topodra::cgroup

@@ -1,0 +1,155 @@
+// The CPU pinning hook: its pure pieces, and the real binary on this machine's cgroup v1 cpuset
+// hierarchy (root only; skipped with the reason elsewhere).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "driver/cgroup/hook_core.h"
+
+namespace topodra::cgroup::hook {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(HookCoreTest, ListsParseAndPrintInTheLinuxFormat) {
+  EXPECT_EQ(ParseList("0-3,8\n"), (std::set<int>{0, 1, 2, 3, 8}));
+  EXPECT_EQ(ParseList(""), std::set<int>{});
+  EXPECT_EQ(FormatList({0, 1, 2, 3, 8, 10, 11}), "0-3,8,10-11");
+  EXPECT_EQ(FormatList({}), "");
+  for (const char* bad : {"3-1", "a", "1,,2", "-1", "1-", "65536", "1 2"}) {
+    EXPECT_FALSE(ParseList(bad).has_value()) << bad;
+  }
+}
+
+TEST(HookCoreTest, FindsTheCpusetCgroupInProcCgroup) {
+  const std::string v1 =
+      "12:pids:/kubepods/burstable/pod1/abc\n"
+      "5:cpu,cpuset:/kubepods/burstable/pod1/abc\n"
+      "1:name=systemd:/kubepods/burstable/pod1/abc\n";
+  EXPECT_EQ(CpusetCgroupOf(v1, false), "kubepods/burstable/pod1/abc");
+  EXPECT_EQ(CpusetCgroupOf(v1, true), std::nullopt);
+  const std::string v2 = "0::/kubepods.slice/kubepods-pod1_2.slice/cri-containerd-abc.scope\n";
+  EXPECT_EQ(CpusetCgroupOf(v2, true),
+            "kubepods.slice/kubepods-pod1_2.slice/cri-containerd-abc.scope");
+  EXPECT_EQ(CpusetCgroupOf("0::/\n", true), std::nullopt);  // the root is never a container's
+  EXPECT_EQ(CpusetCgroupOf("3:cpuset:/a/../b\n", false), std::nullopt);
+  EXPECT_EQ(CpusetCgroupOf("garbage", false), std::nullopt);
+}
+
+TEST(HookCoreTest, ChainGoesFromTheTopDown) {
+  EXPECT_THAT(Chain("kubepods/burstable/pod1/abc"),
+              ::testing::ElementsAre("kubepods", "kubepods/burstable", "kubepods/burstable/pod1",
+                                     "kubepods/burstable/pod1/abc"));
+  EXPECT_THAT(Chain("a"), ::testing::ElementsAre("a"));
+}
+
+TEST(HookCoreTest, RecordIsJsonWithTheValuesEscaped) {
+  EXPECT_EQ(RecordJson("c1", "u\"1", "0-1", "k/p"),
+            "{\"container\":\"c1\",\"claim\":\"u\\\"1\",\"cpus\":\"0-1\",\"cgroup\":\"k/p\"}\n");
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+bool Put(const std::string& path, const std::string& value) {
+  std::ofstream out(path);
+  out << value << std::flush;
+  return static_cast<bool>(out);
+}
+
+// The hook binary against the real cpuset controller: a process in a pod-like cgroup whose
+// parent lacks the claim's CPU ends up on exactly the claim's CPUs, the parent widened first.
+TEST(HookBinaryTest, PinsARealProcessAndWidensItsParents) {
+  const std::string root = "/sys/fs/cgroup/cpuset";
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to write cgroups";
+  if (!fs::exists(root + "/cpuset.cpus"))
+    GTEST_SKIP() << "no cgroup v1 cpuset hierarchy at " << root;
+  const std::string all = Slurp(root + "/cpuset.effective_cpus").empty()
+                              ? Slurp(root + "/cpuset.cpus")
+                              : Slurp(root + "/cpuset.effective_cpus");
+  const std::optional<std::set<int>> cpus = ParseList(all);
+  if (!cpus || cpus->size() < 2) GTEST_SKIP() << "needs two CPUs in the cpuset hierarchy";
+  const int first = *cpus->begin();
+  const int second = *std::next(cpus->begin());
+  const std::string mems = Slurp(root + "/cpuset.mems");
+
+  const std::string top = "topodra-hook-test-" + std::to_string(::getpid());
+  const std::string pod = top + "/pod";
+  const std::string ctr = pod + "/ctr";
+  for (const std::string& dir : {top, pod, ctr}) {
+    if (::mkdir((root + "/" + dir).c_str(), 0755) != 0) {
+      GTEST_SKIP() << "cannot create cgroups under " << root << ": " << std::strerror(errno);
+    }
+    ASSERT_TRUE(Put(root + "/" + dir + "/cpuset.mems", mems));
+    // The pod and the container start on the first CPU only: the claim wants the second.
+    ASSERT_TRUE(Put(root + "/" + dir + "/cpuset.cpus",
+                    dir == top ? FormatList(*cpus) : std::to_string(first)));
+  }
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    char c;
+    (void)!::read(ready[0], &c, 1);
+    ::pause();
+    _exit(0);
+  }
+  ASSERT_TRUE(Put(root + "/" + ctr + "/cgroup.procs", std::to_string(child)));
+
+  const std::string records = ::testing::TempDir() + "/hook-records-" + std::to_string(getpid());
+  const std::string state =
+      "{\"ociVersion\":\"1.0.2\",\"id\":\"abc123\",\"status\":\"created\","
+      "\"pid\":" +
+      std::to_string(child) + ",\"bundle\":\"/b\"}";
+  const std::string cmd = std::string(TOPODRA_HOOK_BINARY) + " --cpus " + std::to_string(second) +
+                          " --claim uid-1 --records " + records + " --cgroup-root /sys/fs/cgroup";
+  FILE* p = ::popen(cmd.c_str(), "w");
+  ASSERT_NE(p, nullptr);
+  std::fputs(state.c_str(), p);
+  const int status = ::pclose(p);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << cmd;
+
+  EXPECT_EQ(ParseList(Slurp(root + "/" + ctr + "/cpuset.cpus")), (std::set<int>{second}));
+  EXPECT_EQ(ParseList(Slurp(root + "/" + pod + "/cpuset.cpus")), (std::set<int>{first, second}));
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  ASSERT_EQ(::sched_getaffinity(child, sizeof(mask), &mask), 0);
+  EXPECT_EQ(CPU_COUNT(&mask), 1);
+  EXPECT_TRUE(CPU_ISSET(second, &mask));
+  EXPECT_THAT(Slurp(records + "/abc123_uid-1.json"),
+              ::testing::HasSubstr("\"cpus\":\"" + std::to_string(second) + "\""));
+
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  for (const std::string& dir : {ctr, pod, top}) ::rmdir((root + "/" + dir).c_str());
+  fs::remove_all(records);
+}
+
+TEST(HookBinaryTest, BadInputFailsWithAMessage) {
+  const std::string cmd =
+      std::string(TOPODRA_HOOK_BINARY) + " --cpus 1-0 --claim u --records /tmp/x 2>&1 </dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[512] = {0};
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, p);
+  const int status = ::pclose(p);
+  EXPECT_NE(WEXITSTATUS(status), 0);
+  EXPECT_THAT(std::string(buf, n), ::testing::HasSubstr("--cpus \"1-0\" is not a CPU list"));
+}
+
+}  // namespace
+}  // namespace topodra::cgroup::hook
