@@ -87,6 +87,8 @@ struct RunCommand {
   std::string cgroup_root = "/sys/fs/cgroup";
   // Where the hook binary is installed on the host (the same path inside the daemon's pod).
   std::string hook_dir = "/opt/topodra/bin";
+  // /metrics, /healthz and /readyz: ":port", "host:port", or "" / "none" for no endpoints.
+  std::string metrics_address = ":9477";
 };
 // The node daemon: publishes this node's ResourceSlices and serves the kubelet (DRA plugin per
 // driver) until SIGTERM or SIGINT.

@@ -229,6 +229,10 @@ int Main(int argc, char** argv) {
   run->add_option("--hook-dir", run_cmd.hook_dir,
                   "Host directory the CPU pinning hook is installed in (same path in the pod)")
       ->capture_default_str();
+  run->add_option("--metrics-address", run_cmd.metrics_address,
+                  "Serve Prometheus /metrics and the /healthz and /readyz probes on this address "
+                  "(:port, host:port; none to disable)")
+      ->capture_default_str();
   std::string config_file;
   run->add_option("--config", config_file,
                   "YAML file with the same keys as these flags (without dashes); flags win");

@@ -4,7 +4,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/inotify.h>
 #include <unistd.h>
@@ -18,9 +17,12 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "cdi/spec.h"
 #include "cdi/spec_store.h"
 #include "cmd/commands.h"
+#include "cmd/logging.h"
 #include "common/file_io.h"
 #include "common/uevent.h"
 #include "driver/cgroup/cgroupfs.h"
@@ -28,6 +30,8 @@
 #include "driver/cgroup/reconciler.h"
 #include "driver/deviceplugin/device_plugin_service.h"
 #include "driver/kube/rest_client.h"
+#include "driver/metrics/metrics.h"
+#include "driver/metrics/metrics_server.h"
 #include "driver/plugin/device_plugin_server.h"
 #include "driver/plugin/instance_lock.h"
 #include "driver/plugin/kubelet_plugin.h"
@@ -39,21 +43,6 @@
 
 namespace topodra::cmd {
 namespace {
-
-void SetUpLogging(const RunCommand& cmd) {
-  auto logger = spdlog::stderr_logger_mt("topodra");
-  spdlog::set_default_logger(logger);
-  // STYLE.md: -v 0 info, 1 debug, 2 trace.
-  spdlog::set_level(cmd.verbosity >= 2   ? spdlog::level::trace
-                    : cmd.verbosity == 1 ? spdlog::level::debug
-                                         : spdlog::level::info);
-  if (cmd.log_format == "json") {
-    spdlog::set_pattern(R"({"time":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","msg":"%v"})",
-                        spdlog::pattern_time_type::utc);
-  } else {
-    spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%eZ %L %v", spdlog::pattern_time_type::utc);
-  }
-}
 
 absl::StatusOr<kube::ClusterConfig> ClusterConfigFor(const RunCommand& cmd) {
   std::string path = cmd.kubeconfig;
@@ -211,6 +200,12 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
     err << "topodra run: error: --slice-mixins: " << mixins.status().message() << "\n";
     return kExitUsage;
   }
+  absl::StatusOr<std::optional<std::string>> metrics_ports =
+      metrics::ListeningPortsFor(cmd.metrics_address);
+  if (!metrics_ports.ok()) {
+    err << "topodra run: error: --metrics-address: " << metrics_ports.status().message() << "\n";
+    return kExitUsage;
+  }
   absl::StatusOr<kube::ClusterConfig> cluster = ClusterConfigFor(cmd);
   if (!cluster.ok()) {
     err << "topodra run: error: " << cluster.status().message() << "\n";
@@ -233,7 +228,7 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   // A peer closing a connection must be an error on that call, not the end of the daemon.
   signal(SIGPIPE, SIG_IGN);
 
-  SetUpLogging(cmd);
+  SetUpLogging(cmd.log_format, cmd.verbosity);
   spdlog::info("topodra {} starting on node {}: {} CPUs online, {} GPUs, CPU devices {}{}, API {}",
                TOPODRA_VERSION_STRING, opts->node_name, topo->cpus.size(), topo->gpus.size(),
                publish::CpuDeviceModeName(opts->cpu_mode),
@@ -377,6 +372,21 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   std::vector<DriverRuntime> drivers;
   const bool serve_gpus = opts->gpus && PoolOf(pools, opts->gpu_driver).has_value() &&
                           !PoolOf(pools, opts->gpu_driver)->devices.empty();
+  // Outlives every service that reports to it.
+  std::unique_ptr<metrics::Metrics> node_metrics;
+  if (*metrics_ports) {
+    metrics::MetricsOptions mo;
+    mo.version = TOPODRA_VERSION_STRING;
+    mo.drivers = {opts->cpu_driver};
+    if (serve_gpus) mo.drivers.push_back(opts->gpu_driver);
+    if (cmd.device_plugin.find("gpu") != std::string::npos) {
+      mo.resources.push_back(cmd.device_plugin_gpu_resource);
+    }
+    if (cmd.device_plugin.find("cpu") != std::string::npos) {
+      mo.resources.push_back(cmd.device_plugin_cpu_resource);
+    }
+    node_metrics = std::make_unique<metrics::Metrics>(mo);
+  }
   for (int i = 0; i < (serve_gpus ? 2 : 1); ++i) {
     prepare::DriverSetup setup =
         i == 0 ? CpuSetup(*topo, *opts) : GpuSetup(*topo, *opts, pools, cmd.host_root);
@@ -384,6 +394,7 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
     DriverRuntime d;
     d.service =
         std::make_unique<prepare::ClaimService>(setup, *topo, &node, &cdi_store, &claim_source);
+    d.service->SetObserver(node_metrics.get());
     absl::StatusOr<prepare::ClaimService::Reconciled> reconciled = d.service->ReconcileCdi();
     if (!reconciled.ok()) {
       spdlog::critical("driver {}: CDI files in {}: {}", setup.driver, cmd.cdi_dir,
@@ -424,6 +435,7 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
     if (!gpu) dp_setup.cpuset_hook = cpuset_hook;
     d.service = std::make_unique<deviceplugin::DevicePluginService>(std::move(dp_setup), *topo,
                                                                     &node, &cdi_store);
+    d.service->SetObserver(node_metrics.get());
     if (absl::StatusOr<prepare::ReconciledCdi> r = d.service->ReconcileCdi(); !r.ok()) {
       spdlog::critical("device plugin {}: CDI files in {}: {}", resource, cmd.cdi_dir,
                        std::string(r.status().message()));
@@ -463,6 +475,77 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   // A driver without a pool (no GPUs, --gpus=none) still runs: it removes stale slices.
   publishers[0]->SetDesired(PoolOf(pools, opts->cpu_driver));
   publishers[1]->SetDesired(PoolOf(pools, opts->gpu_driver));
+
+  // The main loop beats at every turn (at least every --topology-refresh seconds); /healthz
+  // fails when it has stopped for much longer than that.
+  std::atomic<int64_t> main_loop_beat{absl::ToUnixNanos(absl::Now())};
+  const absl::Duration main_loop_stalled =
+      absl::Seconds(2 * std::max(1, cmd.topology_refresh_seconds) + 30);
+  // Declared after everything its callbacks read, so it stops before they go.
+  std::unique_ptr<metrics::MetricsServer> metrics_server;
+  if (node_metrics != nullptr) {
+    const std::vector<std::string> publisher_drivers = {opts->cpu_driver, opts->gpu_driver};
+    node_metrics->SetSnapshotSource([&, publisher_drivers] {
+      metrics::NodeSnapshot s;
+      CpuSet held;
+      {
+        std::lock_guard<std::mutex> lock(node.mu);
+        held = node.state.HeldCpus();
+        s.gpus_allocated = static_cast<int>(node.state.HeldGpus().size());
+      }
+      CpuSet now_online;
+      {
+        std::lock_guard<std::mutex> lock(online_mu);
+        now_online = online;
+      }
+      s.cpus_allocated = held.Size();
+      s.cpus_reserved = opts->reserved_cpus.Size();
+      s.cpus_available = (now_online - opts->reserved_cpus - held).Size();
+      for (size_t i = 0; i < publishers.size(); ++i) {
+        s.slice_publish_errors[publisher_drivers[i]] = publishers[i]->status().errors;
+      }
+      return s;
+    });
+    metrics::Endpoints endpoints;
+    endpoints.metrics = [&] { return node_metrics->Render(); };
+    endpoints.health = [&]() -> metrics::Probe {
+      const absl::Duration since = absl::Now() - absl::FromUnixNanos(main_loop_beat.load());
+      if (since > main_loop_stalled) {
+        return {false,
+                absl::StrCat("the main loop has not run for ", absl::ToInt64Seconds(since), " s")};
+      }
+      return {};
+    };
+    endpoints.ready = [&, publisher_drivers]() -> metrics::Probe {
+      std::vector<std::string> missing;
+      for (const DriverRuntime& d : drivers) {
+        if (d.plugin->registrations() == 0) {
+          missing.push_back(
+              absl::StrCat("driver ", d.service->driver(), ": not registered with the kubelet"));
+        }
+      }
+      for (size_t i = 0; i < publishers.size(); ++i) {
+        const publish::PublisherStatus st = publishers[i]->status();
+        if (!st.published_once) {
+          missing.push_back(absl::StrCat(
+              "driver ", publisher_drivers[i], ": ResourceSlices not published yet",
+              st.last_error.empty() ? "" : " (", st.last_error, st.last_error.empty() ? "" : ")"));
+        }
+      }
+      if (missing.empty()) return {};
+      return {false, absl::StrJoin(missing, "\n")};
+    };
+    absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> server =
+        metrics::MetricsServer::Start(**metrics_ports, std::move(endpoints));
+    if (!server.ok()) {
+      spdlog::critical("--metrics-address {}: {}", cmd.metrics_address,
+                       std::string(server.status().message()));
+      return kExitFailure;
+    }
+    metrics_server = *std::move(server);
+    spdlog::info("serving /metrics, /healthz and /readyz on {}", cmd.metrics_address);
+  }
+
   std::vector<std::thread> threads;
   for (auto& p : publishers) threads.emplace_back([&p] { p->Run(); });
 
@@ -494,6 +577,7 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   malloc_trim(0);
   const timespec refresh{std::max(1, cmd.topology_refresh_seconds), 0};
   while (true) {
+    main_loop_beat = absl::ToUnixNanos(absl::Now());
     siginfo_t info{};
     const int sig = sigtimedwait(&signals, &info, &refresh);
     if (sig == SIGTERM || sig == SIGINT) {
@@ -543,6 +627,8 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
       }
     }
   }
+  // Probes and scrapes read what is stopped next.
+  metrics_server.reset();
   stopping = true;
   if (uevents.joinable()) uevents.join();
   pinning_stop = true;

@@ -102,7 +102,7 @@ def main():
                                   "--topology-file", topology, "--kubelet-root-dir", kubelet,
                                   "--cdi-dir", os.path.join(work, "cdi"),
                                   "--state-dir", os.path.join(work, "state"),
-                                  "--enforce", "none"] + list(extra),
+                                  "--enforce", "none", "--metrics-address", "none"] + list(extra),
                                  stderr=log)
             procs.append(p)
             out = subprocess.run([sim, "--root-dir", kubelet, "wait", "dra.cpu"],

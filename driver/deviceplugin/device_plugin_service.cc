@@ -66,6 +66,13 @@ absl::StatusOr<std::vector<std::string>> DevicePluginService::Preferred(
 
 absl::StatusOr<DevicePluginService::Allocated> DevicePluginService::Allocate(
     const std::vector<std::string>& ids) {
+  absl::StatusOr<Allocated> a = AllocateOne(ids);
+  if (observer_ != nullptr) observer_->OnDevicePluginAllocate(resource_, a.ok());
+  return a;
+}
+
+absl::StatusOr<DevicePluginService::Allocated> DevicePluginService::AllocateOne(
+    const std::vector<std::string>& ids) {
   AllocatePlan plan;
   // The allocations the plan shrinks, as they were, to put back if a later step fails.
   std::vector<state::Allocation> before;

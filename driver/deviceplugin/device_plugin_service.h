@@ -17,6 +17,7 @@
 #include "cdi/spec_store.h"
 #include "driver/deviceplugin/device_plugin_core.h"
 #include "driver/prepare/claim_service.h"
+#include "driver/prepare/observer.h"
 #include "topology/topology.h"
 
 namespace topodra::deviceplugin {
@@ -28,6 +29,8 @@ class DevicePluginService {
 
   const std::string& resource() const { return resource_; }
   prepare::NodeAllocations* node() const { return node_; }
+  // Told of every Allocate; nullptr (the default) for none. Set before use; not owned.
+  void SetObserver(prepare::Observer* observer) { observer_ = observer; }
 
   // Restores lost CDI files of this resource's allocations and removes stale ones (start-up).
   absl::StatusOr<prepare::ReconciledCdi> ReconcileCdi();
@@ -55,8 +58,11 @@ class DevicePluginService {
   void Update(ResourceSetup setup, topology::Topology topo);
 
  private:
+  absl::StatusOr<Allocated> AllocateOne(const std::vector<std::string>& ids);
+
   const std::string resource_;
   prepare::NodeAllocations* node_;
+  prepare::Observer* observer_ = nullptr;
   const cdi::SpecStore* cdi_;
   // Guarded by node_->mu.
   ResourceSetup setup_;

@@ -25,6 +25,10 @@ std::string Message(const absl::Status& status) {
 
 std::string Ref(const ClaimRef& ref) { return absl::StrCat(ref.ns, "/", ref.name); }
 
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 }  // namespace
 
 absl::StatusOr<json> ApiClaimSource::GetClaim(const std::string& ns, const std::string& name) {
@@ -160,12 +164,16 @@ std::map<std::string, ClaimOutcome> ClaimService::Prepare(const std::vector<Clai
   std::map<std::string, ClaimOutcome> out;
   for (const ClaimRef& ref : claims) {
     ClaimOutcome outcome;
+    const auto start = std::chrono::steady_clock::now();
     try {
       outcome = PrepareOne(ref);
     } catch (const std::exception& e) {
       // STYLE.md: nothing throws on purpose; this keeps one bug from failing every claim.
       outcome.error = absl::StrCat("claim ", Ref(ref), ": internal error: ", e.what());
       spdlog::error("claim {} uid={} driver={}: {}", Ref(ref), ref.uid, driver_, outcome.error);
+    }
+    if (observer_ != nullptr) {
+      observer_->OnPrepare(driver_, outcome.error.empty(), SecondsSince(start));
     }
     out[ref.uid] = std::move(outcome);
   }
@@ -298,12 +306,14 @@ std::map<std::string, std::string> ClaimService::Unprepare(const std::vector<Cla
   std::map<std::string, std::string> out;
   for (const ClaimRef& ref : claims) {
     std::string error;
+    const auto start = std::chrono::steady_clock::now();
     try {
       error = UnprepareOne(ref);
     } catch (const std::exception& e) {
       error = absl::StrCat("claim ", Ref(ref), ": internal error: ", e.what());
       spdlog::error("claim {} uid={} driver={}: {}", Ref(ref), ref.uid, driver_, error);
     }
+    if (observer_ != nullptr) observer_->OnUnprepare(driver_, error.empty(), SecondsSince(start));
     out[ref.uid] = std::move(error);
   }
   return out;

@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cdi/spec_store.h"
+#include "driver/prepare/observer.h"
 #include "driver/prepare/planner.h"
 #include "driver/state/state.h"
 #include "driver/state/store.h"
@@ -122,6 +123,9 @@ class ClaimService {
                const cdi::SpecStore* cdi, ClaimSource* source);
 
   const std::string& driver() const { return driver_; }
+  // Told of every claim prepared or unprepared; nullptr (the default) for none. Set before the
+  // service is used; not owned.
+  void SetObserver(Observer* observer) { observer_ = observer; }
 
   // At start, before serving: rewrites the CDI file of every claim this driver has prepared
   // when it is missing or differs, and removes this driver's CDI files of claims that are not
@@ -149,6 +153,7 @@ class ClaimService {
   NodeAllocations* node_;
   const cdi::SpecStore* cdi_;
   ClaimSource* source_;
+  Observer* observer_ = nullptr;
   // Guarded by node_->mu.
   DriverSetup setup_;
   topology::Topology topo_;

@@ -288,6 +288,7 @@ absl::Status SlicePublisher::Reconcile() {
   highest_generation_ = generation;
   std::lock_guard<std::mutex> lock(mu_);
   status_.in_sync = true;
+  status_.published_once = true;
   status_.generation = generation;
   status_.slices = static_cast<int>(desired->size());
   status_.mixins = mixin_form;

@@ -33,8 +33,9 @@ struct PublisherOptions {
 
 // What a status probe (readiness, metrics, tests) sees.
 struct PublisherStatus {
-  bool in_sync = false;    // the server holds exactly the desired pool
-  int64_t generation = 0;  // pool generation on the server
+  bool in_sync = false;         // the server holds exactly the desired pool
+  bool published_once = false;  // in_sync has been reached at least once (readiness)
+  int64_t generation = 0;       // pool generation on the server
   int slices = 0;
   bool mixins = false;     // published in mixin form
   std::string last_error;  // empty when the last attempt worked

@@ -85,7 +85,7 @@ double RunToPublished(const std::string& kubeconfig, const Machine& m, size_t wa
                       kube::RestClient& client) {
   std::vector<std::string> args = {TOPODRA_BINARY, "run",        "--kubeconfig",      kubeconfig,
                                    "--node-name",  "bench-node", "--cpu-device-mode", "individual",
-                                   "--enforce",    "none"};
+                                   "--enforce",    "none",       "--metrics-address", "none"};
   args.insert(args.end(), m.args.begin(), m.args.end());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());

@@ -40,6 +40,11 @@ void Daemon::Start(const DaemonDirs& dirs, const std::vector<std::string>& extra
     args.push_back("--enforce");
     args.push_back("none");
   }
+  // Tests run many daemons at once: no endpoints on the default port unless a test asks.
+  if (std::find(extra.begin(), extra.end(), "--metrics-address") == extra.end()) {
+    args.push_back("--metrics-address");
+    args.push_back("none");
+  }
   args.insert(args.end(), extra.begin(), extra.end());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());

@@ -1,0 +1,70 @@
+# The topodra node daemon image (README "Container image"):
+#   docker build -t topodra .
+#
+# Two stages: a Debian bookworm build stage with exactly the packages CI installs, and a slim
+# runtime stage with only the shared libraries the binaries load. test/docker/check_dockerfile.py
+# (ctest -R docker) checks this file against the built binaries: every library `ldd` lists must
+# come from a package installed here, so keep the runtime list in one `apt-get install`.
+
+# ---- build -------------------------------------------------------------------------------------
+FROM debian:bookworm AS build
+# One package list for CI, `make`, and this image: scripts/build-deps.txt, installed by the same
+# script `.ci/run` (make test → make deps) runs. Copied alone first so the layer is cached.
+COPY scripts/install-deps.sh scripts/build-deps.txt /src/scripts/
+RUN bash /src/scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
+COPY . /src
+WORKDIR /src
+# The release preset (tests off). Only the three installed artefacts are built: the benchmarks
+# that the preset also configures are not shipped.
+RUN cmake --preset release -DTOPODRA_BUILD_BENCH=OFF \
+ && cmake --build --preset release --target topodra topodra_run topodra-cpuset-hook
+
+# ---- runtime -----------------------------------------------------------------------------------
+FROM debian:bookworm-slim
+ARG TOPODRA_VERSION=0.1.0
+LABEL org.opencontainers.image.title="topodra" \
+      org.opencontainers.image.description="Topology-aware Kubernetes DRA driver for CPUs and GPUs (node daemon)" \
+      org.opencontainers.image.version="${TOPODRA_VERSION}" \
+      org.opencontainers.image.base.name="debian:bookworm-slim"
+
+# The runtime libraries of topodra and libtopodra_run.so (their direct dependencies, gRPC's
+# c-ares, re2, OpenSSL and zlib included as some builds link them directly; apt brings in the
+# rest), plus libcurl4: the daemon dlopens libcurl.so.4 (driver/kube/curl_library.cc), so
+# ldd does not show it. libprometheus-cpp-core1.0 and libcivetweb1: the daemon's /metrics.
+# libc6, libgcc-s1 and libstdc++6 are not listed: bookworm-slim always has them (apt needs them).
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+      libabsl20220623 \
+      libc-ares2 \
+      libcivetweb1 \
+      libcurl4 \
+      libfmt9 \
+      libgrpc++1.51 \
+      libgrpc29 \
+      libhwloc15 \
+      libprometheus-cpp-core1.0 \
+      libprotobuf32 \
+      libre2-9 \
+      libspdlog1.10 \
+      libssl3 \
+      libyaml-cpp0.7 \
+      zlib1g \
+ && rm -rf /var/lib/apt/lists/*
+
+# `topodra run` loads its daemon module from ../lib/topodra/ next to the binary
+# (cmd/run_loader.cc), and copies the CPU pinning hook to the host from the binary's own
+# directory (InstallHook in cmd/run_command.cc). The hook is static: it runs on the host.
+COPY --from=build /src/build/release/cmd/topodra /src/build/release/cmd/topodra-cpuset-hook /usr/bin/
+COPY --from=build /src/build/release/cmd/libtopodra_run.so /usr/lib/topodra/
+# Fail the image build, not the pod, when a library is missing.
+RUN ! ldd /usr/bin/topodra /usr/lib/topodra/libtopodra_run.so | grep 'not found' \
+ && ldconfig -p | grep -q 'libcurl\.so\.4 ' \
+ && /usr/bin/topodra version
+
+# No USER: the daemon must run as root. It creates the kubelet's plugin and device-plugin sockets
+# under /var/lib/kubelet (root-owned host directories), writes CDI specs to /var/run/cdi, and with
+# --enforce=cgroup writes cpuset files in the host's cgroup tree and installs its hook in
+# --hook-dir (/opt/topodra/bin); a non-root user can do none of that. Run the container as root,
+# privileged, with those host paths mounted.
+ENTRYPOINT ["/usr/bin/topodra"]
+CMD ["run"]

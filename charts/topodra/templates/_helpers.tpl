@@ -1,0 +1,85 @@
+{{/* Full name of the release's objects. */}}
+{{- define "topodra.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "topodra.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "topodra.labels" -}}
+{{ include "topodra.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "topodra.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "topodra.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The arguments of `topodra run`, one per line, as a YAML list. Only flags `topodra run --help`
+shows (test/chart checks that against the real binary); empty values are left out so the
+daemon's default applies. --node-name comes from the downward API.
+*/}}
+{{- define "topodra.args" -}}
+- run
+- --node-name=$(NODE_NAME)
+- --cpu-driver-name={{ .Values.publish.cpuDriverName }}
+- --gpu-driver-name={{ .Values.publish.gpuDriverName }}
+- --cpu-device-mode={{ .Values.publish.cpuDeviceMode }}
+- --group-by={{ .Values.publish.groupBy }}
+{{- with .Values.publish.reservedCpus }}
+- --reserved-cpus={{ . }}
+{{- end }}
+- --gpus={{ .Values.publish.gpus }}
+- --slice-mixins={{ .Values.publish.sliceMixins }}
+- --topology-refresh={{ .Values.publish.topologyRefresh }}
+- --kubelet-root-dir={{ .Values.kubelet.rootDir }}
+- --cdi-dir={{ .Values.kubelet.cdiDir }}
+- --state-dir={{ .Values.kubelet.stateDir }}
+- --host-root={{ .Values.kubelet.hostRoot }}
+- --device-plugin={{ .Values.devicePlugin.mode }}
+{{- if ne .Values.devicePlugin.mode "none" }}
+- --device-plugin-gpu-resource={{ .Values.devicePlugin.gpuResource }}
+- --device-plugin-cpu-resource={{ .Values.devicePlugin.cpuResource }}
+- --device-plugin-reclaim-interval={{ .Values.devicePlugin.reclaimInterval }}
+{{- with .Values.devicePlugin.podResourcesSocket }}
+- --pod-resources-socket={{ . }}
+{{- end }}
+{{- end }}
+- --enforce={{ .Values.cpuPinning.enforce }}
+{{- if eq .Values.cpuPinning.enforce "cgroup" }}
+- --cgroup-root={{ .Values.cpuPinning.cgroupRoot }}
+- --hook-dir={{ .Values.cpuPinning.hookDir }}
+{{- end }}
+- --log-format={{ .Values.logging.format }}
+{{- if eq (int .Values.logging.verbosity) 1 }}
+- -v
+{{- else if ge (int .Values.logging.verbosity) 2 }}
+- -vv
+{{- end }}
+- --metrics-address=:{{ .Values.metrics.port }}
+{{- with .Values.topology.file }}
+- --topology-file={{ . }}
+{{- end }}
+{{- with .Values.topology.synthetic }}
+- --topology-synthetic={{ . }}
+{{- end }}
+{{- with .Values.kubeconfig }}
+- --kubeconfig={{ . }}
+{{- end }}
+{{- if .Values.config }}
+- --config=/etc/topodra/config.yaml
+{{- end }}
+{{- end -}}
