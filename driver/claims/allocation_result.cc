@@ -143,6 +143,16 @@ absl::StatusOr<Claim> ParseClaim(const json& j) {
   const json* status = Member(j, "status");
   if (status == nullptr) return claim;
   if (!status->is_object()) return TypeError("status", "an object", *status);
+  // Only for log lines: entries that are not well-formed pods are skipped, never an error.
+  if (const json* reserved = Member(*status, "reservedFor");
+      reserved != nullptr && reserved->is_array()) {
+    for (const json& r : *reserved) {
+      if (r.is_object() && r.value("resource", json()) == "pods" && r.contains("name") &&
+          r["name"].is_string()) {
+        claim.pods.push_back(claim.namespace_name + "/" + r["name"].get<std::string>());
+      }
+    }
+  }
   const json* allocation = Member(*status, "allocation");
   if (allocation == nullptr) return claim;
   if (!allocation->is_object()) return TypeError("status.allocation", "an object", *allocation);

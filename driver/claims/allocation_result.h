@@ -48,6 +48,8 @@ struct Claim {
   bool allocated = false;             // status.allocation is present
   std::vector<DeviceResult> results;  // status.allocation.devices.results, in order
   std::vector<DeviceConfig> configs;  // status.allocation.devices.config, in order
+  // "namespace/name" of the pods in status.reservedFor, for log lines.
+  std::vector<std::string> pods;
 
   // "namespace/name", the form every claim-scoped message starts with.
   std::string Ref() const;

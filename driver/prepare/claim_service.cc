@@ -10,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/file_io.h"
 #include "driver/claims/allocation_result.h"
 #include "driver/kube/rest_client.h"
@@ -170,7 +171,7 @@ std::map<std::string, ClaimOutcome> ClaimService::Prepare(const std::vector<Clai
     } catch (const std::exception& e) {
       // STYLE.md: nothing throws on purpose; this keeps one bug from failing every claim.
       outcome.error = absl::StrCat("claim ", Ref(ref), ": internal error: ", e.what());
-      spdlog::error("claim {} uid={} driver={}: {}", Ref(ref), ref.uid, driver_, outcome.error);
+      spdlog::error("{}: {}", Who(ref), outcome.error);
     }
     if (observer_ != nullptr) {
       observer_->OnPrepare(driver_, outcome.error.empty(), SecondsSince(start));
@@ -184,8 +185,7 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref) {
   ClaimOutcome out;
   const std::string owner = state::DraOwner(driver_, ref.uid);
   auto fail = [&](std::string message) {
-    spdlog::warn("claim {} uid={} driver={}: prepare failed: {}", Ref(ref), ref.uid, driver_,
-                 message);
+    spdlog::warn("{}: prepare failed: {}", Who(ref), message);
     out.error = std::move(message);
     return out;
   };
@@ -205,8 +205,7 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref) {
     } else {
       o.devices = *std::move(devices);
     }
-    spdlog::debug("claim {} uid={} driver={}: already prepared, same answer", Ref(ref), ref.uid,
-                  driver_);
+    spdlog::debug("{}: already prepared, same answer", Who(ref));
     return o;
   };
   // With node_->mu held: the outcome when the claim is already known, else nullopt.
@@ -232,6 +231,10 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref) {
   absl::StatusOr<claims::Claim> claim = claims::ParseClaim(*object);
   if (!claim.ok()) {
     return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(claim.status())));
+  }
+  if (!claim->pods.empty() && claim->uid == ref.uid) {
+    std::lock_guard<std::mutex> lock(pods_mu_);
+    pods_[ref.uid] = absl::StrJoin(claim->pods, ",");
   }
   if (claim->uid != ref.uid) {
     return fail(absl::StrCat("claim ", Ref(ref), ": the API server has uid \"", claim->uid,
@@ -291,13 +294,13 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref) {
   }
   const auto t4 = std::chrono::steady_clock::now();
   auto us = [](auto d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); };
-  spdlog::info("claim {} uid={} driver={}: prepared cpus={} gpus={} devices={}", Ref(ref), ref.uid,
-               driver_, prepared.cpus.Empty() ? "none" : prepared.cpus.ToString(),
-               prepared.gpus.size(), plan.devices.size());
+  spdlog::info("{}: prepared cpus={} gpus={} devices={}", Who(ref),
+               prepared.cpus.Empty() ? "none" : prepared.cpus.ToString(), prepared.gpus.size(),
+               plan.devices.size());
   spdlog::debug(
-      "claim {} uid={} driver={}: prepare took get {} us, plan {} us, cdi {} us, "
+      "{}: prepare took get {} us, plan {} us, cdi {} us, "
       "journal {} us",
-      Ref(ref), ref.uid, driver_, us(t1 - t0), us(t2 - t1), us(t3 - t2), us(t4 - t3));
+      Who(ref), us(t1 - t0), us(t2 - t1), us(t3 - t2), us(t4 - t3));
   out.devices = std::move(plan.devices);
   return out;
 }
@@ -311,7 +314,7 @@ std::map<std::string, std::string> ClaimService::Unprepare(const std::vector<Cla
       error = UnprepareOne(ref);
     } catch (const std::exception& e) {
       error = absl::StrCat("claim ", Ref(ref), ": internal error: ", e.what());
-      spdlog::error("claim {} uid={} driver={}: {}", Ref(ref), ref.uid, driver_, error);
+      spdlog::error("{}: {}", Who(ref), error);
     }
     if (observer_ != nullptr) observer_->OnUnprepare(driver_, error.empty(), SecondsSince(start));
     out[ref.uid] = std::move(error);
@@ -322,8 +325,7 @@ std::map<std::string, std::string> ClaimService::Unprepare(const std::vector<Cla
 std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
   const std::string owner = state::DraOwner(driver_, ref.uid);
   auto fail = [&](std::string message) {
-    spdlog::warn("claim {} uid={} driver={}: unprepare failed: {}", Ref(ref), ref.uid, driver_,
-                 message);
+    spdlog::warn("{}: unprepare failed: {}", Who(ref), message);
     return message;
   };
   state::Allocation held;
@@ -334,8 +336,7 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
       // Not ours (another instance's, or never prepared): nothing to do, but a CDI file of a
       // crashed prepare may still be there.
       if (!ref.uid.empty()) (void)cdi_->Remove(CdiFileName(driver_, ref.uid), /*synced=*/false);
-      spdlog::debug("claim {} uid={} driver={}: not prepared, nothing to unprepare", Ref(ref),
-                    ref.uid, driver_);
+      spdlog::debug("{}: not prepared, nothing to unprepare", Who(ref));
       return "";
     }
     // A prepare whose journal record is still being written (in_flight) would append it after our
@@ -380,9 +381,24 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
     node_->changes.Notify();
     CompactIfDue(node_);
   }
-  spdlog::info("claim {} uid={} driver={}: unprepared, freed cpus={} gpus={}", Ref(ref), ref.uid,
-               driver_, held.cpus.Empty() ? "none" : held.cpus.ToString(), held.gpus.size());
+  spdlog::info("{}: unprepared, freed cpus={} gpus={}", Who(ref),
+               held.cpus.Empty() ? "none" : held.cpus.ToString(), held.gpus.size());
+  {
+    std::lock_guard<std::mutex> lock(pods_mu_);
+    pods_.erase(ref.uid);
+  }
   return "";
+}
+
+std::string ClaimService::Who(const ClaimRef& ref) const {
+  std::string pods;
+  {
+    std::lock_guard<std::mutex> lock(pods_mu_);
+    if (auto it = pods_.find(ref.uid); it != pods_.end()) pods = it->second;
+  }
+  // The kubelet's call names no pod; the claim's reservedFor does, once it has been fetched.
+  return absl::StrCat("claim ", Ref(ref), " uid=", ref.uid, " driver=", driver_,
+                      " pod=", pods.empty() ? "unknown" : pods);
 }
 
 void CompactIfDue(NodeAllocations* node) {

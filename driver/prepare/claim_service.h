@@ -147,6 +147,8 @@ class ClaimService {
 
  private:
   ClaimOutcome PrepareOne(const ClaimRef& ref);
+  // "claim ns/name uid=... driver=... pod=ns/p": how every claim-scoped log line starts.
+  std::string Who(const ClaimRef& ref) const;
   std::string UnprepareOne(const ClaimRef& ref);
 
   const std::string driver_;
@@ -154,6 +156,9 @@ class ClaimService {
   const cdi::SpecStore* cdi_;
   ClaimSource* source_;
   Observer* observer_ = nullptr;
+  // Claim UID -> the pods of its reservedFor, from the last GET (log lines only).
+  mutable std::mutex pods_mu_;
+  std::map<std::string, std::string> pods_;
   // Guarded by node_->mu.
   DriverSetup setup_;
   topology::Topology topo_;

@@ -64,6 +64,24 @@ TEST(ParseClaimTest, ReadsEveryField) {
   EXPECT_EQ(claim->configs[1].driver, "gpu.nvidia.com");
 }
 
+TEST(ParseClaimTest, PodsOfReservedForAreKeptForLogLinesAndOddEntriesSkipped) {
+  json j = json::parse(kFullClaim);
+  j["status"]["reservedFor"] = json::array({
+      {{"resource", "pods"}, {"name", "trainer-0"}, {"uid", "p1"}},
+      {{"apiGroup", "batch"}, {"resource", "jobs"}, {"name", "train"}, {"uid", "j1"}},
+      {{"resource", "pods"}, {"name", 7}},
+      "garbage",
+      {{"resource", "pods"}, {"name", "trainer-1"}, {"uid", "p2"}},
+  });
+  absl::StatusOr<Claim> claim = ParseClaim(j);
+  ASSERT_TRUE(claim.ok()) << claim.status();
+  EXPECT_THAT(claim->pods, ::testing::ElementsAre("default/trainer-0", "default/trainer-1"));
+  j["status"]["reservedFor"] = "not a list";
+  claim = ParseClaim(j);
+  ASSERT_TRUE(claim.ok()) << claim.status();
+  EXPECT_TRUE(claim->pods.empty());
+}
+
 TEST(ParseClaimTest, UnallocatedClaims) {
   for (const char* text : {
            R"({"metadata": {"uid": "u", "namespace": "n", "name": "c"}})",

@@ -128,6 +128,18 @@ TEST_F(DraPluginTest, GroupedClaimIsTopologyAlignedIdempotentAndUnprepared) {
   EXPECT_EQ(CdiCpus(next.uid), cpus);
 }
 
+// STYLE.md: every claim-scoped line names the claim and its pod (from the claim's reservedFor).
+TEST_F(DraPluginTest, ClaimLinesNameTheClaimAndThePod) {
+  StartNode();
+  PrepareClaim claim = CpuClaim("logged", "cpudevnuma000", "2");
+  ASSERT_EQ(PrepareOne(claim).error, "");
+  ASSERT_EQ(UnprepareOne(claim), "");
+  const std::string who = absl::StrCat("claim default/logged uid=", claim.uid,
+                                       " driver=dra.cpu pod=default/pod-logged");
+  EXPECT_THAT(daemon_.Log(), HasSubstr(who + ": prepared cpus="));
+  EXPECT_THAT(daemon_.Log(), HasSubstr(who + ": unprepared, freed cpus="));
+}
+
 TEST_F(DraPluginTest, UnprepareOfUnknownClaimsSucceeds) {
   StartNode();
   auto got = sim_->Unprepare(
