@@ -1,33 +1,29 @@
 #include "driver/cgroup/pinning.h"
 
-#include <dirent.h>
-
 #include <algorithm>
-#include <fstream>
-#include <iterator>
 #include <map>
 
 #include "absl/strings/match.h"
+#include "common/file_io.h"
 #include "nlohmann/json.hpp"
 
 namespace topodra::cgroup {
 
 std::vector<HookRecord> ReadRecords(const std::string& dir) {
   std::vector<HookRecord> out;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return out;
+  absl::StatusOr<std::vector<files::DirEntry>> entries = files::ListDirectory(dir);
+  if (!entries.ok()) return out;
   std::vector<std::string> names;
-  while (dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name.empty() || name[0] == '.' || !absl::EndsWith(name, ".json")) continue;
-    names.push_back(name);
+  for (const files::DirEntry& e : *entries) {
+    if (!e.regular || e.name[0] == '.' || !absl::EndsWith(e.name, ".json")) continue;
+    names.push_back(e.name);
   }
-  ::closedir(d);
   std::sort(names.begin(), names.end());
   for (const std::string& name : names) {
-    std::ifstream in(dir + "/" + name);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+    // A record is one short line; anything much larger was not written by the hook.
+    absl::StatusOr<std::string> text = files::ReadFileBounded(dir + "/" + name, 64 << 10);
+    if (!text.ok() || text->size() > (64 << 10)) continue;
+    const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
     if (!j.is_object()) continue;
     auto str = [&](const char* key) {
       return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
