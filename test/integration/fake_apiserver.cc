@@ -285,6 +285,8 @@ absl::Status FakeApiServer::Spawn(int port) {
                                    absl::StrJoin(opts_.versions, ","),
                                    "--mixins",
                                    opts_.accept_mixins ? "accept" : "reject",
+                                   "--device-taints",
+                                   opts_.device_taints ? "accept" : "drop",
                                    "--watch-history",
                                    absl::StrCat(opts_.watch_history),
                                    "--bookmark-interval",
@@ -292,6 +294,10 @@ absl::Status FakeApiServer::Spawn(int port) {
   for (const auto& [name, uid] : opts_.nodes) {
     argv.push_back("--node");
     argv.push_back(name + "=" + uid);
+  }
+  for (const std::string& crd : opts_.crds) {
+    argv.push_back("--crd");
+    argv.push_back(crd);
   }
   if (opts_.tls) {
     argv.insert(argv.end(), {"--tls-cert", server_cert_file_, "--tls-key", server_key_file_});

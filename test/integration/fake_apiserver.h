@@ -1,9 +1,14 @@
 // Starts test/integration/fake_apiserver.py (a fake Kubernetes API server, Python standard
-// library only) as a child process for gtest-based tests, waits until it listens and gives its
-// URL, CA and token. The server enforces the real API's rules for ResourceSlices,
-// ResourceClaims (with their /status subresource) and DeviceClasses (schema, validation limits,
-// resourceVersion conflicts, watch with bookmarks and 410 Expired, field selectors, dry-run,
-// strict field validation); see the script's docstring and --help.
+// library only; PyYAML when CRDs are given) as a child process for gtest-based tests, waits until
+// it listens and gives its URL, CA and token. The server enforces the real API's rules for
+// ResourceSlices, ResourceClaims (with their /status subresource) and DeviceClasses (schema,
+// validation limits, resourceVersion conflicts, watch with bookmarks and 410 Expired, field
+// selectors, dry-run, strict field validation), and serves the custom resources of the
+// CustomResourceDefinition YAML files in `crds` (e.g. charts/topodra/crds/*.yaml) with their
+// structural schema (pruning, defaults, validation), x-kubernetes-validations rules (a CEL subset:
+// has(), !, &&, ||, ==, != on self/oldSelf paths), status subresource, generation and
+// selectableFields. A CRD the fake cannot serve exactly makes Start() fail with the server's
+// message. See the script's docstring and --help.
 //
 // Besides the API port the server always opens a plain-HTTP control port (also when the API is
 // TLS) on which the control helpers below talk to /__control/*.
@@ -28,6 +33,10 @@ struct FakeApiServerOptions {
   std::string token;  // when set, every API request needs "Authorization: Bearer <token>"
   std::vector<std::string> versions = {"v1", "v1beta2"};  // resource.k8s.io versions served
   bool accept_mixins = false;  // KEP-5234 fields in the schema (default: unknown fields)
+  // false: spec.devices[].taints of ResourceSlices are silently dropped (--device-taints drop),
+  // as by an API server whose DRADeviceTaints feature gate is off.
+  bool device_taints = true;
+  std::vector<std::string> crds;  // CustomResourceDefinition YAML files to serve (--crd each)
   std::vector<std::pair<std::string, std::string>> nodes;  // Node name -> UID
   int watch_history = 1000;  // events kept; watches from older resourceVersions get 410
   double bookmark_interval_s = 1.0;

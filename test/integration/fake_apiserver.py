@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""A fake Kubernetes API server for topodra's tests (standard library only).
+"""A fake Kubernetes API server for topodra's tests (standard library only; --crd needs PyYAML).
 
 It serves on 127.0.0.1, in every configured resource.k8s.io version (v1 and v1beta2 share one
 JSON shape):
@@ -8,6 +8,7 @@ JSON shape):
     also listed and watched across namespaces at /apis/resource.k8s.io/<v>/resourceclaims),
   * DeviceClasses (cluster-scoped; create, get, list, watch, update, delete),
   * Nodes (read-only, from --node flags),
+  * custom resources of the CustomResourceDefinitions in --crd files (all verbs, see below),
 and enforces the rules of the real API that a node driver runs into: the schemas and validation
 limits of Kubernetes 1.36, resourceVersion conflicts, delete preconditions, watch with bookmarks
 and 410 Expired, field and label selectors, dry-run, strict field validation, quantity
@@ -34,7 +35,36 @@ metadata.name and metadata.namespace. Namespaces are implicit: any DNS-label nam
 
 The object store is generic: a ResourceType describes a resource (paths, schema of known fields,
 field selectors, validation, an optional /status subresource), and all types share one
-resourceVersion counter and event history, so a CRD can be added the same way.
+resourceVersion counter and event history.
+
+Custom resources (--crd FILE, repeatable; apiextensions.k8s.io/v1 CustomResourceDefinitions in
+YAML) are served in every served version of their group, Cluster or Namespaced, with discovery
+(/apis, /apis/<group>, /apis/<group>/<version>, shortNames, categories) and every verb
+(create, get, list, watch, update, patch, delete, deletecollection), like a 1.36 server:
+  * decoding prunes unknown fields (Warning header with fieldValidation Warn, the default; 400
+    with Strict; silently with Ignore) and non-nullable nulls, then applies `default`s, then
+    validates the structural openAPIV3Schema of the request's version: type, properties,
+    required, additionalProperties (a schema), items, enum, pattern (RE2 subset), min/maxLength,
+    minimum/maximum (exclusive too), multipleOf, min/maxItems, min/maxProperties, nullable,
+    format date-time, x-kubernetes-preserve-unknown-fields, x-kubernetes-list-type set/map
+    (unique items/keys) and the metadata.name/generateName restrictions; errors are 422 Invalid
+    with kube-openapi's messages (type errors are 422 here, not 400);
+  * x-kubernetes-validations rules in a CEL subset: has(self.f), !, &&, ||, ==, != and
+    parentheses over self/oldSelf field paths (deep, typed equality such as self == oldSelf),
+    type-checked against the schema at start; transition rules (oldSelf) run on updates when
+    the old object has the node (object fields and map values correlate by name, list items
+    only in list-type map lists); message, reason and a .a.b fieldPath are honoured; after a
+    blocking schema error (type, required, enum, too long, too many) rules are not evaluated;
+  * with a status subresource, create drops status (absent, not {}), updates of the main
+    resource keep the stored status and /status writes change only status; metadata.generation
+    is 1 on create and grows with every change outside metadata (and status, when that is a
+    subresource); stale resourceVersions are 409; watch, bookmarks and 410 as for all types;
+  * field selectors: metadata.name, metadata.namespace (namespaced only) and the version's
+    selectableFields; anything else is a 400.
+A CRD using anything not listed here (another schema keyword or format, a rule outside the CEL
+subset, messageExpression, optionalOldSelf, conversion webhooks, the scale subresource,
+deprecated versions) fails the start with an error naming the place, so nothing in it is
+silently ignored.
 
 Control endpoints (no auth; also on the --control-port-file listener):
   GET    /__control/requests       [{method, path, query, code}] of API requests since start
@@ -58,7 +88,12 @@ Where it differs from a real 1.36 API server on purpose or by omission:
     resourceVersion is 504); continue tokens are snapshots kept in memory.
   * No protobuf, no YAML bodies, no managedFields, no admission (RBAC, ValidatingAdmissionPolicy).
   * Gated fields at their 1.36 defaults: list attributes, nodeAllocatableResources,
-    partitionTypeAttribute and skipNodeOperations are known but silently dropped.
+    partitionTypeAttribute and skipNodeOperations are known but silently dropped; device
+    taints are accepted unless --device-taints drop (DRADeviceTaints off).
+  * Custom resources: no conversion between versions other than apiVersion (strategy None), no
+    validation ratcheting (the schema never changes here, so stored objects are valid), no CEL
+    cost limits, no Table output (additionalPrinterColumns are ignored), no scale subresource;
+    map values are reported as .key in schema errors and [key] in rule errors.
   * ResourceClaims/DeviceClasses: CEL selectors are checked for presence and length only (not
     compiled, no cost limit); adminAccess is allowed in every namespace (the real server wants
     the namespace label resource.kubernetes.io/admin-access=true); no admission (no
@@ -160,6 +195,7 @@ class FieldError:
         "Duplicate": "FieldValueDuplicate", "TooMany": "FieldValueTooMany",
         "TooLong": "FieldValueTooLong", "Forbidden": "FieldValueForbidden",
         "NotSupported": "FieldValueNotSupported", "NotFound": "FieldValueNotFound",
+        "TypeInvalid": "FieldValueTypeInvalid",
     }
 
     def __init__(self, kind, field, value=None, detail="", limit=None, supported=()):
@@ -172,7 +208,7 @@ class FieldError:
 
     def body(self):
         k = self.kind
-        if k == "Invalid":
+        if k in ("Invalid", "TypeInvalid"):
             text = "Invalid value: " + _value_repr(self.value)
             return text + (": " + self.detail if self.detail else "")
         if k == "Required":
@@ -203,6 +239,10 @@ class FieldError:
 
 def f_invalid(path, value, detail):
     return FieldError("Invalid", path, value, detail)
+
+
+def f_type_invalid(path, value, detail):
+    return FieldError("TypeInvalid", path, value, detail)
 
 
 def f_required(path, detail=""):
@@ -873,7 +913,8 @@ class ResourceType:
     def __init__(self, group, versions, plural, singular, kind, namespaced, verbs, schema,
                  field_labels=None, validate_create=None, validate_update=None,
                  prepare=None, warnings=None, typed_list_items=False,
-                 status_subresource=False, validate_status_update=None):
+                 status_subresource=False, validate_status_update=None, decode=None,
+                 list_kind=None, short_names=(), categories=(), empty_status=True):
         self.group = group
         self.versions = tuple(versions)
         self.plural = plural
@@ -892,7 +933,30 @@ class ResourceType:
         # main resource; it only changes through /status, which changes nothing else.
         self.status_subresource = status_subresource
         self.validate_status_update = validate_status_update  # fn(obj, old) -> [FieldError]
+        # fn(JSON value) -> (object, unknown field paths, duplicate field paths); raises
+        # DecodeError (400). Default: the Decoder along `schema`.
+        self.decode = decode or self._decode_with_schema
+        self.list_kind = list_kind or kind + "List"
+        self.short_names = tuple(short_names)
+        self.categories = tuple(categories)
+        # True: an object without status has `status: {}` (typed resources render the empty
+        # struct); False: it has no status field (custom resources).
+        self.empty_status = empty_status
         self.type_key = (group, plural)
+
+    def _decode_with_schema(self, value):
+        decoder = Decoder()
+        obj = _prune_none(decoder.decode(value, self.schema, ""))
+        return obj, decoder.unknown, decoder.duplicates
+
+    def set_status(self, obj, status):
+        """obj["status"] = status; None means no status (`{}` or absent, see empty_status)."""
+        if status is not None:
+            obj["status"] = status
+        elif self.empty_status:
+            obj["status"] = {}
+        else:
+            obj.pop("status", None)
 
     def qualified(self):
         return self.plural + ("." + self.group if self.group else "")
@@ -1030,7 +1094,7 @@ def node_selector_schema():
                zero=("nodeSelectorTerms",))
 
 
-def resourceslice_schema(accept_mixins, accept_list_attributes):
+def resourceslice_schema(accept_mixins, accept_list_attributes, accept_device_taints=True):
     node_selector = node_selector_schema()
     counter = Obj({"value": QTY}, zero=("value",))
     attribute = Obj({"int": INT, "bool": BOOL, "string": STR, "version": STR,
@@ -1079,7 +1143,9 @@ def resourceslice_schema(accept_mixins, accept_list_attributes):
                                      zero=("name",))),
         })
     device["consumesCounters"] = ListOf(Obj(consumption, zero=("counterSet",)))
-    spec["devices"] = ListOf(Obj(device, dropped=("nodeAllocatableResources",), zero=("name",)))
+    # DRADeviceTaints off (--device-taints drop): taints are known but silently dropped.
+    device_dropped = ("nodeAllocatableResources",) + (() if accept_device_taints else ("taints",))
+    spec["devices"] = ListOf(Obj(device, dropped=device_dropped, zero=("name",)))
     spec["sharedCounters"] = ListOf(Obj(counter_set, zero=("name",)))
     return Obj({"apiVersion": STR, "kind": STR, "metadata": METADATA_SCHEMA,
                 "spec": Obj(spec, dropped=("partitionTypeAttribute", "skipNodeOperations"),
@@ -1673,7 +1739,8 @@ def make_resourceslice_type(cfg):
         namespaced=False,
         verbs=("create", "delete", "deletecollection", "get", "list", "patch", "update",
                "watch"),
-        schema=resourceslice_schema(cfg.accept_mixins, cfg.accept_list_attributes),
+        schema=resourceslice_schema(cfg.accept_mixins, cfg.accept_list_attributes,
+                                    cfg.accept_device_taints),
         field_labels={
             "spec.driver": lambda o: o.get("spec", {}).get("driver", ""),
             "spec.nodeName": lambda o: o.get("spec", {}).get("nodeName", ""),
@@ -2311,6 +2378,1087 @@ def make_node_type():
                     "status": ANY}))
 
 
+# --- CustomResourceDefinitions (--crd) ----------------------------------------------------------
+
+CRD_API_VERSION = "apiextensions.k8s.io/v1"
+MAX_SELECTABLE_FIELDS = 8
+MAX_JSON_SAFE_INTEGER = 1 << 53  # integral floats up to this count as integers (as in swag)
+_SCHEMA_TYPES = ("object", "array", "string", "integer", "number", "boolean")
+_SCHEMA_DOC_KEYWORDS = frozenset(("description", "title", "example", "externalDocs"))
+_SCHEMA_KEYWORDS = frozenset((
+    "type", "properties", "required", "additionalProperties", "items", "enum", "pattern",
+    "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "multipleOf", "minItems", "maxItems", "minProperties", "maxProperties", "format", "default",
+    "nullable", "x-kubernetes-preserve-unknown-fields", "x-kubernetes-validations",
+    "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-map-type",
+)) | _SCHEMA_DOC_KEYWORDS
+_SCHEMA_COUNT_KEYWORDS = {  # keyword -> (attribute, the type it applies to)
+    "minLength": ("min_length", "string"), "maxLength": ("max_length", "string"),
+    "minItems": ("min_items", "array"), "maxItems": ("max_items", "array"),
+    "minProperties": ("min_properties", "object"), "maxProperties": ("max_properties", "object"),
+}
+_DATE_TIME_FORMATS = ("date-time", "datetime")
+_NUMERIC_FORMATS = ("int32", "int64", "float", "double")  # type hints, nothing to check
+_CRD_VERSION_KEYS = frozenset(("name", "served", "storage", "deprecated", "deprecationWarning",
+                               "schema", "subresources", "additionalPrinterColumns",
+                               "selectableFields"))
+_RULE_KEYS = frozenset(("rule", "message", "reason", "fieldPath"))
+_RULE_REASONS = {"FieldValueInvalid": "Invalid", "FieldValueForbidden": "Forbidden",
+                 "FieldValueRequired": "Required", "FieldValueDuplicate": "Duplicate"}
+# Schema errors after which the server does not evaluate x-kubernetes-validations.
+_BLOCKING_KINDS = ("NotSupported", "Required", "TooLong", "TooMany", "TypeInvalid")
+_MSG_RULES_NOT_CHECKED = ("some validation rules were not checked because the object was "
+                          "invalid; correct the existing errors to complete validation")
+
+
+class CrdError(Exception):
+    """A CRD the fake cannot serve: invalid, or using something the fake does not implement.
+    Raised at start, so that nothing in a CRD is silently ignored."""
+
+
+def compile_re2(pattern, where):
+    """A Go RE2 pattern as a Python regex with the same meaning for the subset both share:
+    ASCII classes, `$` and `\\z` only at the very end of the text. Lookarounds and
+    backreferences (not RE2) and anything Python cannot compile are load errors."""
+    out, i, in_class = [], 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            nxt = pattern[i + 1:i + 2]
+            if nxt.isdigit() and nxt != "0" and not in_class:
+                raise CrdError("%s: pattern %s: backreferences are not RE2 syntax"
+                               % (where, json.dumps(pattern)))
+            out.append(r"\Z" if nxt == "z" and not in_class else pattern[i:i + 2])
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+            out.append(c)
+        elif c == "[":
+            in_class = True
+            out.append(c)
+            if pattern[i + 1:i + 2] == "^":
+                out.append("^")
+                i += 1
+            if pattern[i + 1:i + 2] == "]":  # a leading ] is a literal
+                out.append("]")
+                i += 1
+        elif c == "$":
+            out.append(r"\Z")  # Python's $ also matches before a final newline
+        elif c == "(" and pattern.startswith(("(?=", "(?!", "(?<=", "(?<!"), i):
+            raise CrdError("%s: pattern %s: lookarounds are not RE2 syntax"
+                           % (where, json.dumps(pattern)))
+        else:
+            out.append(c)
+        i += 1
+    try:
+        return re.compile("".join(out), re.ASCII)
+    except re.error as e:
+        raise CrdError("%s: pattern %s does not compile: %s" % (where, json.dumps(pattern), e))
+
+
+_DATE_RE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})")
+_DATE_TIME_CLOCK_RE = re.compile(r"([0-9]{2}):([0-9]{2}):([0-9]{2})(.[0-9]+)?"
+                                 r"(z|([+-][0-9]{2}:[0-9]{2}))")
+
+
+def is_date_time(text):
+    """strfmt.IsDateTime of kube-openapi: the check behind `format: date-time`."""
+    if len(text) < 4:
+        return False
+    parts = text.lower().split("t")
+    if len(parts) < 2:
+        return False
+    m = _DATE_RE.fullmatch(parts[0])
+    if not m:
+        return False
+    try:
+        datetime.date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    except ValueError:
+        return False
+    m = _DATE_TIME_CLOCK_RE.fullmatch(parts[1])
+    return bool(m) and m.group(1) <= "23" and m.group(2) <= "59" and m.group(3) <= "59"
+
+
+def _json_kind(v):
+    """The OpenAPI type name of a decoded JSON value (numbers beyond int64 are floats in Go)."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int):
+        return "integer" if INT64_MIN <= v <= INT64_MAX else "number"
+    if isinstance(v, float):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    return "object"
+
+
+def _kind_fits(kind, value, want):
+    if kind == want or (want == "number" and kind == "integer"):
+        return True
+    return (want == "integer" and isinstance(value, float) and value.is_integer()
+            and abs(value) <= MAX_JSON_SAFE_INTEGER)
+
+
+def _num(v):
+    """A schema bound as Go's %v prints a float64."""
+    if isinstance(v, float) and v.is_integer() and abs(v) < 1e21:
+        return str(int(v))
+    return repr(v)
+
+
+def json_equal(a, b, node=None):
+    """Equality of JSON values as in CEL: typed (true is not 1), numbers by value, lists in
+    order unless their schema says x-kubernetes-list-type set or map."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, str) or isinstance(b, str):
+        return isinstance(a, str) and isinstance(b, str) and a == b
+    if isinstance(a, list) and isinstance(b, list):
+        items = node.items if node is not None else None
+        if len(a) != len(b):
+            return False
+        if node is not None and node.list_type in ("set", "map"):
+            rest = list(b)
+            for x in a:
+                for j, y in enumerate(rest):
+                    if json_equal(x, y, items):
+                        del rest[j]
+                        break
+                else:
+                    return False
+            return True
+        return all(json_equal(x, y, items) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return False
+        return all(json_equal(v, b[k], node.child(k) if node is not None else None)
+                   for k, v in a.items())
+    return a is None and b is None
+
+
+class SchemaNode:
+    """One node of a structural openAPIV3Schema, checked and compiled at start."""
+
+    def __init__(self):
+        self.type = None  # None only with x-kubernetes-preserve-unknown-fields
+        self.properties = {}
+        self.required = ()
+        self.additional = None  # the SchemaNode of additionalProperties
+        self.items = None
+        self.enum = None
+        self.pattern = None
+        self.pattern_text = ""
+        self.min_length = self.max_length = None
+        self.min_items = self.max_items = None
+        self.min_properties = self.max_properties = None
+        self.minimum = self.maximum = self.multiple_of = None
+        self.exclusive_minimum = self.exclusive_maximum = False
+        self.format = None
+        self.has_default = False
+        self.default = None
+        self.nullable = False
+        self.preserve_unknown = False
+        self.list_type = None
+        self.list_map_keys = ()
+        self.rules = []  # CelRule
+
+    def child(self, name):
+        """The schema of field `name` of an object, or None (unknown field)."""
+        return self.properties.get(name) or self.additional
+
+    def has_rules(self):
+        return bool(self.rules) or any(
+            n.has_rules() for n in list(self.properties.values()) + [self.additional, self.items]
+            if n is not None)
+
+
+def _schema_bool(raw, name, where):
+    v = raw.get(name, False)
+    if not isinstance(v, bool):
+        raise CrdError("%s.%s: must be a boolean" % (where, name))
+    return v
+
+
+def compile_schema(raw, where):
+    """The SchemaNode of an openAPIV3Schema (sub)tree; CrdError for what is not structural or
+    not implemented here."""
+    if not isinstance(raw, dict):
+        raise CrdError("%s: must be an object" % where)
+    for k in raw:
+        if k not in _SCHEMA_KEYWORDS:
+            raise CrdError("%s: %s is not supported by the fake API server" % (where, k))
+    n = SchemaNode()
+    n.preserve_unknown = _schema_bool(raw, "x-kubernetes-preserve-unknown-fields", where)
+    n.nullable = _schema_bool(raw, "nullable", where)
+    t = raw.get("type")
+    if t is None:
+        if not n.preserve_unknown:
+            raise CrdError("%s.type: Required value: must not be empty in a structural schema"
+                           % where)
+    elif t not in _SCHEMA_TYPES:
+        raise CrdError("%s.type: Unsupported value: %s: supported values: %s"
+                       % (where, json.dumps(t), ", ".join(_SCHEMA_TYPES)))
+    n.type = t
+
+    def only_for(keyword, *types):
+        if keyword in raw and t not in types:
+            raise CrdError("%s.%s: only allowed with type %s" % (where, keyword,
+                                                                 " or ".join(types)))
+
+    for kw in ("properties", "additionalProperties", "required", "x-kubernetes-map-type"):
+        only_for(kw, "object")
+    for kw in ("items", "x-kubernetes-list-type", "x-kubernetes-list-map-keys"):
+        only_for(kw, "array")
+    for kw in ("pattern",):
+        only_for(kw, "string")
+    for kw in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"):
+        only_for(kw, "integer", "number")
+    props = raw.get("properties", {})
+    if not isinstance(props, dict):
+        raise CrdError("%s.properties: must be an object" % where)
+    n.properties = {name: compile_schema(sub, "%s.properties[%s]" % (where, name))
+                    for name, sub in props.items()}
+    if "additionalProperties" in raw:
+        addl = raw["additionalProperties"]
+        if isinstance(addl, bool):
+            raise CrdError("%s.additionalProperties: a boolean is not supported by the fake API "
+                           "server (false is not structural)" % where)
+        if n.properties:
+            raise CrdError("%s: additionalProperties and properties are mutually exclusive"
+                           % where)
+        n.additional = compile_schema(addl, where + ".additionalProperties")
+    if t == "array":
+        if "items" not in raw:
+            raise CrdError("%s.items: Required value: must be specified for type: array" % where)
+        n.items = compile_schema(raw["items"], where + ".items")
+    required = raw.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        raise CrdError("%s.required: must be a list of field names" % where)
+    n.required = tuple(required)
+    for kw, (attr, typ) in _SCHEMA_COUNT_KEYWORDS.items():
+        if kw in raw:
+            only_for(kw, typ)
+            v = raw[kw]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise CrdError("%s.%s: must be a non-negative integer" % (where, kw))
+            setattr(n, attr, v)
+    for kw, attr in (("minimum", "minimum"), ("maximum", "maximum"),
+                     ("multipleOf", "multiple_of")):
+        if kw in raw:
+            v = raw[kw]
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise CrdError("%s.%s: must be a number" % (where, kw))
+            setattr(n, attr, v)
+    if n.multiple_of is not None and n.multiple_of <= 0:
+        raise CrdError("%s.multipleOf: must be greater than zero" % where)
+    n.exclusive_minimum = _schema_bool(raw, "exclusiveMinimum", where)
+    n.exclusive_maximum = _schema_bool(raw, "exclusiveMaximum", where)
+    if "pattern" in raw:
+        if not isinstance(raw["pattern"], str):
+            raise CrdError("%s.pattern: must be a string" % where)
+        n.pattern_text = raw["pattern"]
+        n.pattern = compile_re2(raw["pattern"], where + ".pattern")
+    if "format" in raw:
+        fmt = raw["format"]
+        if fmt in _DATE_TIME_FORMATS:
+            only_for("format", "string")
+        elif fmt in _NUMERIC_FORMATS:
+            only_for("format", "integer", "number")
+        else:
+            raise CrdError("%s.format: %s is not supported by the fake API server (supported: "
+                           "date-time, %s)" % (where, json.dumps(fmt), ", ".join(_NUMERIC_FORMATS)))
+        n.format = fmt
+    list_type = raw.get("x-kubernetes-list-type")
+    if list_type is not None:
+        if list_type not in ("atomic", "set", "map"):
+            raise CrdError("%s.x-kubernetes-list-type: must be atomic, set or map" % where)
+        n.list_type = list_type
+    keys = raw.get("x-kubernetes-list-map-keys")
+    if list_type == "map":
+        if not keys or not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            raise CrdError("%s.x-kubernetes-list-map-keys: Required value: a list of field "
+                           "names for x-kubernetes-list-type: map" % where)
+        items = n.items
+        for k in keys:
+            sub = items.properties.get(k) if items.type == "object" else None
+            if sub is None or sub.type not in ("string", "integer", "number", "boolean"):
+                raise CrdError("%s.x-kubernetes-list-map-keys: %s must be a scalar property of "
+                               "the items" % (where, k))
+            if k not in items.required and not sub.has_default:
+                raise CrdError("%s.x-kubernetes-list-map-keys: %s must be required or have a "
+                               "default" % (where, k))
+        n.list_map_keys = tuple(keys)
+    elif keys is not None:
+        raise CrdError("%s.x-kubernetes-list-map-keys: only with x-kubernetes-list-type: map"
+                       % where)
+    if list_type == "set" and n.items.type not in ("string", "integer", "number", "boolean"):
+        raise CrdError("%s.x-kubernetes-list-type: set needs scalar items" % where)
+    if raw.get("x-kubernetes-map-type", "granular") not in ("granular", "atomic"):
+        raise CrdError("%s.x-kubernetes-map-type: must be granular or atomic" % where)
+    if "enum" in raw:
+        if not isinstance(raw["enum"], list) or not raw["enum"]:
+            raise CrdError("%s.enum: must be a non-empty list" % where)
+        for i, v in enumerate(raw["enum"]):
+            if not (v is None and n.nullable) and t is not None \
+                    and not _kind_fits(_json_kind(v), v, t):
+                raise CrdError("%s.enum[%d]: %s is not of type %s" % (where, i, json.dumps(v), t))
+        n.enum = list(raw["enum"])
+    if "default" in raw:
+        n.has_default = True
+        n.default = raw["default"]
+        unknown = []
+        pruned = crd_prune(n.default, n, "", unknown, [])
+        if unknown:
+            raise CrdError("%s.default: must not have unknown fields: %s"
+                           % (where, ", ".join(unknown)))
+        errs = []
+        crd_validate_value(pruned, n, "default", errs)
+        if errs:
+            raise CrdError("%s.default: %s" % (where, errs[0]))
+        n.default = pruned
+    rules = raw.get("x-kubernetes-validations", [])
+    if not isinstance(rules, list):
+        raise CrdError("%s.x-kubernetes-validations: must be a list" % where)
+    n.rules = [compile_rule(r, n, "%s.x-kubernetes-validations[%d]" % (where, i))
+               for i, r in enumerate(rules)]
+    return n
+
+
+# --- x-kubernetes-validations: a tiny CEL subset --------------------------------------------------
+#
+#   expr := and ("||" and)*          and   := rel ("&&" rel)*
+#   rel  := unary (("==" | "!=") unary)*
+#   unary := "!" unary | "(" expr ")" | "has(" path ")" | path
+#   path := ("self" | "oldSelf") ("." field)*
+#
+# Paths are type-checked against the schema at load (an undeclared field is an error, as with the
+# real CEL compiler); == needs both sides of one type and compares like CEL (deep, typed). Errors
+# at run time (a missing field: "no such key") follow CEL: false && error is false, true || error
+# is true.
+
+_CEL_TOKEN_RE = re.compile(r"\s*(?:(&&|\|\||==|!=|[!().])|([A-Za-z_][A-Za-z0-9_]*))")
+_CEL_SCALAR_TYPES = {"string": "string", "integer": "int", "number": "double",
+                     "boolean": "bool"}
+
+
+class CelEvalError(Exception):
+    pass
+
+
+class CelRule:
+    def __init__(self, rule, message, reason, field_path, ast):
+        self.rule = rule
+        self.message = message
+        self.reason = reason  # a FieldError kind
+        self.field_path = field_path  # tuple of field names below the node
+        self.ast = ast
+        self.transition = "oldSelf" in _cel_roots(ast)
+
+    def error_string(self):
+        return (self.message or self.rule).strip()
+
+    def error(self, path, schema_type):
+        """The field error of a rule that evaluated to false."""
+        for f in self.field_path:
+            path = child(path, f)
+        detail = self.message.strip() if self.message else "failed rule: " + self.error_string()
+        if self.reason == "Forbidden":
+            return f_forbidden(path, detail)
+        if self.reason == "Required":
+            return f_required(path, detail)
+        if self.reason == "Duplicate":
+            return f_duplicate(path, schema_type)
+        return f_invalid(path, schema_type, detail)
+
+
+def _cel_roots(ast):
+    if ast[0] in ("path", "has"):
+        return {ast[1]}
+    roots = set()
+    for operand in ast[1:]:
+        if isinstance(operand, tuple):
+            roots |= _cel_roots(operand)
+    return roots
+
+
+def _cel_type(node):
+    if node is None or node.type is None:
+        return "dyn"
+    if node.type == "object":
+        if node.additional is not None:
+            return ("map", _cel_type(node.additional))
+        if node.preserve_unknown and not node.properties:
+            return "dyn"
+        return ("object", id(node))
+    if node.type == "array":
+        return ("list", _cel_type(node.items))
+    return _CEL_SCALAR_TYPES[node.type]
+
+
+def _cel_type_name(t):
+    if isinstance(t, tuple):
+        if t[0] == "object":
+            return "object"
+        return "%s(%s)" % (t[0], ", ".join(_cel_type_name(x) for x in t[1:]))
+    return t
+
+
+class _CelParser:
+    SUPPORTED = ("the fake API server evaluates only has(self.f), !, &&, ||, ==, != and "
+                 "parentheses on self/oldSelf field paths")
+
+    def __init__(self, text, node, where):
+        self.text = text
+        self.node = node
+        self.where = where
+        self.tokens = []
+        i = 0
+        while True:
+            m = _CEL_TOKEN_RE.match(text, i)
+            if not m:
+                rest = text[i:].lstrip()
+                if rest:
+                    self.fail("cannot parse %s at offset %d"
+                              % (json.dumps(rest[:20]), len(text) - len(rest)))
+                break
+            self.tokens.append(m.group(1) or m.group(2))
+            i = m.end()
+        self.pos = 0
+
+    def fail(self, why):
+        raise CrdError("%s: rule %s: %s; %s" % (self.where, json.dumps(self.text), why,
+                                                self.SUPPORTED))
+
+    def peek(self):
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def take(self, expected=None):
+        tok = self.peek()
+        if tok is None:
+            self.fail("unexpected end of the rule")
+        if expected is not None and tok != expected:
+            self.fail("expected %s, found %s" % (expected, tok))
+        self.pos += 1
+        return tok
+
+    def need_bool(self, t, op):
+        if t not in ("bool", "dyn"):
+            self.fail("%s needs bool operands, not %s" % (op, _cel_type_name(t)))
+
+    def parse(self):
+        ast, t, _ = self.expr()
+        if self.peek() is not None:
+            self.fail("unexpected %s" % self.peek())
+        if t not in ("bool", "dyn"):
+            self.fail("a rule must evaluate to a bool, not %s" % _cel_type_name(t))
+        return ast
+
+    def expr(self):
+        left, lt, ln = self.conjunction()
+        while self.peek() == "||":
+            self.take()
+            right, rt, _ = self.conjunction()
+            self.need_bool(lt, "||")
+            self.need_bool(rt, "||")
+            left, lt, ln = ("or", left, right), "bool", None
+        return left, lt, ln
+
+    def conjunction(self):
+        left, lt, ln = self.relation()
+        while self.peek() == "&&":
+            self.take()
+            right, rt, _ = self.relation()
+            self.need_bool(lt, "&&")
+            self.need_bool(rt, "&&")
+            left, lt, ln = ("and", left, right), "bool", None
+        return left, lt, ln
+
+    def relation(self):
+        left, lt, ln = self.unary()
+        while self.peek() in ("==", "!="):
+            op = self.take()
+            right, rt, rn = self.unary()
+            if lt != rt and "dyn" not in (lt, rt):
+                self.fail("no matching overload for %s on %s and %s"
+                          % (op, _cel_type_name(lt), _cel_type_name(rt)))
+            left, lt, ln = (op, left, right, ln or rn), "bool", None
+        return left, lt, ln
+
+    def unary(self):
+        tok = self.peek()
+        if tok == "!":
+            self.take()
+            operand, t, _ = self.unary()
+            self.need_bool(t, "!")
+            return ("not", operand), "bool", None
+        if tok == "(":
+            self.take()
+            inner = self.expr()
+            self.take(")")
+            return inner
+        if tok == "has":
+            self.take()
+            self.take("(")
+            root, fields, _ = self.path()
+            if not fields:
+                self.fail("has() needs a field selection such as has(self.x)")
+            self.take(")")
+            return ("has", root, fields), "bool", None
+        if tok in ("self", "oldSelf"):
+            root, fields, node = self.path()
+            return ("path", root, fields), _cel_type(node), node
+        self.fail("unexpected %s" % (tok if tok is not None else "end of the rule"))
+
+    def path(self):
+        root = self.take()
+        if root not in ("self", "oldSelf"):
+            self.fail("expected self or oldSelf, found %s" % root)
+        node, fields = self.node, []
+        while self.peek() == ".":
+            self.take()
+            name = self.take()
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                self.fail("expected a field name after '.', found %s" % name)
+            node = self.field(node, name, fields)
+            fields.append(name)
+        return root, tuple(fields), node
+
+    def field(self, node, name, fields):
+        if node is None or node.type is None:
+            return None  # dyn
+        if node.type != "object":
+            self.fail("%s has no fields" % ".".join(["self"] + fields))
+        sub = node.child(name)
+        if sub is None:
+            if node.preserve_unknown:
+                return None
+            self.fail("undefined field '%s'" % name)
+        return sub
+
+
+def compile_rule(raw, node, where):
+    if not isinstance(raw, dict):
+        raise CrdError("%s: must be an object" % where)
+    for k in raw:
+        if k not in _RULE_KEYS:
+            raise CrdError("%s: %s is not supported by the fake API server" % (where, k))
+    text = raw.get("rule")
+    if not isinstance(text, str) or not text.strip():
+        raise CrdError("%s.rule: Required value" % where)
+    message = raw.get("message", "")
+    if not isinstance(message, str):
+        raise CrdError("%s.message: must be a string" % where)
+    reason = raw.get("reason", "FieldValueInvalid")
+    if reason not in _RULE_REASONS:
+        raise CrdError("%s.reason: Unsupported value: %s: supported values: %s"
+                       % (where, json.dumps(reason), ", ".join(_RULE_REASONS)))
+    field_path = ()
+    if "fieldPath" in raw:
+        fp = raw["fieldPath"]
+        if not isinstance(fp, str) or not re.fullmatch(r"(\.[A-Za-z_][A-Za-z0-9_]*)+", fp):
+            raise CrdError("%s.fieldPath: only .field.field paths are supported by the fake API "
+                           "server, got %s" % (where, json.dumps(fp)))
+        field_path = tuple(fp[1:].split("."))
+        parser = _CelParser("self" + fp, node, where + ".fieldPath")
+        parser.path()
+    ast = _CelParser(text, node, where).parse()
+    return CelRule(text, message, _RULE_REASONS[reason], field_path, ast)
+
+
+def _cel_select(value, fields):
+    for f in fields:
+        if not isinstance(value, dict) or f not in value:
+            raise CelEvalError("no such key: %s" % f)
+        value = value[f]
+    return value
+
+
+def cel_eval(ast, self_value, old_value):
+    """Evaluates a compiled rule; raises CelEvalError like CEL's runtime errors."""
+    op = ast[0]
+    if op == "path":
+        return _cel_select(self_value if ast[1] == "self" else old_value, ast[2])
+    if op == "has":
+        parent = _cel_select(self_value if ast[1] == "self" else old_value, ast[2][:-1])
+        if not isinstance(parent, dict):
+            raise CelEvalError("no such key: %s" % ast[2][-1])
+        return ast[2][-1] in parent
+    if op == "not":
+        v = cel_eval(ast[1], self_value, old_value)
+        if not isinstance(v, bool):
+            raise CelEvalError("no such overload: !_")
+        return not v
+    if op in ("and", "or"):
+        decisive = op == "or"  # true decides ||, false decides &&
+        results = []
+        for operand in ast[1:]:
+            try:
+                results.append(cel_eval(operand, self_value, old_value))
+            except CelEvalError as e:
+                results.append(e)
+        if any(r is decisive for r in results):
+            return decisive
+        for r in results:
+            if isinstance(r, CelEvalError):
+                raise r
+            if not isinstance(r, bool):
+                raise CelEvalError("no such overload: _%s_" % ("||" if decisive else "&&"))
+        return not decisive
+    left = cel_eval(ast[1], self_value, old_value)
+    right = cel_eval(ast[2], self_value, old_value)
+    equal = json_equal(left, right, ast[3])
+    return equal if op == "==" else not equal
+
+
+# --- pruning, defaulting and validation of custom resources -------------------------------------
+
+
+def crd_prune(value, node, path, unknown, duplicates, decoder=None):
+    """Structural pruning: a copy of value without unknown fields (their paths are appended to
+    `unknown`) and without null fields that are not nullable. Values of the wrong type are kept
+    for validation to reject. At the root (decoder given) metadata is decoded as ObjectMeta."""
+    if isinstance(value, dict):
+        duplicates.extend(child(path, d) for d in getattr(value, "dups", ()))
+    if node is None:
+        return value
+    if isinstance(value, dict) and (node.type == "object" or node.type is None):
+        out = {}
+        for k, v in value.items():
+            if decoder is not None and k == "metadata":
+                if v is not None:
+                    out[k] = _prune_none(decoder.decode(v, METADATA_SCHEMA, "metadata"))
+                continue
+            if decoder is not None and k in ("apiVersion", "kind"):
+                out[k] = v
+                continue
+            sub = node.child(k)
+            if sub is None:
+                if node.preserve_unknown:
+                    out[k] = v
+                else:
+                    unknown.append(child(path, k))
+                continue
+            if v is None and not sub.nullable:
+                continue
+            out[k] = crd_prune(v, sub, child(path, k), unknown, duplicates)
+        return out
+    if isinstance(value, list) and node.type == "array":
+        return [crd_prune(v, node.items, index(path, i), unknown, duplicates)
+                for i, v in enumerate(value)]
+    if (node.type in ("integer", "number") and isinstance(value, float) and value.is_integer()
+            and abs(value) <= MAX_JSON_SAFE_INTEGER):
+        return int(value)  # Go renders an integral float64 without a fraction
+    return value
+
+
+def crd_default(value, node, root=False):
+    """Applies `default`s in place (after pruning, before validation, like the server)."""
+    if node is None:
+        return
+    if isinstance(value, dict):
+        for k, sub in node.properties.items():
+            if k not in value and sub.has_default:
+                value[k] = json.loads(json.dumps(sub.default))
+        for k, v in value.items():
+            if not (root and k == "metadata"):
+                crd_default(v, node.child(k))
+    elif isinstance(value, list) and node.items is not None:
+        for v in value:
+            crd_default(v, node.items)
+
+
+def crd_validate_value(value, node, path, errs):
+    """OpenAPI v3 validation of the structural schema (kube-openapi's messages)."""
+    if node is None:
+        return
+    if value is None:
+        if not node.nullable and node.type is not None:
+            errs.append(f_type_invalid(path, "null", '%s in body must be of type %s: "null"'
+                                       % (path, node.type)))
+        return
+    kind = _json_kind(value)
+    if node.type is not None and not _kind_fits(kind, value, node.type):
+        errs.append(f_type_invalid(path, kind, '%s in body must be of type %s: "%s"'
+                                   % (path, node.type, kind)))
+        return
+    if node.enum is not None and not any(json_equal(value, e) for e in node.enum):
+        errs.append(f_not_supported(path, value, node.enum))
+    if isinstance(value, str):
+        if node.format in _DATE_TIME_FORMATS and not is_date_time(value):
+            errs.append(f_type_invalid(path, value, "%s in body must be of type %s: %s"
+                                       % (path, node.format, json.dumps(value))))
+        if node.max_length is not None and len(value) > node.max_length:
+            errs.append(f_too_long(path, node.max_length))
+        if node.min_length is not None and len(value) < node.min_length:
+            errs.append(f_invalid(path, value, "%s in body should be at least %d chars long"
+                                  % (path, node.min_length)))
+        if node.pattern is not None and not node.pattern.search(value):
+            errs.append(f_invalid(path, value, "%s in body should match '%s'"
+                                  % (path, node.pattern_text)))
+    elif kind in ("integer", "number"):
+        if node.maximum is not None and (value > node.maximum or (
+                node.exclusive_maximum and value == node.maximum)):
+            errs.append(f_invalid(path, value, "%s in body should be less than %s%s"
+                                  % (path, "" if node.exclusive_maximum else "or equal to ",
+                                     _num(node.maximum))))
+        if node.minimum is not None and (value < node.minimum or (
+                node.exclusive_minimum and value == node.minimum)):
+            errs.append(f_invalid(path, value, "%s in body should be greater than %s%s"
+                                  % (path, "" if node.exclusive_minimum else "or equal to ",
+                                     _num(node.minimum))))
+        if node.multiple_of is not None and not (float(value) / node.multiple_of).is_integer():
+            errs.append(f_invalid(path, value, "%s in body should be a multiple of %s"
+                                  % (path, _num(node.multiple_of))))
+    elif isinstance(value, list):
+        n = len(value)
+        if node.max_items is not None and n > node.max_items:
+            errs.append(f_too_many(path, n, node.max_items))
+        if node.min_items is not None and n < node.min_items:
+            errs.append(f_invalid(path, n, "%s in body should have at least %d items"
+                                  % (path, node.min_items)))
+        if node.list_type in ("set", "map"):
+            seen = []
+            for i, item in enumerate(value):
+                ident = item if node.list_type == "set" else (
+                    {k: item.get(k) for k in node.list_map_keys} if isinstance(item, dict)
+                    else None)
+                if ident is None:
+                    continue
+                if any(json_equal(ident, s) for s in seen):
+                    errs.append(f_duplicate(index(path, i), ident))
+                seen.append(ident)
+        for i, item in enumerate(value):
+            crd_validate_value(item, node.items, index(path, i), errs)
+    elif isinstance(value, dict):
+        for r in node.required:
+            if r not in value:
+                errs.append(f_required(child(path, r)))
+        n = len(value)
+        if node.max_properties is not None and n > node.max_properties:
+            errs.append(f_too_many(path, n, node.max_properties))
+        if node.min_properties is not None and n < node.min_properties:
+            errs.append(f_invalid(path, n, "%s in body should have at least %d properties"
+                                  % (path, node.min_properties)))
+        for k, v in value.items():
+            crd_validate_value(v, node.child(k), child(path, k), errs)
+
+
+def crd_validate_rules(value, old, has_old, node, path, errs):
+    """Evaluates x-kubernetes-validations on every node present in value. Transition rules
+    (oldSelf) only run when the old object has the node too: object fields and map values
+    correlate by name, list items only in x-kubernetes-list-type: map lists (by key)."""
+    if value is None or node is None:
+        return
+    for rule in node.rules:
+        if rule.transition and not has_old:
+            continue
+        where = path or "<nil>"
+        try:
+            ok = cel_eval(rule.ast, value, old)
+            if not isinstance(ok, bool):
+                raise CelEvalError("no such overload")
+        except CelEvalError as e:
+            errs.append(f_invalid(where, node.type, "%s evaluating rule: %s"
+                                  % (e, rule.error_string())))
+            continue
+        if not ok:
+            errs.append(rule.error(where if not rule.field_path else path, node.type))
+    if isinstance(value, dict) and node.type in ("object", None):
+        for k, v in value.items():
+            sub = node.child(k)
+            if sub is None:
+                continue
+            old_has = has_old and isinstance(old, dict) and k in old
+            p = child(path, k) if k in node.properties else key(path, k)
+            crd_validate_rules(v, old[k] if old_has else None, old_has, sub, p, errs)
+    elif isinstance(value, list) and node.items is not None:
+        olds = {}
+        if has_old and node.list_type == "map" and isinstance(old, list):
+            for item in old:
+                if isinstance(item, dict):
+                    olds[json.dumps([item.get(k) for k in node.list_map_keys])] = item
+        for i, item in enumerate(value):
+            ident = (json.dumps([item.get(k) for k in node.list_map_keys])
+                     if isinstance(item, dict) and node.list_type == "map" else None)
+            old_item = olds.get(ident) if ident is not None else None
+            crd_validate_rules(item, old_item, old_item is not None, node.items,
+                               index(path, i), errs)
+
+
+class CrdVersion:
+    """What a custom resource of one served version needs: the schema and the hooks of its
+    ResourceType."""
+
+    def __init__(self, root, namespaced):
+        self.root = root
+        self.namespaced = namespaced
+        self.has_rules = root.has_rules()
+
+    def decode(self, value):
+        decoder = Decoder()
+        unknown, duplicates = [], []
+        obj = crd_prune(value, self.root, "", unknown, duplicates, decoder)
+        crd_default(obj, self.root, root=True)
+        # Document order: metadata's problems were found by the decoder while pruning.
+        return obj, decoder.unknown + unknown, decoder.duplicates + duplicates
+
+    def validate(self, obj, old):
+        errs = validate_object_meta(obj.get("metadata", {}), self.namespaced)
+        schema_errs = []
+        crd_validate_value(obj, self.root, "", schema_errs)
+        errs.extend(schema_errs)
+        if self.has_rules:
+            if any(e.kind in _BLOCKING_KINDS for e in schema_errs):
+                errs.append(f_invalid("<nil>", "null", _MSG_RULES_NOT_CHECKED))
+            else:
+                crd_validate_rules(obj, old, old is not None, self.root, "", errs)
+        return errs
+
+    def validate_create(self, obj):
+        return self.validate(obj, None)
+
+
+def _version_priority(version):
+    """Kube-aware version order: GA before beta before alpha, higher numbers first."""
+    m = re.fullmatch(r"v([1-9][0-9]*)(?:(alpha|beta)([1-9][0-9]*))?", version)
+    if not m:
+        return (3, 0, 0, version)
+    stage = {None: 0, "beta": 1, "alpha": 2}[m.group(2)]
+    return (stage, -int(m.group(1)), -int(m.group(3) or 0), "")
+
+
+def _selectable_field(node, json_path, where):
+    """fn(obj) -> str of a selectableFields[].jsonPath (a string, integer or boolean field)."""
+    if not isinstance(json_path, str) or not re.fullmatch(r"(\.[A-Za-z_][A-Za-z0-9_]*)+",
+                                                          json_path):
+        raise CrdError("%s: jsonPath must be a simple path such as .spec.nodeName, got %s"
+                       % (where, json.dumps(json_path)))
+    fields = json_path[1:].split(".")
+    if fields[0] in ("metadata", "apiVersion", "kind"):
+        raise CrdError("%s: %s is not selectable (metadata.name and metadata.namespace always "
+                       "are)" % (where, json_path))
+    for f in fields:
+        node = node.properties.get(f) if node is not None and node.type == "object" else None
+        if node is None:
+            raise CrdError("%s: %s is not a field of the schema" % (where, json_path))
+    if node.type not in ("string", "integer", "boolean"):
+        raise CrdError("%s: %s must be a string, integer or boolean field, not %s"
+                       % (where, json_path, node.type))
+
+    def value(obj):
+        v = obj
+        for f in fields:
+            if not isinstance(v, dict) or f not in v:
+                return ""
+            v = v[f]
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return str(v) if v is not None else ""
+    return value
+
+
+def _crd_get(obj, name, typ, where, required=True):
+    v = obj.get(name)
+    if v is None:
+        if required:
+            raise CrdError("%s.%s: Required value" % (where, name))
+        return typ()
+    if not isinstance(v, typ):
+        what = {dict: "mapping", list: "list", str: "string", bool: "boolean"}[typ]
+        raise CrdError("%s.%s: must be a %s" % (where, name, what))
+    return v
+
+
+def make_crd_types(crd, where):
+    """The ResourceTypes of a CustomResourceDefinition (one per served version, in the order
+    of version priority)."""
+    if not isinstance(crd, dict):
+        raise CrdError("%s: not a mapping" % where)
+    if crd.get("apiVersion") != CRD_API_VERSION or crd.get("kind") != "CustomResourceDefinition":
+        raise CrdError("%s: expected apiVersion %s and kind CustomResourceDefinition, got %s %s"
+                       % (where, CRD_API_VERSION, crd.get("apiVersion"), crd.get("kind")))
+    spec = _crd_get(crd, "spec", dict, where)
+    group = _crd_get(spec, "group", str, where + ".spec")
+    if is_dns1123_subdomain(group) or "." not in group:
+        raise CrdError("%s.spec.group: %s must be a DNS subdomain with at least one dot"
+                       % (where, json.dumps(group)))
+    names = _crd_get(spec, "names", dict, where + ".spec")
+    nw = where + ".spec.names"
+    plural = _crd_get(names, "plural", str, nw)
+    kind = _crd_get(names, "kind", str, nw)
+    singular = _crd_get(names, "singular", str, nw, required=False) or kind.lower()
+    list_kind = _crd_get(names, "listKind", str, nw, required=False) or kind + "List"
+    short_names = _crd_get(names, "shortNames", list, nw, required=False)
+    categories = _crd_get(names, "categories", list, nw, required=False)
+    for label, v in [("plural", plural), ("singular", singular)] + [
+            ("shortNames", s) for s in short_names] + [("categories", c) for c in categories]:
+        if not isinstance(v, str) or is_dns1123_label(v):
+            raise CrdError("%s.%s: %s must be a lowercase DNS label"
+                           % (nw, label, json.dumps(v)))
+    for label, v in (("kind", kind), ("listKind", list_kind)):
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", v):
+            raise CrdError("%s.%s: %s must be an identifier" % (nw, label, json.dumps(v)))
+    name = (crd.get("metadata") or {}).get("name")
+    if name != plural + "." + group:
+        raise CrdError('%s.metadata.name: must be spec.names.plural+"."+spec.group (%s), got %s'
+                       % (where, plural + "." + group, json.dumps(name)))
+    scope = spec.get("scope")
+    if scope not in ("Cluster", "Namespaced"):
+        raise CrdError("%s.spec.scope: must be Cluster or Namespaced, got %s"
+                       % (where, json.dumps(scope)))
+    namespaced = scope == "Namespaced"
+    strategy = (spec.get("conversion") or {}).get("strategy", "None")
+    if strategy != "None":
+        raise CrdError("%s.spec.conversion: strategy %s is not supported by the fake API server"
+                       % (where, json.dumps(strategy)))
+    versions = _crd_get(spec, "versions", list, where + ".spec")
+    if not versions:
+        raise CrdError("%s.spec.versions: must have at least one version" % where)
+    seen, storage, types = set(), 0, []
+    for i, v in enumerate(versions):
+        vw = "%s.spec.versions[%d]" % (where, i)
+        if not isinstance(v, dict):
+            raise CrdError("%s: must be a mapping" % vw)
+        for k in v:
+            if k not in _CRD_VERSION_KEYS:
+                raise CrdError("%s: %s is not supported by the fake API server" % (vw, k))
+        vname = _crd_get(v, "name", str, vw)
+        if is_dns1123_label(vname) or vname in seen:
+            raise CrdError("%s.name: %s must be a unique DNS label" % (vw, json.dumps(vname)))
+        seen.add(vname)
+        served = _crd_get(v, "served", bool, vw)
+        storage += _crd_get(v, "storage", bool, vw)
+        if _crd_get(v, "deprecated", bool, vw, required=False):
+            raise CrdError("%s.deprecated: deprecation warnings are not supported by the fake API "
+                           "server" % vw)
+        schema = (v.get("schema") or {}).get("openAPIV3Schema")
+        if schema is None:
+            raise CrdError("%s.schema.openAPIV3Schema: Required value" % vw)
+        root = compile_root_schema(schema, vw + ".schema.openAPIV3Schema")
+        subresources = _crd_get(v, "subresources", dict, vw, required=False)
+        for k, sub in subresources.items():
+            if k != "status":
+                raise CrdError("%s.subresources.%s: not supported by the fake API server" % (vw, k))
+            if sub not in (None, {}):
+                raise CrdError("%s.subresources.status: must be {}" % vw)
+        status_subresource = "status" in subresources
+        field_labels = {}
+        selectable = _crd_get(v, "selectableFields", list, vw, required=False)
+        if len(selectable) > MAX_SELECTABLE_FIELDS:
+            raise CrdError("%s.selectableFields: Too many: %d: must have at most %d items"
+                           % (vw, len(selectable), MAX_SELECTABLE_FIELDS))
+        for j, sf in enumerate(selectable):
+            sw = "%s.selectableFields[%d]" % (vw, j)
+            if not isinstance(sf, dict) or set(sf) != {"jsonPath"}:
+                raise CrdError("%s: must be a mapping with only jsonPath" % sw)
+            label = sf["jsonPath"][1:] if isinstance(sf["jsonPath"], str) else ""
+            if label in field_labels:
+                raise CrdError("%s.jsonPath: Duplicate value: %s" % (sw, sf["jsonPath"]))
+            field_labels[label] = _selectable_field(root, sf["jsonPath"], sw + ".jsonPath")
+        if not served:
+            continue
+        hooks = CrdVersion(root, namespaced)
+        types.append(ResourceType(
+            group, (vname,), plural, singular, kind, namespaced=namespaced,
+            verbs=("create", "delete", "deletecollection", "get", "list", "patch", "update",
+                   "watch"),
+            schema=None, field_labels=field_labels, decode=hooks.decode,
+            validate_create=hooks.validate_create, validate_update=hooks.validate,
+            status_subresource=status_subresource,
+            validate_status_update=hooks.validate if status_subresource else None,
+            typed_list_items=True, list_kind=list_kind, short_names=short_names,
+            categories=categories, empty_status=False))
+    if storage != 1:
+        raise CrdError("%s.spec.versions: exactly one version must be the storage version, got %d"
+                       % (where, storage))
+    types.sort(key=lambda rt: _version_priority(rt.versions[0]))
+    return types
+
+
+def compile_root_schema(raw, where):
+    root = compile_schema(raw, where)
+    if root.type != "object":
+        raise CrdError("%s.type: must be object at the root" % where)
+    if root.has_default or root.nullable:
+        raise CrdError("%s: default and nullable are not allowed at the root" % where)
+    for k in ("apiVersion", "kind"):
+        sub = root.properties.get(k)
+        if sub is not None and sub.type != "string":
+            raise CrdError("%s.properties[%s]: must be type: string" % (where, k))
+    meta_raw = (raw.get("properties") or {}).get("metadata")
+    if meta_raw is not None:
+        mw = where + ".properties[metadata]"
+        meta = root.properties["metadata"]
+        extra = set(meta_raw) - {"type", "properties"} - _SCHEMA_DOC_KEYWORDS
+        if meta.type != "object" or extra:
+            raise CrdError("%s: must not specify anything other than type: object and the "
+                           "properties name and generateName" % mw)
+        for name, sub in meta.properties.items():
+            if name not in ("name", "generateName") or sub.type != "string" or sub.has_default \
+                    or sub.rules or sub.nullable:
+                raise CrdError("%s.properties[%s]: only name and generateName, of type string "
+                               "without default or rules, may be restricted" % (mw, name))
+    return root
+
+
+def _yaml_loader():
+    """PyYAML's SafeLoader without YAML 1.1 timestamps (sigs.k8s.io/yaml keeps them strings)."""
+    try:
+        import yaml
+    except ImportError:
+        raise CrdError("reading CRDs needs PyYAML (Debian package python3-yaml)")
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when there
+
+    class Loader(base):
+        pass
+    Loader.yaml_implicit_resolvers = {
+        ch: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+        for ch, resolvers in base.yaml_implicit_resolvers.items()}
+    return yaml, Loader
+
+
+def load_crds(paths):
+    """The ResourceTypes of the CRDs in these YAML files (each may hold several documents)."""
+    types = []
+    if not paths:
+        return types
+    yaml, loader = _yaml_loader()
+    taken = {(RESOURCE_GROUP, p) for p in ("resourceslices", "resourceclaims", "deviceclasses")}
+    kinds = set()
+    for path in paths:
+        try:
+            with open(path) as f:
+                docs = [d for d in yaml.load_all(f, Loader=loader) if d is not None]
+        except OSError as e:
+            raise CrdError("%s: %s" % (path, e.strerror or e))
+        except yaml.YAMLError as e:
+            raise CrdError("%s: not valid YAML: %s" % (path, e))
+        if not docs:
+            raise CrdError("%s: no CustomResourceDefinition in the file" % path)
+        for i, doc in enumerate(docs):
+            where = path if len(docs) == 1 else "%s (document %d)" % (path, i + 1)
+            found = make_crd_types(doc, where)
+            if not found:
+                continue
+            group, plural, kind = found[0].group, found[0].plural, found[0].kind
+            if group in (RESOURCE_GROUP, "") or (group, plural) in taken \
+                    or (group, kind) in kinds:
+                raise CrdError("%s: %s.%s (kind %s) is already served"
+                               % (where, plural, group, kind))
+            taken.add((group, plural))
+            kinds.add((group, kind))
+            types.extend(found)
+    return types
+
+
 # ---------------------------------------------------------------------------------------------
 # Store with event history
 # ---------------------------------------------------------------------------------------------
@@ -2542,6 +3690,8 @@ class Config:
         self.versions = tuple(args.versions)
         self.accept_mixins = args.mixins == "accept"
         self.accept_list_attributes = args.list_attributes == "accept"
+        self.accept_device_taints = args.device_taints == "accept"
+        self.crd_types = list(args.crd_types)  # ResourceTypes of the --crd files
         self.token = args.token
         self.nodes = args.nodes
         self.watch_history = args.watch_history
@@ -2564,6 +3714,8 @@ class Api:
         self.register(make_deviceclass_type(cfg))
         self.register(make_node_type())
         self.node_type = self.type_list[-1]
+        for rt in cfg.crd_types:
+            self.register(rt)
         self.requests = []
         self.requests_lock = threading.Lock()
         self.log_file = log_file
@@ -2643,22 +3795,21 @@ class Api:
         if kind not in (None, "") and kind != rt.kind:
             raise bad_request("the kind in the data (%s) does not match the expected kind (%s)"
                               % (kind, rt.kind))
-        decoder = Decoder()
         try:
-            obj = _prune_none(decoder.decode(value, rt.schema, ""))
+            obj, unknown, duplicates = rt.decode(value)
         except DecodeError as e:
             raise bad_request('%s in version "%s" cannot be handled as a %s: %s'
                               % (rt.kind, version, rt.kind, e))
         obj.pop("apiVersion", None)
         obj.pop("kind", None)
         obj.setdefault("metadata", {})
-        problems = (['unknown field "%s"' % p for p in decoder.unknown]
-                    + ['duplicate field "%s"' % p for p in decoder.duplicates])
-        fields = decoder.unknown + decoder.duplicates
+        problems = (['unknown field "%s"' % p for p in unknown]
+                    + ['duplicate field "%s"' % p for p in duplicates])
+        fields = unknown + duplicates
         warnings = []
         if problems:
             if field_validation == "Strict":
-                causes = [{"reason": "FieldValueInvalid" if i < len(decoder.unknown)
+                causes = [{"reason": "FieldValueInvalid" if i < len(unknown)
                            else "FieldValueDuplicate", "message": problems[i],
                            "field": "." + fields[i]} for i in range(len(problems))]
                 raise bad_request("strict decoding error: " + ", ".join(problems), causes)
@@ -2729,7 +3880,7 @@ class Api:
                 meta["remainingItemCount"] = len(rest)
         if rt.typed_list_items:
             items = [rt.render(o, version) for o in items]
-        return {"kind": rt.kind + "List", "apiVersion": rt.group_version(version),
+        return {"kind": rt.list_kind, "apiVersion": rt.group_version(version),
                 "metadata": meta, "items": items}
 
     def _snapshot(self, rv, rest):
@@ -2787,7 +3938,7 @@ class Api:
             raise ApiError(500, "", "resourceVersion should not be set on objects to be created")
         self._prepare_meta_for_create(rt, obj, ns)
         if rt.status_subresource:
-            obj["status"] = {}  # status is only written through /status
+            rt.set_status(obj, None)  # status is only written through /status
         if rt.prepare:
             rt.prepare(obj, None)
         if rt.warnings:
@@ -2855,9 +4006,9 @@ class Api:
                 raise rt.conflict(name, "Precondition failed: UID in precondition: %s, UID in "
                                   "object meta: %s" % (old_meta.get("uid"), meta["uid"]))
             if subresource == "status":
-                status = obj.get("status", {})
+                status = obj.get("status")
                 obj = dict(old)
-                obj["status"] = status
+                rt.set_status(obj, status)
                 meta = obj["metadata"] = dict(old_meta)
             else:
                 for f in ("uid", "creationTimestamp", "deletionTimestamp",
@@ -2870,11 +4021,14 @@ class Api:
                 meta.pop("selfLink", None)
                 meta["resourceVersion"] = old_meta["resourceVersion"]
                 if rt.status_subresource:
-                    obj["status"] = old.get("status", {})
+                    rt.set_status(obj, old.get("status"))
                 if rt.prepare:
                     rt.prepare(obj, old)
+            # The generation counts changes of everything but metadata (and status, when that
+            # is a subresource).
+            unversioned = ("metadata", "status") if rt.status_subresource else ("metadata",)
             spec_changed = any(obj.get(f) != old.get(f) for f in set(obj) | set(old)
-                               if f not in ("metadata", "status"))
+                               if f not in unversioned)
             meta["generation"] = old_meta.get("generation", 1) + (1 if spec_changed else 0)
             if (old_meta.get("deletionTimestamp")
                     and set(meta.get("finalizers", [])) - set(old_meta.get("finalizers", []))):
@@ -2998,7 +4152,9 @@ class Api:
                 if not dry_run:
                     self.store.commit(rt.type_key, "DELETED", k, obj, obj)
             rv = self.store.rv
-        return 200, {"kind": rt.kind + "List", "apiVersion": rt.group_version(version),
+        if rt.typed_list_items:
+            deleted = [rt.render(o, version) for o in deleted]
+        return 200, {"kind": rt.list_kind, "apiVersion": rt.group_version(version),
                      "metadata": {"resourceVersion": str(rv)}, "items": deleted}
 
     # --- discovery -----------------------------------------------------------------------------
@@ -3014,7 +4170,7 @@ class Api:
 
     def api_group(self, group):
         versions = self.served_versions(group)
-        preferred = "v1" if "v1" in versions else versions[0]
+        preferred = min(versions, key=_version_priority)  # GA, then beta, then alpha
         return {"kind": "APIGroup", "apiVersion": "v1", "name": group,
                 "versions": [{"groupVersion": group + "/" + v, "version": v} for v in versions],
                 "preferredVersion": {"groupVersion": group + "/" + preferred,
@@ -3024,9 +4180,13 @@ class Api:
         resources = []
         for rt in self.type_list:
             if rt.group == group and version in rt.versions:
-                resources.append({"name": rt.plural, "singularName": rt.singular,
-                                  "namespaced": rt.namespaced, "kind": rt.kind,
-                                  "verbs": sorted(rt.verbs)})
+                entry = {"name": rt.plural, "singularName": rt.singular,
+                         "namespaced": rt.namespaced, "kind": rt.kind, "verbs": sorted(rt.verbs)}
+                if rt.short_names:
+                    entry["shortNames"] = list(rt.short_names)
+                if rt.categories:
+                    entry["categories"] = list(rt.categories)
+                resources.append(entry)
                 if rt.status_subresource:
                     resources.append({"name": rt.plural + "/status", "singularName": "",
                                       "namespaced": rt.namespaced, "kind": rt.kind,
@@ -3643,7 +4803,8 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 epilog="\n\n".join(
                                     para for para in __doc__.split("\n\n")
-                                    if para.startswith(("Control endpoints", "Where it differs"))),
+                                    if para.startswith(("Custom resources", "Control endpoints",
+                                                        "Where it differs"))),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0: ephemeral)")
     p.add_argument("--port-file", help="write the port here (atomically) once listening")
@@ -3659,6 +4820,12 @@ def parse_args(argv):
     p.add_argument("--list-attributes", choices=("drop", "accept"), default="drop",
                    help="ints/bools/strings/versions attributes: drop (gate "
                         "DRAListTypeAttributes off, as in 1.36) or accept")
+    p.add_argument("--device-taints", choices=("drop", "accept"), default="accept",
+                   help="spec.devices[].taints of ResourceSlices: accept (validated, timeAdded "
+                        "defaulted) or drop (silently, like a server with DRADeviceTaints off)")
+    p.add_argument("--crd", action="append", default=[], metavar="FILE",
+                   help="serve the CustomResourceDefinition(s) in this YAML file (repeatable; "
+                        "needs PyYAML)")
     p.add_argument("--unconditional-update", choices=("reject", "allow"), default="reject",
                    help="PUT without metadata.resourceVersion: reject with 409 (default) or "
                         "allow (what the real server does for ResourceSlices)")
@@ -3698,6 +4865,10 @@ def parse_args(argv):
         p.error("--client-ca needs --tls-cert/--tls-key")
     if not 0 <= args.port <= 65535:
         p.error("--port must be in 0..65535")
+    try:
+        args.crd_types = load_crds(args.crd)
+    except CrdError as e:
+        p.error("--crd: %s" % e)
     return args
 
 
