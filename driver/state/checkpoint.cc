@@ -45,13 +45,14 @@ using files::ErrnoStatus;
 
 absl::Status Corrupt(absl::string_view what) { return absl::DataLossError(what); }
 
-// Calls `field` for every member of `obj`, and fails unless exactly `keys` are present.
+// Calls `field` for every member of `obj`, and fails unless all of `keys` and nothing but them
+// and `optional` are present.
 template <typename F>
 absl::Status ReadObject(const json& obj, absl::string_view where, const std::set<std::string>& keys,
-                        F field) {
+                        const std::set<std::string>& optional, F field) {
   if (!obj.is_object()) return Corrupt(absl::StrCat(where, ": not a JSON object"));
   for (const auto& [key, value] : obj.items()) {
-    if (!keys.contains(key)) {
+    if (!keys.contains(key) && !optional.contains(key)) {
       return Corrupt(absl::StrCat(where, ": unknown field \"", key, "\""));
     }
     if (absl::Status st = field(key, value); !st.ok()) return st;
@@ -68,13 +69,47 @@ absl::Status ReadString(const json& v, absl::string_view where, std::string* out
   return absl::OkStatus();
 }
 
-absl::Status ReadAllocation(const json& v, absl::string_view where, Allocation* a) {
+absl::Status ReadNonEmptyString(const json& v, absl::string_view where, std::string* out) {
+  if (absl::Status st = ReadString(v, where, out); !st.ok()) return st;
+  if (out->empty()) return Corrupt(absl::StrCat(where, ": empty"));
+  return absl::OkStatus();
+}
+
+absl::Status ReadCpus(const json& v, absl::string_view where, CpuSet* out) {
+  std::string text;
+  if (absl::Status st = ReadString(v, where, &text); !st.ok()) return st;
+  absl::StatusOr<CpuSet> cpus = CpuSet::Parse(text);
+  if (!cpus.ok()) return Corrupt(absl::StrCat(where, ": ", cpus.status().message()));
+  *out = *std::move(cpus);
+  return absl::OkStatus();
+}
+
+absl::Status ReadGpus(const json& v, absl::string_view where, std::set<std::string>* out) {
+  if (!v.is_array()) return Corrupt(absl::StrCat(where, ": not a JSON array"));
+  std::string text;
+  for (const json& gpu : v) {
+    if (absl::Status st = ReadString(gpu, where, &text); !st.ok()) return st;
+    if (!out->insert(text).second) {
+      return Corrupt(absl::StrCat(where, ": GPU \"", text, "\" listed twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// `with_reservation`: the optional field "reservation" (checkpoint version 2 and the journal).
+absl::Status ReadAllocation(const json& v, absl::string_view where, bool with_reservation,
+                            Allocation* a) {
   static const std::set<std::string> kKeys = {"owner", "kind", "namespace", "name",  "driver",
                                               "cpus",  "gpus", "answer",    "phase", "cdi"};
-  return ReadObject(v, where, kKeys, [&](const std::string& key, const json& value) {
+  static const std::set<std::string> kOptional = {"reservation"};
+  static const std::set<std::string> kNone;
+  const std::set<std::string>& optional = with_reservation ? kOptional : kNone;
+  return ReadObject(v, where, kKeys, optional, [&](const std::string& key, const json& value) {
     const std::string at = absl::StrCat(where, " field \"", key, "\"");
     std::string text;
     if (key == "owner") return ReadString(value, at, &a->owner);
+    // Written only when set, so never empty.
+    if (key == "reservation") return ReadNonEmptyString(value, at, &a->reservation);
     if (key == "namespace") return ReadString(value, at, &a->claim_namespace);
     if (key == "name") return ReadString(value, at, &a->claim_name);
     if (key == "driver") return ReadString(value, at, &a->driver);
@@ -110,54 +145,91 @@ absl::Status ReadAllocation(const json& v, absl::string_view where, Allocation* 
       }
       return absl::OkStatus();
     }
-    if (key == "cpus") {
-      if (absl::Status st = ReadString(value, at, &text); !st.ok()) return st;
-      absl::StatusOr<CpuSet> cpus = CpuSet::Parse(text);
-      if (!cpus.ok()) return Corrupt(absl::StrCat(at, ": ", cpus.status().message()));
-      a->cpus = *std::move(cpus);
+    if (key == "cpus") return ReadCpus(value, at, &a->cpus);
+    return ReadGpus(value, at, &a->gpus);
+  });
+}
+
+absl::Status ReadReservation(const json& v, absl::string_view where, Reservation* r) {
+  static const std::set<std::string> kKeys = {"uid",       "name",  "cpus",      "gpus", "placedAt",
+                                              "expiresAt", "ended", "endReason", "spec"};
+  return ReadObject(v, where, kKeys, {}, [&](const std::string& key, const json& value) {
+    const std::string at = absl::StrCat(where, " field \"", key, "\"");
+    if (key == "uid") return ReadNonEmptyString(value, at, &r->uid);
+    if (key == "name") return ReadNonEmptyString(value, at, &r->name);
+    if (key == "placedAt") return ReadString(value, at, &r->placed_at);
+    if (key == "expiresAt") return ReadString(value, at, &r->expires_at);
+    if (key == "endReason") return ReadString(value, at, &r->end_reason);
+    if (key == "cpus") return ReadCpus(value, at, &r->cpus);
+    if (key == "ended") {
+      if (!value.is_boolean()) return Corrupt(absl::StrCat(at, ": not a boolean"));
+      r->ended = value.get<bool>();
+      return absl::OkStatus();
+    }
+    if (key == "spec") {
+      if (!value.is_null() && !value.is_object()) {
+        return Corrupt(absl::StrCat(at, ": not an object"));
+      }
+      r->spec = value;
       return absl::OkStatus();
     }
     // gpus
-    if (!value.is_array()) return Corrupt(absl::StrCat(at, ": not a JSON array"));
-    for (const json& gpu : value) {
-      if (absl::Status st = ReadString(gpu, at, &text); !st.ok()) return st;
-      if (!a->gpus.insert(text).second) {
-        return Corrupt(absl::StrCat(at, ": GPU \"", text, "\" listed twice"));
-      }
-    }
+    if (absl::Status st = ReadGpus(value, at, &r->gpus); !st.ok()) return st;
+    if (r->gpus.contains("")) return Corrupt(absl::StrCat(at, ": empty GPU id"));
     return absl::OkStatus();
   });
 }
 
-absl::StatusOr<State> ReadPayload(const json& payload, uint64_t* seq) {
+absl::StatusOr<State> ReadPayload(const json& payload, int version, uint64_t* seq) {
   State state;
   *seq = 0;
   if (!payload.is_object()) return Corrupt("payload: not a JSON object");
-  // "seq" (the last journal record the snapshot covers) is written only by a StateStore.
   std::set<std::string> keys = {"allocations"};
-  if (payload.contains("seq")) keys.insert("seq");
+  if (version >= 2) keys.insert("reservations");
+  // "seq" (the last journal record the snapshot covers) is written only by a StateStore.
+  const json* allocations = nullptr;
+  const json* reservations = nullptr;
   absl::Status st =
-      ReadObject(payload, "payload", keys, [&state, seq](const std::string& key, const json& list) {
+      ReadObject(payload, "payload", keys, {"seq"}, [&](const std::string& key, const json& value) {
         if (key == "seq") {
-          if (!list.is_number_unsigned()) return Corrupt("payload field \"seq\": not a count");
-          *seq = list.get<uint64_t>();
+          if (!value.is_number_unsigned()) return Corrupt("payload field \"seq\": not a count");
+          *seq = value.get<uint64_t>();
           return absl::OkStatus();
         }
-        if (!list.is_array()) return Corrupt("payload field \"allocations\": not a JSON array");
-        for (size_t i = 0; i < list.size(); ++i) {
-          Allocation a;
-          const std::string where = absl::StrCat("allocation ", i);
-          if (absl::Status st = ReadAllocation(list[i], where, &a); !st.ok()) return st;
-          if (state.Find(a.owner) != nullptr) {
-            return Corrupt(absl::StrCat(where, ": owner \"", a.owner, "\" appears twice"));
-          }
-          if (absl::Status st = state.Add(std::move(a)); !st.ok()) {
-            return Corrupt(absl::StrCat(where, ": ", st.message()));
-          }
+        if (!value.is_array()) {
+          return Corrupt(absl::StrCat("payload field \"", key, "\": not a JSON array"));
         }
+        (key == "allocations" ? allocations : reservations) = &value;
         return absl::OkStatus();
       });
   if (!st.ok()) return st;
+  // Allocations before reservations: a reservation may be placed on CPUs an allocation still
+  // holds (it waits for them), but an allocation may not take reserved CPUs.
+  for (size_t i = 0; i < allocations->size(); ++i) {
+    Allocation a;
+    const std::string where = absl::StrCat("allocation ", i);
+    if (absl::Status st = ReadAllocation((*allocations)[i], where, version >= 2, &a); !st.ok()) {
+      return st;
+    }
+    if (state.Find(a.owner) != nullptr) {
+      return Corrupt(absl::StrCat(where, ": owner \"", a.owner, "\" appears twice"));
+    }
+    if (absl::Status st = state.Add(std::move(a)); !st.ok()) {
+      return Corrupt(absl::StrCat(where, ": ", st.message()));
+    }
+  }
+  if (reservations == nullptr) return state;
+  for (size_t i = 0; i < reservations->size(); ++i) {
+    Reservation r;
+    const std::string where = absl::StrCat("reservation ", i);
+    if (absl::Status st = ReadReservation((*reservations)[i], where, &r); !st.ok()) return st;
+    if (state.FindReservation(r.uid) != nullptr) {
+      return Corrupt(absl::StrCat(where, ": uid \"", r.uid, "\" appears twice"));
+    }
+    if (absl::Status st = state.PutReservation(std::move(r)); !st.ok()) {
+      return Corrupt(absl::StrCat(where, ": ", st.message()));
+    }
+  }
   return state;
 }
 
@@ -166,17 +238,42 @@ absl::StatusOr<State> ReadPayload(const json& payload, uint64_t* seq) {
 json AllocationToJson(const Allocation& a) {
   json gpus = json::array();
   for (const std::string& gpu : a.gpus) gpus.push_back(gpu);
-  return json{
+  json out{
       {"owner", a.owner},           {"kind", KindName(a.kind)},    {"namespace", a.claim_namespace},
       {"name", a.claim_name},       {"cpus", a.cpus.ToString()},   {"gpus", std::move(gpus)},
       {"answer", a.answer.Parse()}, {"phase", PhaseName(a.phase)}, {"driver", a.driver},
       {"cdi", a.cdi.Parse()}};
+  if (!a.reservation.empty()) out["reservation"] = a.reservation;
+  return out;
 }
 
 absl::StatusOr<Allocation> AllocationFromJson(const json& value) {
   Allocation a;
-  if (absl::Status st = ReadAllocation(value, "allocation", &a); !st.ok()) return st;
+  if (absl::Status st = ReadAllocation(value, "allocation", /*with_reservation=*/true, &a);
+      !st.ok()) {
+    return st;
+  }
   return a;
+}
+
+json ReservationToJson(const Reservation& r) {
+  json gpus = json::array();
+  for (const std::string& gpu : r.gpus) gpus.push_back(gpu);
+  return json{{"uid", r.uid},
+              {"name", r.name},
+              {"cpus", r.cpus.ToString()},
+              {"gpus", std::move(gpus)},
+              {"placedAt", r.placed_at},
+              {"expiresAt", r.expires_at},
+              {"ended", r.ended},
+              {"endReason", r.end_reason},
+              {"spec", r.spec.Parse()}};
+}
+
+absl::StatusOr<Reservation> ReservationFromJson(const json& value) {
+  Reservation r;
+  if (absl::Status st = ReadReservation(value, "reservation", &r); !st.ok()) return st;
+  return r;
 }
 
 std::string WhatToDo(absl::StatusCode code) {
@@ -213,7 +310,11 @@ std::string EncodeCheckpoint(const State& state, uint64_t seq, bool prepared_onl
     if (prepared_only && allocation.phase != Phase::kPrepared) continue;
     list.push_back(AllocationToJson(allocation));
   }
-  json payload = {{"allocations", std::move(list)}};
+  json reservations = json::array();
+  for (const auto& [uid, reservation] : state.reservations()) {
+    reservations.push_back(ReservationToJson(reservation));
+  }
+  json payload = {{"allocations", std::move(list)}, {"reservations", std::move(reservations)}};
   if (seq != 0) payload["seq"] = seq;
   json doc = {{"version", kCheckpointVersion}, {"checksum", ChecksumOf(payload)}};
   doc["payload"] = std::move(payload);
@@ -240,14 +341,15 @@ absl::StatusOr<State> DecodeCheckpoint(absl::string_view text, uint64_t* seq) {
   if (!version->is_number_integer()) {
     return Corrupt(absl::StrCat("field \"version\": not an integer: ", CanonicalText(*version)));
   }
-  if (*version != kCheckpointVersion) {
-    return absl::FailedPreconditionError(absl::StrCat("unknown version ", CanonicalText(*version),
-                                                      " (this topodra reads version ",
-                                                      kCheckpointVersion, ")"));
+  if (*version < kOldestCheckpointVersion || *version > kCheckpointVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("unknown version ", CanonicalText(*version), " (this topodra reads versions ",
+                     kOldestCheckpointVersion, " to ", kCheckpointVersion, ")"));
   }
+  const int version_number = version->get<int>();
   const json* payload = nullptr;
   std::string checksum;
-  absl::Status st = ReadObject(doc, "checkpoint", {"version", "checksum", "payload"},
+  absl::Status st = ReadObject(doc, "checkpoint", {"version", "checksum", "payload"}, {},
                                [&](const std::string& key, const json& value) {
                                  if (key == "checksum") {
                                    return ReadString(value, "field \"checksum\"", &checksum);
@@ -260,7 +362,7 @@ absl::StatusOr<State> DecodeCheckpoint(absl::string_view text, uint64_t* seq) {
     return Corrupt(absl::StrCat("checksum mismatch: the file says \"", checksum,
                                 "\" but its payload has \"", actual, "\""));
   }
-  return ReadPayload(*payload, seq);
+  return ReadPayload(*payload, version_number, seq);
 }
 
 Checkpoint::Checkpoint(std::string path) : path_(std::move(path)) {
@@ -312,11 +414,23 @@ absl::StatusOr<State> Checkpoint::Load() const {
 
 absl::StatusOr<State> Checkpoint::Load(uint64_t* seq) const {
   *seq = 0;
+  if (!file_name_.empty()) {
+    if (absl::Status st = RemoveStaleTemps(); !st.ok()) {
+      return absl::Status(st.code(),
+                          absl::StrCat("load checkpoint \"", path_, "\": ", st.message()));
+    }
+  }
+  return Read(seq);
+}
+
+absl::StatusOr<State> Checkpoint::Peek(uint64_t* seq) const { return Read(seq); }
+
+absl::StatusOr<State> Checkpoint::Read(uint64_t* seq) const {
+  *seq = 0;
   auto fail = [this](const absl::Status& st) {
     return absl::Status(st.code(), absl::StrCat("load checkpoint \"", path_, "\": ", st.message()));
   };
   if (file_name_.empty()) return fail(absl::InvalidArgumentError("path names a directory"));
-  if (absl::Status st = RemoveStaleTemps(); !st.ok()) return fail(st);
   // One byte past the limit comes back, so DecodeCheckpoint reports an oversized file.
   absl::StatusOr<std::string> text = files::ReadFileBounded(path_, kMaxCheckpointBytes);
   if (!text.ok()) {

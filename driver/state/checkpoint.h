@@ -12,8 +12,10 @@
 
 namespace topodra::state {
 
-// Version of the checkpoint format this build writes and reads.
-inline constexpr int kCheckpointVersion = 1;
+// Version of the checkpoint format this build writes. It reads this one and version 1 (before
+// reservations: no "reservations", no allocation "reservation").
+inline constexpr int kCheckpointVersion = 2;
+inline constexpr int kOldestCheckpointVersion = 1;
 // A node holds at most a few thousand allocations; anything far larger is not ours.
 inline constexpr std::size_t kMaxCheckpointBytes = 64 << 20;
 
@@ -26,12 +28,14 @@ std::string CanonicalText(const nlohmann::json& payload);
 // 8 lowercase hex digits of Crc32c(CanonicalText(payload)).
 std::string ChecksumOf(const nlohmann::json& payload);
 
-// The file format, pure: {"version": 1, "checksum": "<hex>", "payload": {"allocations": [...]}}.
-// `seq` (when not 0) records the last journal record a StateStore snapshot covers; prepared_only
-// leaves out allocations still being prepared.
+// The file format, pure: {"version": 2, "checksum": "<hex>", "payload": {"allocations": [...],
+// "reservations": [...], "seq": N}}. `seq` (written when not 0) records the last journal record a
+// StateStore snapshot covers; prepared_only leaves out allocations still being prepared
+// (reservations are always written).
 std::string EncodeCheckpoint(const State& state, uint64_t seq = 0, bool prepared_only = false);
-// Strict inverse of EncodeCheckpoint. DataLoss for anything corrupt (bad JSON, checksum
-// mismatch, bad field, duplicate owner or holder), FailedPrecondition for an unknown version.
+// Strict inverse of EncodeCheckpoint, for version 1 and 2 files. DataLoss for anything corrupt
+// (bad JSON, checksum mismatch, bad field, duplicate owner or holder, duplicate reservation uid,
+// overlapping reservations), FailedPrecondition for an unknown version.
 // Messages do not name a file; Checkpoint::Load adds that.
 absl::StatusOr<State> DecodeCheckpoint(absl::string_view text);
 absl::StatusOr<State> DecodeCheckpoint(absl::string_view text, uint64_t* seq);
@@ -39,6 +43,10 @@ absl::StatusOr<State> DecodeCheckpoint(absl::string_view text, uint64_t* seq);
 // One allocation as the checkpoint and the journal spell it, and its strict inverse (DataLoss).
 nlohmann::json AllocationToJson(const Allocation& allocation);
 absl::StatusOr<Allocation> AllocationFromJson(const nlohmann::json& value);
+// One reservation, likewise: {"uid", "name", "cpus": "<cpu list>", "gpus": [...], "placedAt",
+// "expiresAt", "ended", "endReason", "spec"}, every field always present.
+nlohmann::json ReservationToJson(const Reservation& reservation);
+absl::StatusOr<Reservation> ReservationFromJson(const nlohmann::json& value);
 
 // What the operator can do about a corrupt (DataLoss) or unreadable-version (FailedPrecondition)
 // state file, appended to the message that stops the daemon.
@@ -62,9 +70,13 @@ class Checkpoint {
   absl::StatusOr<State> Load() const;
   // Also gives the journal sequence number a StateStore snapshot covers (0 for none).
   absl::StatusOr<State> Load(uint64_t* seq) const;
+  // Load that writes nothing and removes nothing: for reading the file of a running daemon
+  // (whose Save may be writing a temporary file right now).
+  absl::StatusOr<State> Peek(uint64_t* seq) const;
 
  private:
   absl::Status RemoveStaleTemps() const;
+  absl::StatusOr<State> Read(uint64_t* seq) const;
 
   std::string path_;
   std::string dir_;

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -19,8 +20,8 @@ namespace {
 using json = nlohmann::json;
 using files::ErrnoStatus;
 
-// A record holds one allocation: its answer and CDI spec are bounded by the API's limits (32
-// results), far below this.
+// A record holds one allocation or reservation: an answer and CDI spec are bounded by the API's
+// limits (32 results), a reservation's spec by its CRD; both far below this.
 constexpr size_t kMaxLineBytes = 4 << 20;
 constexpr int kMaxDepth = 32;
 
@@ -37,6 +38,84 @@ absl::Status WriteAll(int fd, absl::string_view data) {
 }
 
 }  // namespace
+
+struct StateStore::Replayed {
+  uint64_t seq = 0;           // the last seq applied, or the snapshot's
+  int64_t records = 0;        // intact lines
+  size_t good_end = 0;        // offset after the last intact line
+  int applied = 0;            // records after the snapshot, applied
+  bool dropped_torn = false;  // the last line was torn and left out
+};
+
+absl::Status StateStore::Apply(const json& body, State* state) {
+  if (const auto put = body.find("put"); put != body.end()) {
+    absl::StatusOr<Allocation> a = AllocationFromJson(*put);
+    if (!a.ok()) return a.status();
+    (void)state->Remove(a->owner);
+    return state->Insert(*std::move(a), /*check_reservations=*/false);
+  }
+  if (const auto remove = body.find("remove"); remove != body.end()) {
+    return state->Remove(remove->get<std::string>());
+  }
+  if (const auto put = body.find("putReservation"); put != body.end()) {
+    absl::StatusOr<Reservation> r = ReservationFromJson(*put);
+    if (!r.ok()) return r.status();
+    return state->PutReservation(*std::move(r));
+  }
+  return state->RemoveReservation(body.at("removeReservation").get<std::string>());
+}
+
+// The journal `content` applied to `state` (the snapshot, covering records up to snapshot_seq).
+// A bad last line is a torn append, left out; a bad line before good ones is DataLoss.
+absl::Status StateStore::Replay(absl::string_view content, const std::string& journal,
+                                uint64_t snapshot_seq, State* state, Replayed* out) {
+  const std::string todo_journal = absl::StrCat("journal \"", journal, "\": ");
+  if (content.size() > kMaxCheckpointBytes) {
+    return absl::DataLossError(absl::StrCat(todo_journal, "larger than ", kMaxCheckpointBytes,
+                                            " bytes", WhatToDo(absl::StatusCode::kDataLoss)));
+  }
+  out->seq = snapshot_seq;
+  size_t pos = 0;
+  while (pos < content.size()) {
+    const size_t nl = content.find('\n', pos);
+    const bool last = nl == absl::string_view::npos || nl + 1 == content.size();
+    const absl::string_view line =
+        content.substr(pos, (nl == absl::string_view::npos ? content.size() : nl) - pos);
+    absl::StatusOr<json> body =
+        nl == absl::string_view::npos || line.size() > kMaxLineBytes
+            ? absl::StatusOr<json>(absl::DataLossError("record without end of line"))
+            : DecodeJournalLine(line);
+    if (!body.ok()) {
+      // The append that was cut short by a crash: never acknowledged, so dropping it is right.
+      if (last) {
+        out->dropped_torn = true;
+        break;
+      }
+      return absl::DataLossError(absl::StrCat(todo_journal, "record ", out->records + 1,
+                                              " at byte ", pos, ": ", body.status().message(),
+                                              WhatToDo(absl::StatusCode::kDataLoss)));
+    }
+    const uint64_t record_seq = (*body)["seq"].get<uint64_t>();
+    if (record_seq <= out->seq && record_seq > snapshot_seq) {
+      return absl::DataLossError(absl::StrCat(todo_journal, "record ", out->records + 1,
+                                              " repeats sequence number ", record_seq,
+                                              WhatToDo(absl::StatusCode::kDataLoss)));
+    }
+    if (record_seq > snapshot_seq) {
+      out->seq = record_seq;
+      if (absl::Status applied = Apply(*body, state); !applied.ok()) {
+        return absl::DataLossError(absl::StrCat(todo_journal, "record ", out->records + 1, ": ",
+                                                applied.message(),
+                                                WhatToDo(absl::StatusCode::kDataLoss)));
+      }
+      ++out->applied;
+    }
+    ++out->records;
+    out->good_end = nl + 1;
+    pos = nl + 1;
+  }
+  return absl::OkStatus();
+}
 
 std::string EncodeJournalLine(const json& body) {
   const std::string text = CanonicalText(body);
@@ -66,10 +145,17 @@ absl::StatusOr<json> DecodeJournalLine(absl::string_view line) {
   if (Crc32c(text) != crc) return absl::DataLossError("record checksum mismatch");
   absl::StatusOr<json> body = files::ParseJsonBounded(text, kMaxDepth);
   if (!body.ok()) return absl::DataLossError(body.status().message());
+  auto has = [&body](const char* key, json::value_t type) {
+    const auto it = body->find(key);
+    return it != body->end() && it->type() == type;
+  };
   if (!body->is_object() || body->size() != 2 || !body->contains("seq") ||
       !(*body)["seq"].is_number_unsigned() ||
-      !(body->contains("put") || (body->contains("remove") && (*body)["remove"].is_string()))) {
-    return absl::DataLossError("record is not {\"seq\", \"put\"|\"remove\"}");
+      !(has("put", json::value_t::object) || has("remove", json::value_t::string) ||
+        has("putReservation", json::value_t::object) ||
+        has("removeReservation", json::value_t::string))) {
+    return absl::DataLossError(
+        "record is not {\"seq\", \"put\"|\"remove\"|\"putReservation\"|\"removeReservation\"}");
   }
   return body;
 }
@@ -89,7 +175,6 @@ StateStore::~StateStore() {
 
 absl::StatusOr<StateStore::Opened> StateStore::Open(const std::string& path) {
   const std::string journal = path + ".journal";
-  const std::string todo_journal = absl::StrCat("journal \"", journal, "\": ");
   const Checkpoint snapshot(path);
   if (absl::Status st = files::MakeDirectories(snapshot.dir(), 0700); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("state directory: ", st.message()));
@@ -100,7 +185,6 @@ absl::StatusOr<StateStore::Opened> StateStore::Open(const std::string& path) {
 
   Opened out;
   out.loaded = *std::move(state);
-  uint64_t seq = snapshot_seq;
   absl::StatusOr<std::string> text = files::ReadFileBounded(journal, kMaxCheckpointBytes);
   std::string content;
   if (text.ok()) {
@@ -108,63 +192,15 @@ absl::StatusOr<StateStore::Opened> StateStore::Open(const std::string& path) {
   } else if (!absl::IsNotFound(text.status())) {
     return text.status();
   }
-  if (content.size() > kMaxCheckpointBytes) {
-    return absl::DataLossError(absl::StrCat(todo_journal, "larger than ", kMaxCheckpointBytes,
-                                            " bytes", WhatToDo(absl::StatusCode::kDataLoss)));
+  Replayed replayed;
+  if (absl::Status st = Replay(content, journal, snapshot_seq, &out.loaded, &replayed); !st.ok()) {
+    return st;
   }
-  size_t good_end = 0;  // offset after the last intact record
-  int64_t records = 0;
-  size_t pos = 0;
-  while (pos < content.size()) {
-    const size_t nl = content.find('\n', pos);
-    const bool last = nl == std::string::npos || nl + 1 == content.size();
-    const absl::string_view line = absl::string_view(content).substr(
-        pos, (nl == std::string::npos ? content.size() : nl) - pos);
-    absl::StatusOr<json> body =
-        nl == std::string::npos || line.size() > kMaxLineBytes
-            ? absl::StatusOr<json>(absl::DataLossError("record without end of line"))
-            : DecodeJournalLine(line);
-    if (!body.ok()) {
-      // The append that was cut short by a crash: never acknowledged, so dropping it is right.
-      if (last) {
-        out.dropped_torn = true;
-        break;
-      }
-      return absl::DataLossError(absl::StrCat(todo_journal, "record ", records + 1, " at byte ",
-                                              pos, ": ", body.status().message(),
-                                              WhatToDo(absl::StatusCode::kDataLoss)));
-    }
-    const uint64_t record_seq = (*body)["seq"].get<uint64_t>();
-    if (record_seq <= seq && record_seq > snapshot_seq) {
-      return absl::DataLossError(absl::StrCat(todo_journal, "record ", records + 1,
-                                              " repeats sequence number ", record_seq,
-                                              WhatToDo(absl::StatusCode::kDataLoss)));
-    }
-    if (record_seq > snapshot_seq) {
-      seq = record_seq;
-      absl::Status applied;
-      if (body->contains("put")) {
-        absl::StatusOr<Allocation> a = AllocationFromJson((*body)["put"]);
-        if (!a.ok()) {
-          applied = a.status();
-        } else {
-          (void)out.loaded.Remove(a->owner);
-          applied = out.loaded.Add(*std::move(a));
-        }
-      } else {
-        applied = out.loaded.Remove((*body)["remove"].get<std::string>());
-      }
-      if (!applied.ok()) {
-        return absl::DataLossError(absl::StrCat(todo_journal, "record ", records + 1, ": ",
-                                                applied.message(),
-                                                WhatToDo(absl::StatusCode::kDataLoss)));
-      }
-      ++out.replayed;
-    }
-    ++records;
-    good_end = nl + 1;
-    pos = nl + 1;
-  }
+  out.replayed = replayed.applied;
+  out.dropped_torn = replayed.dropped_torn;
+  const uint64_t seq = replayed.seq;
+  const int64_t records = replayed.records;
+  const size_t good_end = replayed.good_end;
 
   const int fd = ::open(journal.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0) return ErrnoStatus(errno, "open journal", journal);
@@ -225,6 +261,75 @@ absl::Status StateStore::Put(const Allocation& allocation) {
 
 absl::Status StateStore::Remove(const std::string& owner) {
   return Append(json{{"remove", owner}});
+}
+
+absl::Status StateStore::PutReservation(const Reservation& reservation) {
+  return Append(json{{"putReservation", ReservationToJson(reservation)}});
+}
+
+absl::Status StateStore::RemoveReservation(const std::string& uid) {
+  return Append(json{{"removeReservation", uid}});
+}
+
+namespace {
+
+// Which file a path names right now (nullopt: none). A compaction replaces the snapshot by
+// renaming a new file over it, so a different identity means it was replaced.
+struct FileIdentity {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = 0;
+  struct timespec mtime = {};
+  struct timespec ctime = {};
+  bool operator==(const FileIdentity& o) const {
+    return dev == o.dev && ino == o.ino && size == o.size && mtime.tv_sec == o.mtime.tv_sec &&
+           mtime.tv_nsec == o.mtime.tv_nsec && ctime.tv_sec == o.ctime.tv_sec &&
+           ctime.tv_nsec == o.ctime.tv_nsec;
+  }
+};
+
+absl::StatusOr<std::optional<FileIdentity>> IdentityOf(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return std::nullopt;
+    return ErrnoStatus(errno, "stat", path);
+  }
+  return FileIdentity{st.st_dev, st.st_ino, st.st_size, st.st_mtim, st.st_ctim};
+}
+
+}  // namespace
+
+absl::StatusOr<State> StateStore::Peek(const std::string& path) {
+  const std::string journal = path + ".journal";
+  const Checkpoint snapshot(path);
+  // The daemon may compact while we read: a snapshot read before the compaction with a journal
+  // read after it would miss every record in between. Read again when the snapshot changed.
+  constexpr int kAttempts = 5;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    absl::StatusOr<std::optional<FileIdentity>> before = IdentityOf(path);
+    if (!before.ok()) return before.status();
+    uint64_t snapshot_seq = 0;
+    absl::StatusOr<State> state = snapshot.Peek(&snapshot_seq);
+    if (!state.ok()) return state.status();
+    absl::StatusOr<std::string> text = files::ReadFileBounded(journal, kMaxCheckpointBytes);
+    std::string content;
+    if (text.ok()) {
+      content = *std::move(text);
+    } else if (!absl::IsNotFound(text.status())) {
+      return text.status();
+    }
+    absl::StatusOr<std::optional<FileIdentity>> after = IdentityOf(path);
+    if (!after.ok()) return after.status();
+    if (*before != *after) continue;
+    Replayed replayed;
+    if (absl::Status st = Replay(content, journal, snapshot_seq, &*state, &replayed); !st.ok()) {
+      return st;
+    }
+    return state;
+  }
+  return absl::UnavailableError(absl::StrCat("snapshot \"", path, "\" was replaced ", kAttempts,
+                                             " times while it was read (the daemon is compacting "
+                                             "its state); try again"));
 }
 
 bool StateStore::ShouldCompact(int state_size) const {

@@ -8,14 +8,20 @@
 //
 // Files, both 0600 in a 0700 directory:
 //   <path>          snapshot: the Checkpoint format with payload.seq = last record it covers
-//   <path>.journal  lines "<crc32c hex> <json>\n", json = {"seq":N,"put":{allocation}} or
-//                   {"seq":N,"remove":"<owner>"}; the CRC covers the json text
+//   <path>.journal  lines "<crc32c hex> <json>\n", json = {"seq":N,"put":{allocation}},
+//                   {"seq":N,"remove":"<owner>"}, {"seq":N,"putReservation":{reservation}} or
+//                   {"seq":N,"removeReservation":"<uid>"}; the CRC covers the json text
 //
 // Crash safety: a record is durable before Put/Remove return. A crash while appending leaves at
 // most one torn last line, which Open drops (that change was never acknowledged). A bad line
 // followed by good ones is corruption, reported like a corrupt snapshot, never skipped.
 // Compaction writes a new snapshot atomically, then empties the journal; records the snapshot
 // already covers (seq <= payload.seq) are skipped on replay, so a crash in between is harmless.
+//
+// Replay applies records in order, with every rule of State but one: an allocation is put back
+// even on CPUs or GPUs reserved for others since, because the State allowed it when it was made
+// (a reservation may be placed between a claim's Add and its record). Callers must record
+// changes in the order they make them to the State.
 #pragma once
 
 #include <condition_variable>
@@ -26,6 +32,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "driver/state/checkpoint.h"
 #include "driver/state/state.h"
 
@@ -42,6 +49,11 @@ class StateStore {
     bool dropped_torn = false;  // a torn last record was dropped
   };
   static absl::StatusOr<Opened> Open(const std::string& path);
+  // The state Open would load, for reading a running daemon's files from another process:
+  // writes nothing, takes no lock, removes no temporary files, and ignores a torn last record
+  // (an append in progress). A missing snapshot and journal is the empty state. Unavailable
+  // when a compaction kept replacing the files while they were read.
+  static absl::StatusOr<State> Peek(const std::string& path);
 
   ~StateStore();
   StateStore(const StateStore&) = delete;
@@ -53,10 +65,14 @@ class StateStore {
   // Thread-safe. Durable when they return OK. Put records the whole allocation (an upsert).
   absl::Status Put(const Allocation& allocation);
   absl::Status Remove(const std::string& owner);
+  // Likewise for reservations: PutReservation records the whole reservation (an upsert).
+  absl::Status PutReservation(const Reservation& reservation);
+  absl::Status RemoveReservation(const std::string& uid);
 
   // True when the journal has grown past the size that makes a snapshot worthwhile.
   bool ShouldCompact(int state_size) const;
-  // Writes `state` (its Prepared allocations) as the snapshot and empties the journal. The
+  // Writes `state` (its Prepared allocations, all its reservations) as the snapshot and empties
+  // the journal. The
   // caller must pass a state that already reflects every Put/Remove issued so far (hold the
   // lock that orders changes to the State while calling this).
   absl::Status Compact(const State& state);
@@ -66,6 +82,11 @@ class StateStore {
  private:
   StateStore(std::string path, int fd, uint64_t seq, int64_t records, int64_t bytes);
   absl::Status Append(const nlohmann::json& body);
+  // Journal replay, shared by Open and Peek.
+  struct Replayed;
+  static absl::Status Replay(absl::string_view content, const std::string& journal,
+                             uint64_t snapshot_seq, State* state, Replayed* out);
+  static absl::Status Apply(const nlohmann::json& body, State* state);
 
   const std::string path_;
   mutable std::mutex mu_;
@@ -83,7 +104,9 @@ class StateStore {
 // journal has more records than twice the state, so its cost per change stays constant.
 inline constexpr int64_t kMinCompactRecords = 1000;
 
-// The journal line of a record, and its strict parse (nullopt-like errors are DataLoss).
+// The journal line of a record, and its strict parse (errors are DataLoss): a body is
+// {"seq": N} and one of "put" (object), "remove" (string), "putReservation" (object) or
+// "removeReservation" (string).
 std::string EncodeJournalLine(const nlohmann::json& body);
 absl::StatusOr<nlohmann::json> DecodeJournalLine(absl::string_view line);
 

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -126,8 +127,11 @@ TEST_F(CheckpointTest, SaveThenLoadRoundTrips) {
 TEST_F(CheckpointTest, EncodingIsCanonical) {
   const std::string text = EncodeCheckpoint(Sample());
   const json doc = json::parse(text);
-  EXPECT_EQ(doc["version"], 1);
+  EXPECT_EQ(doc["version"], 2);
   EXPECT_EQ(doc["checksum"], ChecksumOf(doc["payload"]));
+  EXPECT_EQ(doc["payload"]["reservations"], json::array());
+  EXPECT_FALSE(doc["payload"].contains("seq"));
+  EXPECT_FALSE(doc["payload"]["allocations"][0].contains("reservation"));
   EXPECT_EQ(text, doc.dump() + "\n");
   EXPECT_EQ(doc["payload"]["allocations"][0]["owner"], "6f1c-uid");
   EXPECT_EQ(doc["payload"]["allocations"][1]["cpus"], "8,10-11");
@@ -170,8 +174,10 @@ TEST_F(CheckpointTest, CorruptFilesAreErrorsNamingTheFile) {
       {"payload edited, checksum kept",
        json{{"version", 1}, {"checksum", ChecksumOf(payload)}, {"payload", edited}}.dump(),
        absl::StatusCode::kDataLoss, "checksum mismatch"},
-      {"unknown version", WithChecksum(payload, 2), absl::StatusCode::kFailedPrecondition,
-       "unknown version 2 (this topodra reads version 1)"},
+      {"unknown version", WithChecksum(payload, 3), absl::StatusCode::kFailedPrecondition,
+       "unknown version 3 (this topodra reads versions 1 to 2)"},
+      {"version 0", WithChecksum(payload, 0), absl::StatusCode::kFailedPrecondition,
+       "unknown version 0 (this topodra reads versions 1 to 2)"},
       {"version not integer", WithChecksum(payload, "1"), absl::StatusCode::kDataLoss,
        "field \"version\": not an integer"},
       {"missing version", json{{"checksum", "0"}, {"payload", payload}}.dump(),
@@ -340,6 +346,278 @@ TEST_F(CheckpointTest, TenThousandAllocationsRoundTrip) {
   EXPECT_EQ(loaded->HeldCpus().ToString(), "0-9999");
   EXPECT_EQ(loaded->HolderOfCpu(9998), std::optional<std::string>("claim-9998"));
   EXPECT_EQ(*loaded, state);
+}
+
+// Sample plus reservations: r1 is used by a claim naming it and waits for CPU 8 (held by the
+// device-plugin allocation since before it was placed); r2 has ended.
+State SampleWithReservations() {
+  State state = Sample();
+  Reservation r1;
+  r1.uid = "r1-uid";
+  r1.name = "r1";
+  r1.cpus = CpuSet{8, 20, 21, 22, 23};
+  r1.gpus = {"0000:5e:00.0"};
+  r1.placed_at = "2026-01-02T03:04:05Z";
+  r1.expires_at = "2026-01-02T05:04:05Z";
+  r1.spec = json{{"nodeName", "node-a"}, {"owners", {{{"namespace", "ml"}}}}, {"ttl", "2h"}};
+  EXPECT_TRUE(state.PutReservation(r1).ok());
+  Reservation r2;
+  r2.uid = "r2-uid";
+  r2.name = "r2";
+  r2.cpus = CpuSet{30};
+  r2.placed_at = "2026-01-01T00:00:00Z";
+  r2.ended = true;
+  r2.end_reason = "Expired";
+  EXPECT_TRUE(state.PutReservation(r2).ok());
+  Allocation owner;
+  owner.owner = "dra.cpu/ml-uid";
+  owner.driver = "dra.cpu";
+  owner.claim_namespace = "ml";
+  owner.claim_name = "train";
+  owner.cpus = CpuSet{20, 21, 40};
+  owner.gpus = {"0000:5e:00.0"};
+  owner.phase = Phase::kPrepared;
+  owner.reservation = "r1-uid";
+  EXPECT_TRUE(state.Add(owner).ok());
+  return state;
+}
+
+json PayloadReservation(const std::string& uid, const std::string& cpus,
+                        json gpus = json::array()) {
+  return {{"uid", uid},     {"name", "n-" + uid}, {"cpus", cpus},   {"gpus", std::move(gpus)},
+          {"placedAt", ""}, {"expiresAt", ""},    {"ended", false}, {"endReason", ""},
+          {"spec", nullptr}};
+}
+
+TEST_F(CheckpointTest, ReservationsRoundTrip) {
+  const State state = SampleWithReservations();
+  const Checkpoint checkpoint(path_);
+  ASSERT_TRUE(checkpoint.Save(state, 42).ok());
+  uint64_t seq = 0;
+  absl::StatusOr<State> loaded = checkpoint.Load(&seq);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(seq, 42u);
+  EXPECT_EQ(*loaded, state);
+  ASSERT_EQ(loaded->reservations().size(), 2u);
+  EXPECT_EQ(*loaded->FindReservation("r1-uid"), *state.FindReservation("r1-uid"));
+  EXPECT_EQ(loaded->FindReservation("r1-uid")->spec.Parse()["ttl"], "2h");
+  EXPECT_EQ(loaded->FindReservation("r2-uid")->end_reason, "Expired");
+  EXPECT_TRUE(loaded->FindReservation("r2-uid")->ended);
+  EXPECT_EQ(loaded->ReservationOfCpu(8), std::optional<std::string>("r1-uid"));
+  EXPECT_EQ(loaded->HolderOfCpu(8), std::optional<std::string>("pod-uid/main/topodra.io/cpu"));
+  EXPECT_EQ(loaded->ReservedCpus().ToString(), "8,20-23,30");
+  ASSERT_EQ(loaded->AllocationsOf("r1-uid").size(), 1u);
+  EXPECT_EQ(loaded->AllocationsOf("r1-uid")[0]->owner, "dra.cpu/ml-uid");
+  EXPECT_EQ(EncodeCheckpoint(*loaded, 42), ReadFile(path_));
+
+  const json payload = json::parse(ReadFile(path_))["payload"];
+  EXPECT_EQ(payload["seq"], 42);
+  EXPECT_EQ(payload["reservations"][0],
+            (json{{"uid", "r1-uid"},
+                  {"name", "r1"},
+                  {"cpus", "8,20-23"},
+                  {"gpus", {"0000:5e:00.0"}},
+                  {"placedAt", "2026-01-02T03:04:05Z"},
+                  {"expiresAt", "2026-01-02T05:04:05Z"},
+                  {"ended", false},
+                  {"endReason", ""},
+                  {"spec", state.FindReservation("r1-uid")->spec.Parse()}}));
+  EXPECT_EQ(payload["reservations"][1]["uid"], "r2-uid");
+  // "reservation" only where set.
+  EXPECT_EQ(payload["allocations"][0]["owner"], "6f1c-uid");
+  EXPECT_FALSE(payload["allocations"][0].contains("reservation"));
+  EXPECT_EQ(payload["allocations"][1]["owner"], "dra.cpu/ml-uid");
+  EXPECT_EQ(payload["allocations"][1]["reservation"], "r1-uid");
+}
+
+TEST_F(CheckpointTest, PreparedOnlyFiltersAllocationsNotReservations) {
+  State state = SampleWithReservations();
+  const json payload = json::parse(EncodeCheckpoint(state, 7, /*prepared_only=*/true))["payload"];
+  std::vector<std::string> owners;
+  for (const json& a : payload["allocations"]) owners.push_back(a["owner"]);
+  // The device-plugin allocation is still Preparing.
+  EXPECT_EQ(owners, (std::vector<std::string>{"6f1c-uid", "dra.cpu/ml-uid"}));
+  ASSERT_EQ(payload["reservations"].size(), 2u);
+  EXPECT_EQ(payload["reservations"][0]["uid"], "r1-uid");
+  EXPECT_EQ(payload["reservations"][1]["uid"], "r2-uid");
+}
+
+TEST_F(CheckpointTest, VersionOneFilesAreStillRead) {
+  const json payload = {
+      {"allocations", {PayloadAllocation("u1", "0-3"), PayloadAllocation("u2", "4")}}, {"seq", 9}};
+  uint64_t seq = 0;
+  absl::StatusOr<State> state = DecodeCheckpoint(WithChecksum(payload, 1), &seq);
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(seq, 9u);
+  EXPECT_EQ(state->Size(), 2);
+  EXPECT_EQ(state->HeldCpus().ToString(), "0-4");
+  EXPECT_EQ(state->Find("u1")->claim_name, "n-u1");
+  EXPECT_EQ(state->Find("u1")->reservation, "");
+  EXPECT_TRUE(state->reservations().empty());
+  // Written back as version 2, and read again the same.
+  const std::string v2 = EncodeCheckpoint(*state, seq);
+  EXPECT_EQ(json::parse(v2)["version"], 2);
+  absl::StatusOr<State> again = DecodeCheckpoint(v2);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, *state);
+}
+
+TEST_F(CheckpointTest, CorruptReservationsAreDataLossNamingTheField) {
+  auto resv = [](const std::function<void(json&)>& edit) {
+    json r = PayloadReservation("r1", "0-3");
+    edit(r);
+    return r;
+  };
+  auto v2 = [](json allocations, json reservations) {
+    return WithChecksum(
+        {{"allocations", std::move(allocations)}, {"reservations", std::move(reservations)}}, 2);
+  };
+  auto one = [&](json r) { return v2(json::array(), json::array({std::move(r)})); };
+  json with_reservation = PayloadAllocation("u1", "0");
+  with_reservation["reservation"] = "r1";
+  json empty_reservation = PayloadAllocation("u1", "0");
+  empty_reservation["reservation"] = "";
+  json number_reservation = PayloadAllocation("u1", "0");
+  number_reservation["reservation"] = 5;
+  const std::vector<CorruptCase> cases = {
+      {"uid not a string", one(resv([](json& r) { r["uid"] = 7; })), absl::StatusCode::kDataLoss,
+       "reservation 0 field \"uid\": not a string"},
+      {"empty uid", one(resv([](json& r) { r["uid"] = ""; })), absl::StatusCode::kDataLoss,
+       "reservation 0 field \"uid\": empty"},
+      {"empty name", one(resv([](json& r) { r["name"] = ""; })), absl::StatusCode::kDataLoss,
+       "reservation 0 field \"name\": empty"},
+      {"missing name", one(resv([](json& r) { r.erase("name"); })), absl::StatusCode::kDataLoss,
+       "reservation 0: missing field \"name\""},
+      {"unknown field", one(resv([](json& r) { r["owners"] = json::array(); })),
+       absl::StatusCode::kDataLoss, "reservation 0: unknown field \"owners\""},
+      {"invalid cpuset", one(resv([](json& r) { r["cpus"] = "7-2"; })), absl::StatusCode::kDataLoss,
+       "reservation 0 field \"cpus\": invalid cpuset \"7-2\""},
+      {"cpus as array", one(resv([](json& r) {
+         r["cpus"] = {1, 2};
+       })),
+       absl::StatusCode::kDataLoss, "reservation 0 field \"cpus\": not a string"},
+      {"gpus not an array", one(resv([](json& r) { r["gpus"] = "0000:3b:00.0"; })),
+       absl::StatusCode::kDataLoss, "reservation 0 field \"gpus\": not a JSON array"},
+      {"gpu not a string", one(resv([](json& r) { r["gpus"] = {1}; })), absl::StatusCode::kDataLoss,
+       "reservation 0 field \"gpus\": not a string"},
+      {"gpu twice", one(resv([](json& r) {
+         r["gpus"] = {"g", "g"};
+       })),
+       absl::StatusCode::kDataLoss, "reservation 0 field \"gpus\": GPU \"g\" listed twice"},
+      {"empty gpu", one(resv([](json& r) { r["gpus"] = {""}; })), absl::StatusCode::kDataLoss,
+       "reservation 0 field \"gpus\": empty GPU id"},
+      {"ended not a boolean", one(resv([](json& r) { r["ended"] = "true"; })),
+       absl::StatusCode::kDataLoss, "reservation 0 field \"ended\": not a boolean"},
+      {"placedAt not a string", one(resv([](json& r) { r["placedAt"] = 1700000000; })),
+       absl::StatusCode::kDataLoss, "reservation 0 field \"placedAt\": not a string"},
+      {"expiresAt null", one(resv([](json& r) { r["expiresAt"] = nullptr; })),
+       absl::StatusCode::kDataLoss, "reservation 0 field \"expiresAt\": not a string"},
+      {"endReason not a string", one(resv([](json& r) { r["endReason"] = false; })),
+       absl::StatusCode::kDataLoss, "reservation 0 field \"endReason\": not a string"},
+      {"spec a string", one(resv([](json& r) { r["spec"] = "{}"; })), absl::StatusCode::kDataLoss,
+       "reservation 0 field \"spec\": not an object"},
+      {"not an object", one(json::array()), absl::StatusCode::kDataLoss,
+       "reservation 0: not a JSON object"},
+      {"reservations not an array", v2(json::array(), json::object()), absl::StatusCode::kDataLoss,
+       "payload field \"reservations\": not a JSON array"},
+      {"reservations missing", WithChecksum({{"allocations", json::array()}}, 2),
+       absl::StatusCode::kDataLoss, "payload: missing field \"reservations\""},
+      {"duplicate uid",
+       v2(json::array(), {PayloadReservation("r1", "0"), PayloadReservation("r1", "1")}),
+       absl::StatusCode::kDataLoss, "reservation 1: uid \"r1\" appears twice"},
+      {"overlapping cpus",
+       v2(json::array(), {PayloadReservation("r1", "0-3"), PayloadReservation("r2", "3-4")}),
+       absl::StatusCode::kDataLoss,
+       "reservation 1: Reservation \"n-r2\": CPU 3 is already reserved by Reservation \"n-r1\""},
+      {"overlapping gpus",
+       v2(json::array(),
+          {PayloadReservation("r1", "0", {"g1"}), PayloadReservation("r2", "1", {"g1"})}),
+       absl::StatusCode::kDataLoss,
+       "reservation 1: Reservation \"n-r2\": GPU \"g1\" is already reserved by Reservation "
+       "\"n-r1\""},
+      {"allocation reservation empty", v2({empty_reservation}, json::array()),
+       absl::StatusCode::kDataLoss, "allocation 0 field \"reservation\": empty"},
+      {"allocation reservation not a string", v2({number_reservation}, json::array()),
+       absl::StatusCode::kDataLoss, "allocation 0 field \"reservation\": not a string"},
+      {"version 1 with reservations",
+       WithChecksum({{"allocations", json::array()}, {"reservations", json::array()}}, 1),
+       absl::StatusCode::kDataLoss, "payload: unknown field \"reservations\""},
+      {"version 1 allocation with reservation",
+       WithChecksum({{"allocations", {with_reservation}}}, 1), absl::StatusCode::kDataLoss,
+       "allocation 0: unknown field \"reservation\""},
+  };
+  for (const CorruptCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    ASSERT_TRUE(fs::create_directories(dir_) || fs::is_directory(dir_));
+    WriteFile(path_, c.text);
+    absl::StatusOr<State> loaded = Checkpoint(path_).Load();
+    ASSERT_FALSE(loaded.ok());
+    EXPECT_EQ(loaded.status().code(), c.code) << loaded.status();
+    EXPECT_THAT(loaded.status().message(),
+                AllOf(HasSubstr(absl::StrCat("checkpoint \"", path_, "\": ")), HasSubstr(c.want),
+                      HasSubstr("restore a good copy")));
+  }
+  // The same allocation with its reservation, in a version 2 file, is fine.
+  absl::StatusOr<State> ok =
+      DecodeCheckpoint(v2({with_reservation}, {PayloadReservation("r1", "0")}));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->Find("u1")->reservation, "r1");
+}
+
+TEST(ReservationJsonTest, RoundTripAndStrictParse) {
+  Reservation r;
+  r.uid = "u";
+  r.name = "n";
+  r.cpus = CpuSet{1, 2, 3, 9};
+  r.gpus = {"0000:3b:00.0", "0000:af:00.0"};
+  r.placed_at = "2026-01-02T03:04:05Z";
+  r.ended = true;
+  r.end_reason = "Deleted";
+  r.spec = json{{"nodeName", "n1"}};
+  const json j = ReservationToJson(r);
+  EXPECT_EQ(j["cpus"], "1-3,9");
+  EXPECT_EQ(j["gpus"], (json{"0000:3b:00.0", "0000:af:00.0"}));
+  EXPECT_EQ(j["expiresAt"], "");
+  EXPECT_EQ(j["spec"], (json{{"nodeName", "n1"}}));
+  absl::StatusOr<Reservation> back = ReservationFromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, r);
+  // A default (null) spec round-trips as null.
+  r.spec = JsonText();
+  back = ReservationFromJson(ReservationToJson(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->spec.is_null());
+
+  json bad = j;
+  bad["ended"] = 1;
+  EXPECT_EQ(ReservationFromJson(bad).status(),
+            absl::DataLossError("reservation field \"ended\": not a boolean"));
+  bad = j;
+  bad.erase("placedAt");
+  EXPECT_EQ(ReservationFromJson(bad).status(),
+            absl::DataLossError("reservation: missing field \"placedAt\""));
+  EXPECT_EQ(ReservationFromJson(json::array()).status(),
+            absl::DataLossError("reservation: not a JSON object"));
+}
+
+TEST(AllocationJsonTest, ReservationIsOptionalAndWrittenOnlyWhenSet) {
+  Allocation a;
+  a.owner = "dra.cpu/u";
+  a.driver = "dra.cpu";
+  a.claim_namespace = "ns";
+  a.claim_name = "c";
+  EXPECT_FALSE(AllocationToJson(a).contains("reservation"));
+  a.reservation = "r-uid";
+  const json j = AllocationToJson(a);
+  EXPECT_EQ(j["reservation"], "r-uid");
+  absl::StatusOr<Allocation> back = AllocationFromJson(j);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, a);
+  json without = j;
+  without.erase("reservation");
+  back = AllocationFromJson(without);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->reservation, "");
 }
 
 }  // namespace

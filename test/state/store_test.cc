@@ -7,11 +7,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 
 namespace topodra::state {
 namespace {
@@ -39,6 +43,33 @@ std::string ReadFile(const std::string& path) {
 
 void WriteFile(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+
+Reservation Resv(const std::string& name, const std::string& cpus,
+                 std::set<std::string> gpus = {}) {
+  Reservation r;
+  r.uid = "uid-" + name;
+  r.name = name;
+  r.cpus = *CpuSet::Parse(cpus);
+  r.gpus = std::move(gpus);
+  r.placed_at = "2026-01-02T03:04:05Z";
+  r.spec = nlohmann::json{{"nodeName", "node-a"}, {"owners", {{{"namespace", "default"}}}}};
+  return r;
+}
+
+Allocation Owned(const std::string& uid, const std::string& cpus, const std::string& reservation) {
+  Allocation a = Claim(uid, cpus);
+  a.reservation = reservation;
+  return a;
+}
+
+// Every file in `dir` and its bytes.
+std::map<std::string, std::string> Snapshot(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    files[entry.path().filename().string()] = ReadFile(entry.path().string());
+  }
+  return files;
 }
 
 class StoreTest : public ::testing::Test {
@@ -219,14 +250,194 @@ TEST(JournalLineTest, RoundTripAndRejects) {
   absl::StatusOr<nlohmann::json> back = DecodeJournalLine(line);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, body);
+  for (const nlohmann::json& good :
+       {nlohmann::json{{"seq", 4}, {"putReservation", ReservationToJson(Resv("r", "1"))}},
+        nlohmann::json{{"seq", 5}, {"removeReservation", "uid-r"}},
+        nlohmann::json{{"seq", 6}, {"put", AllocationToJson(Claim("a", "0"))}}}) {
+    std::string l = EncodeJournalLine(good);
+    l.pop_back();
+    absl::StatusOr<nlohmann::json> decoded = DecodeJournalLine(l);
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_EQ(*decoded, good);
+  }
   for (const std::string& bad :
        {std::string(""), std::string("zzzzzzzz {}"), line.substr(0, line.size() - 1),
         EncodeJournalLine({{"seq", 1}}), EncodeJournalLine({{"seq", -1}, {"remove", "x"}}),
-        EncodeJournalLine({{"seq", 1}, {"remove", 5}})}) {
+        EncodeJournalLine({{"seq", 1}, {"remove", 5}}),
+        EncodeJournalLine({{"seq", 1}, {"put", "x"}}),
+        EncodeJournalLine({{"seq", 1}, {"putReservation", "x"}}),
+        EncodeJournalLine({{"seq", 1}, {"removeReservation", 5}}),
+        EncodeJournalLine({{"seq", 1}, {"removeReservation", "x"}, {"remove", "y"}}),
+        EncodeJournalLine({{"seq", 1}, {"reserve", "x"}})}) {
     std::string l = bad;
     if (!l.empty() && l.back() == '\n') l.pop_back();
-    EXPECT_FALSE(DecodeJournalLine(l).ok()) << l;
+    absl::StatusOr<nlohmann::json> decoded = DecodeJournalLine(l);
+    EXPECT_EQ(decoded.status().code(), absl::StatusCode::kDataLoss) << l;
   }
+}
+
+TEST_F(StoreTest, ReservationRecordsSurviveReopen) {
+  Reservation ended = Resv("r1", "0-1");
+  ended.ended = true;
+  ended.end_reason = "Succeeded";
+  {
+    StateStore::Opened o = OpenOk();
+    ASSERT_TRUE(o.store->PutReservation(Resv("r1", "0-3", {"0000:3b:00.0"})).ok());
+    ASSERT_TRUE(o.store->PutReservation(Resv("r2", "4-5")).ok());
+    ASSERT_TRUE(o.store->Put(Owned("a", "0-1", "uid-r1")).ok());
+    ASSERT_TRUE(o.store->RemoveReservation("uid-r2").ok());
+    ASSERT_TRUE(o.store->PutReservation(ended).ok());
+    // r2's CPUs are free again: a new reservation may take them.
+    ASSERT_TRUE(o.store->PutReservation(Resv("r3", "4-7")).ok());
+    ASSERT_TRUE(o.store->RemoveReservation("never-there").ok());
+    EXPECT_EQ(o.store->records(), 7);
+  }
+  StateStore::Opened o = OpenOk();
+  EXPECT_EQ(o.replayed, 7);
+  State want;
+  ASSERT_TRUE(want.PutReservation(ended).ok());
+  ASSERT_TRUE(want.PutReservation(Resv("r3", "4-7")).ok());
+  ASSERT_TRUE(want.Add(Owned("a", "0-1", "uid-r1")).ok());
+  EXPECT_EQ(o.loaded, want);
+  EXPECT_EQ(o.loaded.ReservedCpus().ToString(), "0-1,4-7");
+  EXPECT_EQ(o.loaded.ReservedGpus(), std::set<std::string>{});
+  ASSERT_EQ(o.loaded.AllocationsOf("uid-r1").size(), 1u);
+  EXPECT_EQ(o.loaded.AllocationsOf("uid-r1")[0]->owner, DraOwner("dra.cpu", "a"));
+}
+
+TEST_F(StoreTest, ReplayKeepsAnAllocationRecordedAfterAReservationCoveredIt) {
+  // Prepare adds the claim to the State, then a reservation is placed over its CPUs (allowed:
+  // it waits for them), then the claim's record lands. Replay must accept that order.
+  Allocation preparing = Claim("a", "0-3");
+  preparing.phase = Phase::kPreparing;
+  State live;
+  ASSERT_TRUE(live.Add(preparing).ok());
+  ASSERT_TRUE(live.PutReservation(Resv("r1", "2-5")).ok());
+  ASSERT_TRUE(live.SetPhase(preparing.owner, Phase::kPrepared).ok());
+  // A fresh Add of the same claim would be refused now.
+  State probe = live;
+  ASSERT_TRUE(probe.Remove(preparing.owner).ok());
+  ASSERT_EQ(probe.Add(Claim("a", "0-3")).code(), absl::StatusCode::kFailedPrecondition);
+  {
+    StateStore::Opened o = OpenOk();
+    ASSERT_TRUE(o.store->PutReservation(Resv("r1", "2-5")).ok());
+    ASSERT_TRUE(o.store->Put(Claim("a", "0-3")).ok());
+  }
+  StateStore::Opened o = OpenOk();
+  EXPECT_EQ(o.loaded, live);
+  EXPECT_EQ(o.loaded.HolderOfCpu(2), std::optional<std::string>(DraOwner("dra.cpu", "a")));
+  EXPECT_EQ(o.loaded.ReservationOfCpu(2), std::optional<std::string>("uid-r1"));
+}
+
+TEST_F(StoreTest, OverlappingReservationRecordIsCorruption) {
+  {
+    StateStore::Opened o = OpenOk();
+    ASSERT_TRUE(o.store->PutReservation(Resv("r1", "0-3")).ok());
+    ASSERT_TRUE(o.store->PutReservation(Resv("r2", "3")).ok());
+  }
+  absl::StatusOr<StateStore::Opened> o = StateStore::Open(path_);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(o.status().message()),
+              testing::HasSubstr(absl::StrCat("journal \"", path_, ".journal\": record 2: ",
+                                              "Reservation \"r2\": CPU 3 is already reserved by "
+                                              "Reservation \"r1\"")));
+}
+
+TEST_F(StoreTest, CompactionKeepsReservations) {
+  State state;
+  ASSERT_TRUE(state.PutReservation(Resv("r1", "0-3", {"g1"})).ok());
+  ASSERT_TRUE(state.PutReservation(Resv("r2", "8")).ok());
+  ASSERT_TRUE(state.Add(Owned("a", "0", "uid-r1")).ok());
+  ASSERT_TRUE(state.Add(Claim("b", "10")).ok());
+  {
+    StateStore::Opened o = OpenOk();
+    ASSERT_TRUE(o.store->PutReservation(Resv("r1", "0-3", {"g1"})).ok());
+    ASSERT_TRUE(o.store->PutReservation(Resv("r2", "8")).ok());
+    ASSERT_TRUE(o.store->Put(Owned("a", "0", "uid-r1")).ok());
+    ASSERT_TRUE(o.store->Put(Claim("b", "10")).ok());
+    ASSERT_TRUE(o.store->Compact(state).ok());
+    EXPECT_EQ(ReadFile(path_ + ".journal"), "");
+    ASSERT_TRUE(o.store->RemoveReservation("uid-r2").ok());
+    ASSERT_TRUE(state.RemoveReservation("uid-r2").ok());
+    ASSERT_TRUE(o.store->PutReservation(Resv("r4", "20")).ok());
+    ASSERT_TRUE(state.PutReservation(Resv("r4", "20")).ok());
+  }
+  // The snapshot alone holds r1 and r2.
+  absl::StatusOr<State> snapshot = Checkpoint(path_).Load();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_EQ(snapshot->reservations().size(), 2u);
+  EXPECT_NE(snapshot->FindReservation("uid-r2"), nullptr);
+  EXPECT_EQ(*snapshot->FindReservation("uid-r1"), Resv("r1", "0-3", {"g1"}));
+  StateStore::Opened o = OpenOk();
+  EXPECT_EQ(o.replayed, 2);
+  EXPECT_EQ(o.loaded, state);
+}
+
+TEST_F(StoreTest, PeekSeesWhatALiveStoreWroteAndChangesNothing) {
+  StateStore::Opened o = OpenOk();
+  State want;
+  ASSERT_TRUE(o.store->PutReservation(Resv("r1", "0-3", {"g1"})).ok());
+  ASSERT_TRUE(want.PutReservation(Resv("r1", "0-3", {"g1"})).ok());
+  ASSERT_TRUE(o.store->Put(Owned("a", "0-1", "uid-r1")).ok());
+  ASSERT_TRUE(want.Add(Owned("a", "0-1", "uid-r1")).ok());
+  ASSERT_TRUE(o.store->Compact(want).ok());
+  ASSERT_TRUE(o.store->Put(Claim("b", "8")).ok());
+  ASSERT_TRUE(want.Add(Claim("b", "8")).ok());
+  ASSERT_TRUE(o.store->PutReservation(Resv("r2", "9-10")).ok());
+  ASSERT_TRUE(want.PutReservation(Resv("r2", "9-10")).ok());
+  ASSERT_TRUE(o.store->Put(Claim("c", "12")).ok());
+  // An append in progress: the start of a record that would remove r1.
+  const std::string journal = path_ + ".journal";
+  const std::string torn = EncodeJournalLine({{"seq", 99}, {"removeReservation", "uid-r1"}});
+  { std::ofstream(journal, std::ios::binary | std::ios::app) << torn.substr(0, torn.size() / 2); }
+  ASSERT_TRUE(want.Add(Claim("c", "12")).ok());
+  // Leftovers of a crashed Save that only Open may remove.
+  const std::string dir = std::filesystem::path(path_).parent_path().string();
+  WriteFile(dir + "/.checkpoint.json.1-0.tmp", "partial");
+  const std::map<std::string, std::string> before = Snapshot(dir);
+  ASSERT_EQ(before.size(), 3u);
+
+  absl::StatusOr<State> peeked = StateStore::Peek(path_);
+  ASSERT_TRUE(peeked.ok()) << peeked.status();
+  EXPECT_EQ(*peeked, want);
+  EXPECT_NE(peeked->FindReservation("uid-r1"), nullptr) << "the torn record is not applied";
+  EXPECT_EQ(Snapshot(dir), before);
+
+  // The live store goes on appending after the torn bytes are gone (as after a restart).
+  WriteFile(journal, before.at("checkpoint.json.journal")
+                         .substr(0, before.at("checkpoint.json.journal").size() - torn.size() / 2));
+  ASSERT_TRUE(o.store->RemoveReservation("uid-r2").ok());
+  ASSERT_TRUE(want.RemoveReservation("uid-r2").ok());
+  peeked = StateStore::Peek(path_);
+  ASSERT_TRUE(peeked.ok()) << peeked.status();
+  EXPECT_EQ(*peeked, want);
+}
+
+TEST_F(StoreTest, PeekOfNothingIsEmptyAndCreatesNothing) {
+  absl::StatusOr<State> peeked = StateStore::Peek(path_);
+  ASSERT_TRUE(peeked.ok()) << peeked.status();
+  EXPECT_TRUE(peeked->Empty());
+  EXPECT_TRUE(peeked->reservations().empty());
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(path_).parent_path()));
+}
+
+TEST_F(StoreTest, PeekReportsCorruptionLikeOpen) {
+  {
+    StateStore::Opened o = OpenOk();
+    ASSERT_TRUE(o.store->PutReservation(Resv("r1", "0")).ok());
+    ASSERT_TRUE(o.store->Put(Claim("b", "1")).ok());
+  }
+  const std::string journal = path_ + ".journal";
+  std::string text = ReadFile(journal);
+  text[20] = text[20] == 'x' ? 'y' : 'x';
+  WriteFile(journal, text);
+  absl::StatusOr<State> peeked = StateStore::Peek(path_);
+  ASSERT_FALSE(peeked.ok());
+  EXPECT_EQ(peeked.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(peeked.status().message()),
+              testing::HasSubstr(absl::StrCat("journal \"", journal, "\": record 1 at byte 0")));
+  EXPECT_EQ(ReadFile(journal), text);
 }
 
 }  // namespace
