@@ -1,7 +1,11 @@
 #include "driver/publish/device_builder.h"
 
 #include <algorithm>
+#include <chrono>
+#include <optional>
 #include <set>
+#include <string_view>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -88,51 +92,201 @@ Device GroupDevice(const Topology& topo, std::string name, const CpuSet& cpus, b
   return d;
 }
 
-std::vector<Device> IndividualCpuDevices(const Topology& topo, const PublishOptions& opts,
-                                         bool smt) {
-  std::vector<Device> out;
-  int index = 0;
-  for (const Core& core : topo.cores) {
-    for (int cpu : core.cpus) {
-      const int n = index++;
-      if (opts.reserved_cpus.Contains(cpu)) continue;
-      Device d;
-      d.name = absl::StrFormat("cpudev%03d", n);
-      if (core.numa != kNone) SetNuma(d.attributes, core.numa);
-      if (core.package != kNone) d.attributes[kSocketId] = int64_t{core.package};
-      d.attributes[kSmtEnabled] = smt;
-      if (core.l3 != kNone) d.attributes[kCacheL3Id] = int64_t{core.l3};
-      d.attributes[kCoreType] = CoreTypeValue(core.type);
-      d.attributes[kCoreId] = int64_t{core.os_id};  // sysfs core_id: unique per socket
-      d.attributes[kCpuId] = int64_t{cpu};
-      out.push_back(std::move(d));
+// Strict RFC 3339 ("2025-03-01T09:00:00Z", "2025-03-01T10:00:00.5+01:00") in the canonical
+// form the API server stores a metav1.Time in: UTC, whole seconds, "Z". nullopt when malformed.
+std::optional<std::string> CanonicalTime(std::string_view s) {
+  using namespace std::chrono;
+  size_t pos = 0;
+  auto digits = [&](size_t n, int* out) {
+    if (pos + n > s.size()) return false;
+    int v = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const char c = s[pos + i];
+      if (c < '0' || c > '9') return false;
+      v = v * 10 + (c - '0');
+    }
+    pos += n;
+    *out = v;
+    return true;
+  };
+  auto literal = [&](std::string_view options) {
+    if (pos >= s.size() || options.find(s[pos]) == std::string_view::npos) return false;
+    ++pos;
+    return true;
+  };
+  int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0;
+  if (!digits(4, &y) || !literal("-") || !digits(2, &mo) || !literal("-") || !digits(2, &d) ||
+      !literal("Tt") || !digits(2, &h) || !literal(":") || !digits(2, &mi) || !literal(":") ||
+      !digits(2, &sec)) {
+    return std::nullopt;
+  }
+  if (pos < s.size() && s[pos] == '.') {
+    ++pos;
+    const size_t first = pos;
+    while (pos < s.size() && s[pos] >= '0' && s[pos] <= '9') ++pos;
+    if (pos == first) return std::nullopt;  // fractions are dropped, as the server does
+  }
+  int offset_minutes = 0;
+  if (literal("Zz")) {
+  } else if (pos < s.size() && (s[pos] == '+' || s[pos] == '-')) {
+    const int sign = s[pos++] == '-' ? -1 : 1;
+    int oh = 0, om = 0;
+    if (!digits(2, &oh) || !literal(":") || !digits(2, &om) || oh > 23 || om > 59) {
+      return std::nullopt;
+    }
+    offset_minutes = sign * (oh * 60 + om);
+  } else {
+    return std::nullopt;
+  }
+  const year_month_day date{year{y}, month{static_cast<unsigned>(mo)},
+                            day{static_cast<unsigned>(d)}};
+  if (pos != s.size() || !date.ok() || h > 23 || mi > 59 || sec > 59) return std::nullopt;
+  const sys_seconds t =
+      sys_days{date} + hours{h} + minutes{mi} + seconds{sec} - minutes{offset_minutes};
+  const sys_days day_part = floor<days>(t);
+  const year_month_day utc{day_part};
+  const hh_mm_ss<seconds> clock{t - day_part};
+  if (utc.year() < year{0} || utc.year() > year{9999}) return std::nullopt;
+  return absl::StrFormat("%04d-%02d-%02dT%02d:%02d:%02dZ", static_cast<int>(utc.year()),
+                         static_cast<unsigned>(utc.month()), static_cast<unsigned>(utc.day()),
+                         clock.hours().count(), clock.minutes().count(), clock.seconds().count());
+}
+
+// A reservation as BuildPools applies it: the CPUs and GPUs it really gets (a CPU or GPU two
+// reservations name goes to the first in device-name order; ValidateOptions rejects that).
+struct Held {
+  const ReservedDevices* reservation = nullptr;
+  std::string device;          // its grouped-mode CPU device
+  bool own_cpu_device = true;  // false when an earlier reservation has the same device name
+  CpuSet cpus;                 // online, not --reserved-cpus
+  std::set<std::string> gpus;
+  nlohmann::json taints;  // null when reservation_taints is off
+};
+
+std::vector<Held> HeldDevices(const Topology& topo, const PublishOptions& opts) {
+  std::vector<Held> out;
+  for (const ReservedDevices& r : opts.reservations) {
+    Held h;
+    h.reservation = &r;
+    h.device = ReservationCpuDeviceName(r.name);
+    if (opts.reservation_taints) {
+      nlohmann::json taint{
+          {"key", kReservationTaintKey}, {"value", r.name}, {"effect", "NoSchedule"}};
+      // The server fills in timeAdded when absent; sending the reservation's own time keeps
+      // it stable across restarts and what the server stores equal to what was sent.
+      if (std::optional<std::string> t = CanonicalTime(r.since)) taint["timeAdded"] = *t;
+      h.taints = nlohmann::json::array({std::move(taint)});
+    }
+    out.push_back(std::move(h));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Held& a, const Held& b) {
+    return std::tie(a.device, a.reservation->name) < std::tie(b.device, b.reservation->name);
+  });
+  CpuSet taken;
+  std::set<std::string> taken_gpus;
+  for (size_t i = 0; i < out.size(); ++i) {
+    Held& h = out[i];
+    h.own_cpu_device = i == 0 || out[i - 1].device != h.device;
+    h.cpus = (h.reservation->cpus & topo.online) - opts.reserved_cpus - taken;
+    taken |= h.cpus;
+    for (const std::string& gpu : h.reservation->gpus) {
+      if (taken_gpus.insert(gpu).second) h.gpus.insert(gpu);
     }
   }
   return out;
 }
 
-std::vector<Device> GroupedCpuDevices(const Topology& topo, const PublishOptions& opts, bool smt) {
-  std::vector<Device> out;
+// Every CPU any reservation names: they leave the group devices even when another reservation
+// got them first or they are offline.
+CpuSet AllHeldCpus(const PublishOptions& opts) {
+  CpuSet all;
+  for (const ReservedDevices& r : opts.reservations) all |= r.cpus;
+  return all;
+}
+
+void MarkHeld(Device& d, const Held& h) {
+  d.attributes[kReservationAttribute] = h.reservation->name;
+  if (!h.taints.is_null()) d.extra["taints"] = h.taints;
+}
+
+// One grouped-mode CPU device before it becomes a Device: its name, its CPUs and, for a
+// reservation's device, the reservation.
+struct CpuGroup {
+  std::string name;
+  CpuSet cpus;
+  const Held* held = nullptr;
+};
+
+std::vector<CpuGroup> CpuGroups(const Topology& topo, const PublishOptions& opts,
+                                const std::vector<Held>& held) {
+  std::vector<CpuGroup> out;
+  const CpuSet unusable = opts.reserved_cpus | AllHeldCpus(opts);
   switch (opts.group_by) {
     case GroupBy::kNuma:
       for (const topology::NumaNode& n : topo.numa_nodes) {
-        const CpuSet usable = n.cpus - opts.reserved_cpus;
-        if (usable.Empty()) continue;
-        out.push_back(GroupDevice(topo, absl::StrFormat("cpudevnuma%03d", n.id), usable, smt));
+        out.push_back({absl::StrFormat("cpudevnuma%03d", n.id), n.cpus - unusable});
       }
       break;
     case GroupBy::kSocket:
       for (const topology::Package& p : topo.packages) {
-        const CpuSet usable = p.cpus - opts.reserved_cpus;
-        if (usable.Empty()) continue;
-        out.push_back(GroupDevice(topo, absl::StrFormat("cpudevsocket%03d", p.id), usable, smt));
+        out.push_back({absl::StrFormat("cpudevsocket%03d", p.id), p.cpus - unusable});
       }
       break;
-    case GroupBy::kMachine: {
-      const CpuSet usable = topo.online - opts.reserved_cpus;
-      if (!usable.Empty()) out.push_back(GroupDevice(topo, "cpudevmachine", usable, smt));
+    case GroupBy::kMachine:
+      out.push_back({"cpudevmachine", topo.online - unusable});
       break;
+  }
+  for (const Held& h : held) {
+    if (h.own_cpu_device) out.push_back({h.device, h.cpus, &h});
+  }
+  // A group (or reservation) with no usable CPU publishes nothing.
+  std::erase_if(out, [](const CpuGroup& g) { return g.cpus.Empty(); });
+  return out;
+}
+
+// Individual mode: every online CPU numbered in topology order (SMT siblings adjacent), so names
+// stay stable when --reserved-cpus or reservations change.
+template <typename F>
+void ForEachIndividualCpu(const Topology& topo, const PublishOptions& opts, F f) {
+  int index = 0;
+  for (const Core& core : topo.cores) {
+    for (int cpu : core.cpus) {
+      const int n = index++;
+      if (!opts.reserved_cpus.Contains(cpu)) f(absl::StrFormat("cpudev%03d", n), core, cpu);
     }
+  }
+}
+
+std::vector<Device> IndividualCpuDevices(const Topology& topo, const PublishOptions& opts,
+                                         const std::vector<Held>& held, bool smt) {
+  std::map<int, const Held*> holder;
+  for (const Held& h : held) {
+    for (int cpu : h.cpus) holder.emplace(cpu, &h);
+  }
+  std::vector<Device> out;
+  ForEachIndividualCpu(topo, opts, [&](std::string name, const Core& core, int cpu) {
+    Device d;
+    d.name = std::move(name);
+    if (core.numa != kNone) SetNuma(d.attributes, core.numa);
+    if (core.package != kNone) d.attributes[kSocketId] = int64_t{core.package};
+    d.attributes[kSmtEnabled] = smt;
+    if (core.l3 != kNone) d.attributes[kCacheL3Id] = int64_t{core.l3};
+    d.attributes[kCoreType] = CoreTypeValue(core.type);
+    d.attributes[kCoreId] = int64_t{core.os_id};  // sysfs core_id: unique per socket
+    d.attributes[kCpuId] = int64_t{cpu};
+    if (auto it = holder.find(cpu); it != holder.end()) MarkHeld(d, *it->second);
+    out.push_back(std::move(d));
+  });
+  return out;
+}
+
+std::vector<Device> GroupedCpuDevices(const Topology& topo, const PublishOptions& opts,
+                                      const std::vector<Held>& held, bool smt) {
+  std::vector<Device> out;
+  for (CpuGroup& g : CpuGroups(topo, opts, held)) {
+    Device d = GroupDevice(topo, std::move(g.name), g.cpus, smt);
+    if (g.held != nullptr) MarkHeld(d, *g.held);
+    out.push_back(std::move(d));
   }
   return out;
 }
@@ -142,34 +296,13 @@ std::vector<Device> GroupedCpuDevices(const Topology& topo, const PublishOptions
 std::map<std::string, CpuSet> CpuDeviceCpus(const Topology& topo, const PublishOptions& opts) {
   std::map<std::string, CpuSet> out;
   if (opts.cpu_mode == CpuDeviceMode::kIndividual) {
-    int index = 0;
-    for (const Core& core : topo.cores) {
-      for (int cpu : core.cpus) {
-        const int n = index++;
-        if (!opts.reserved_cpus.Contains(cpu)) out[absl::StrFormat("cpudev%03d", n)] = CpuSet{cpu};
-      }
-    }
+    ForEachIndividualCpu(topo, opts, [&](std::string name, const Core&, int cpu) {
+      out[std::move(name)] = CpuSet{cpu};
+    });
     return out;
   }
-  switch (opts.group_by) {
-    case GroupBy::kNuma:
-      for (const topology::NumaNode& n : topo.numa_nodes) {
-        const CpuSet usable = n.cpus - opts.reserved_cpus;
-        if (!usable.Empty()) out[absl::StrFormat("cpudevnuma%03d", n.id)] = usable;
-      }
-      break;
-    case GroupBy::kSocket:
-      for (const topology::Package& p : topo.packages) {
-        const CpuSet usable = p.cpus - opts.reserved_cpus;
-        if (!usable.Empty()) out[absl::StrFormat("cpudevsocket%03d", p.id)] = usable;
-      }
-      break;
-    case GroupBy::kMachine:
-      if (const CpuSet usable = topo.online - opts.reserved_cpus; !usable.Empty()) {
-        out["cpudevmachine"] = usable;
-      }
-      break;
-  }
+  const std::vector<Held> held = HeldDevices(topo, opts);
+  for (CpuGroup& g : CpuGroups(topo, opts, held)) out[std::move(g.name)] = std::move(g.cpus);
   return out;
 }
 
@@ -225,6 +358,60 @@ const char* GroupByName(GroupBy g) {
   return "numa";
 }
 
+namespace {
+
+absl::Status ValidateReservations(const PublishOptions& opts, const Topology& topo) {
+  const CpuSet existing = topo.online | topo.offline;
+  std::map<std::string, const ReservedDevices*> by_device;
+  for (size_t i = 0; i < opts.reservations.size(); ++i) {
+    const ReservedDevices& r = opts.reservations[i];
+    // The name becomes a taint value (at most 63 characters) and a string attribute.
+    if (r.name.size() > 63 || !IsDnsSubdomain(r.name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("invalid reservation name \"", r.name,
+                       "\": must be a DNS subdomain of at most 63 characters"));
+    }
+    const std::string where = absl::StrCat("reservation \"", r.name, "\": ");
+    if (!r.since.empty() && !CanonicalTime(r.since)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "invalid time \"", r.since, "\": want RFC 3339"));
+    }
+    if (const CpuSet unknown = r.cpus - existing; !unknown.Empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "CPUs ", unknown.ToString(),
+                                                     " do not exist on this node (CPUs ",
+                                                     existing.ToString(), ")"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      const ReservedDevices& o = opts.reservations[j];
+      if (o.name == r.name) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("two reservations are named \"", r.name, "\""));
+      }
+      const std::string both =
+          absl::StrCat("reservations \"", o.name, "\" and \"", r.name, "\" both hold ");
+      if (const CpuSet shared = o.cpus & r.cpus; !shared.Empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(both, "CPUs ", shared.ToString()));
+      }
+      for (const std::string& gpu : r.gpus) {
+        if (o.gpus.count(gpu))
+          return absl::InvalidArgumentError(absl::StrCat(both, "GPU \"", gpu, "\""));
+      }
+    }
+    if (opts.cpu_mode == CpuDeviceMode::kGrouped && !r.cpus.Empty()) {
+      const std::string device = ReservationCpuDeviceName(r.name);
+      auto [it, fresh] = by_device.emplace(device, &r);
+      if (!fresh) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "reservations \"", it->second->name, "\" and \"", r.name,
+            "\" would publish the same CPU device \"", device, "\" ('.' becomes '-')"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ValidateOptions(const PublishOptions& opts, const topology::Topology& topo) {
   if (!IsDnsSubdomain(opts.node_name)) {
     return absl::InvalidArgumentError(absl::StrCat("invalid node name \"", opts.node_name,
@@ -248,7 +435,7 @@ absl::Status ValidateOptions(const PublishOptions& opts, const topology::Topolog
                                                    " do not exist on this node (CPUs ",
                                                    (topo.online | topo.offline).ToString(), ")"));
   }
-  return absl::OkStatus();
+  return ValidateReservations(opts, topo);
 }
 
 std::string GpuDeviceName(const topology::Gpu& gpu) {
@@ -266,10 +453,17 @@ bool IsBmcDisplay(const topology::Gpu& gpu) {
 std::vector<Pool> BuildPools(const Topology& topo, const PublishOptions& opts) {
   std::vector<Pool> pools;
   const bool smt = topo.MaxThreadsPerCore() > 1;
+  const std::vector<Held> held = HeldDevices(topo, opts);
   Pool cpu{opts.cpu_driver, opts.node_name, opts.node_name, {}};
-  cpu.devices = opts.cpu_mode == CpuDeviceMode::kIndividual ? IndividualCpuDevices(topo, opts, smt)
-                                                            : GroupedCpuDevices(topo, opts, smt);
+  cpu.devices = opts.cpu_mode == CpuDeviceMode::kIndividual
+                    ? IndividualCpuDevices(topo, opts, held, smt)
+                    : GroupedCpuDevices(topo, opts, held, smt);
   pools.push_back(std::move(cpu));
+
+  std::map<std::string, const Held*> gpu_holder;
+  for (const Held& h : held) {
+    for (const std::string& gpu : h.gpus) gpu_holder.emplace(gpu, &h);
+  }
 
   if (opts.gpus) {
     Pool gpu{opts.gpu_driver, opts.node_name, opts.node_name, {}};
@@ -278,7 +472,9 @@ std::vector<Pool> BuildPools(const Topology& topo, const PublishOptions& opts) {
       if (IsBmcDisplay(g)) continue;
       any = true;
       if (opts.unhealthy_gpus.count(g.pci_bus_id)) continue;
-      gpu.devices.push_back(GpuDevice(g));
+      Device d = GpuDevice(g);
+      if (auto it = gpu_holder.find(g.pci_bus_id); it != gpu_holder.end()) MarkHeld(d, *it->second);
+      gpu.devices.push_back(std::move(d));
     }
     if (any) pools.push_back(std::move(gpu));
   }

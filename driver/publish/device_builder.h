@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "driver/publish/names.h"  // kReservationAttribute, kReservationTaintKey
 #include "driver/publish/slice_model.h"
 #include "topology/topology.h"
 
@@ -16,6 +17,16 @@ namespace topodra::publish {
 
 enum class CpuDeviceMode { kGrouped, kIndividual };
 enum class GroupBy { kNuma, kSocket, kMachine };
+
+// CPUs and GPUs held for a Reservation: they leave the shared devices and are published marked
+// with the reservation's name, so only its owners' claims select them.
+struct ReservedDevices {
+  std::string name;            // the Reservation's name (a DNS subdomain of at most 63 characters)
+  CpuSet cpus;                 // held CPUs
+  std::set<std::string> gpus;  // held GPUs, PCI bus ids
+  std::string since;           // RFC 3339: the taints' timeAdded, stable across restarts
+  bool operator==(const ReservedDevices&) const = default;
+};
 
 struct PublishOptions {
   std::string node_name;
@@ -27,6 +38,13 @@ struct PublishOptions {
   bool gpus = true;  // --gpus=auto (true) | none
   // PCI bus ids of GPUs currently unhealthy: left out until they recover.
   std::set<std::string> unhealthy_gpus;
+  // Grouped mode: each reservation with a usable CPU gets one device of its own
+  // (ReservationCpuDeviceName) and its CPUs leave the group devices. Individual mode and GPUs:
+  // the held devices keep their names. Either way they carry kReservationAttribute = name and,
+  // when reservation_taints, a NoSchedule taint kReservationTaintKey = name. Offline CPUs and
+  // --reserved-cpus are never published, held or not.
+  std::vector<ReservedDevices> reservations;
+  bool reservation_taints = true;  // also taint reserved devices (NoSchedule)
 };
 
 // Parsers for flag values; errors name the bad value and the accepted ones.
@@ -36,7 +54,11 @@ const char* CpuDeviceModeName(CpuDeviceMode m);
 const char* GroupByName(GroupBy g);
 
 // Checks the options against the API's name rules (driver names, node name) and the topology
-// (reserved CPUs must exist); a bad flag is reported before anything is published.
+// (reserved CPUs must exist); a bad flag is reported before anything is published. Reservations:
+// names must be DNS subdomains of at most 63 characters and distinct (also as CPU device
+// names), since empty or RFC 3339, CPUs must exist on the node, and no CPU or GPU may be held
+// by two reservations. BuildPools copes with options that fail here (a CPU or GPU held twice
+// goes to the reservation whose device name sorts first) but the result is not meaningful.
 absl::Status ValidateOptions(const PublishOptions& opts, const topology::Topology& topo);
 
 // The CPU pool (always) and the GPU pool (when GPUs are enabled and the node has any).
@@ -45,7 +67,8 @@ absl::Status ValidateOptions(const PublishOptions& opts, const topology::Topolog
 std::vector<Pool> BuildPools(const topology::Topology& topo, const PublishOptions& opts);
 
 // The CPUs behind each CPU device BuildPools publishes, by device name: one CPU per individual
-// device, the group's usable (online, unreserved) CPUs per grouped device.
+// device, the group's usable (online, unreserved, not held) CPUs per grouped device, and a
+// reservation's usable CPUs per reservation device.
 std::map<std::string, CpuSet> CpuDeviceCpus(const topology::Topology& topo,
                                             const PublishOptions& opts);
 

@@ -1,5 +1,9 @@
 #include "driver/publish/names.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+
 namespace topodra::publish {
 namespace {
 
@@ -46,6 +50,31 @@ bool IsQualifiedName(std::string_view s) {
   if (slash == std::string_view::npos) return IsCIdentifier(s);
   const std::string_view domain = s.substr(0, slash);
   return domain.size() <= 63 && IsDnsSubdomain(domain) && IsCIdentifier(s.substr(slash + 1));
+}
+
+std::string ReservationCpuDeviceName(const std::string& reservation) {
+  constexpr std::string_view kPrefix = "cpudevresv-";
+  constexpr size_t kMaxLabel = 63;
+  constexpr size_t kHashSuffix = 9;  // "-" + 8 hex digits
+  std::string part = reservation;
+  for (char& c : part) {
+    if (c == '.') c = '-';
+  }
+  const std::string plain = std::string(kPrefix) + part;
+  if (IsDnsSubdomain(reservation) && plain.size() <= kMaxLabel) return plain;
+
+  // Anything else is made a label by hand: lower case, other characters as '-'.
+  for (char& c : part) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    if (!IsLowerAlnum(c)) c = '-';
+  }
+  part.resize(std::min(part.size(), kMaxLabel - kPrefix.size() - kHashSuffix));
+  while (!part.empty() && part.back() == '-') part.pop_back();
+  uint32_t h = 2166136261u;  // FNV-1a: stable across builds, machines and restarts
+  for (char c : reservation) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
+  char hex[9];
+  std::snprintf(hex, sizeof(hex), "%08x", h);
+  return std::string(kPrefix) + part + (part.empty() ? "" : "-") + hex;
 }
 
 }  // namespace topodra::publish

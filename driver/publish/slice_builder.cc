@@ -187,6 +187,18 @@ std::string Where(const Slice& s, size_t index) {
 
 }  // namespace
 
+bool HasTaints(const Pool& pool) {
+  return std::any_of(pool.devices.begin(), pool.devices.end(),
+                     [](const Device& d) { return d.extra.contains("taints"); });
+}
+
+Pool WithoutTaints(Pool pool) {
+  for (Device& d : pool.devices) {
+    if (d.extra.is_object()) d.extra.erase("taints");
+  }
+  return pool;
+}
+
 std::string SliceName(const std::string& node, const std::string& driver, int index) {
   std::string name = absl::StrCat(node, "-", driver, "-", index);
   if (name.size() <= 253) return name;

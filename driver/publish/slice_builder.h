@@ -32,6 +32,13 @@ absl::StatusOr<std::vector<Slice>> Flatten(const std::vector<Slice>& slices,
 // Checks one pool's slices against the limits in the form they are in (mixin or flat).
 absl::Status ValidateSlices(const std::vector<Slice>& slices, const SliceLimits& limits = {});
 
+// Device taints (spec §1.4, feature gate DRADeviceTaints): whether any device of the pool has
+// them, and the pool without them, for API servers that do not store them or when they are
+// turned off. Taints lower the device limit of a slice (64 instead of 128), so a pool without
+// them may need fewer slices.
+bool HasTaints(const Pool& pool);
+Pool WithoutTaints(Pool pool);
+
 // Deterministic slice names, so a restarted daemon finds its own slices and a lost create
 // response cannot leave a duplicate behind: "<node>-<driver>-<index>", shortened with a hash
 // when that would exceed 253 characters.

@@ -16,14 +16,21 @@ namespace {
 using nlohmann::json;
 
 // True when every field of `want` is in `have` with an equal value; extra fields in `have` are
-// the server's (defaults, status). Quantities compare by value: servers canonicalise "1000" to
-// "1k".
-bool Covers(const json& want, const json& have) {
+// the server's (defaults, status, a taint's timeAdded). Quantities compare by value: servers
+// canonicalise "1000" to "1k". The server never adds attributes, capacities, taints, includes or
+// mixins, so those in `have` that `want` lacks are leftovers (e.g. of a reservation that ended)
+// and make it not covered.
+bool Covers(const json& want, const json& have, bool exact_keys = false) {
   if (want.is_object()) {
     if (!have.is_object()) return false;
+    if (exact_keys && have.size() != want.size()) return false;
     for (const auto& [k, v] : want.items()) {
       auto it = have.find(k);
-      if (it == have.end() || !Covers(v, *it)) return false;
+      if (it == have.end() || !Covers(v, *it, k == "attributes" || k == "capacity")) return false;
+    }
+    for (const char* k : {"taints", "includes", "mixins"}) {
+      auto it = have.find(k);
+      if (it != have.end() && !want.contains(k) && !it->empty()) return false;
     }
     return true;
   }
@@ -37,6 +44,25 @@ bool Covers(const json& want, const json& have) {
   if (want == have) return true;
   return want.is_string() && have.is_string() &&
          QuantitiesEqual(want.get<std::string>(), have.get<std::string>());
+}
+
+// True when every device taint of the sent spec is on the same device in the stored one: a
+// server with DRADeviceTaints off accepts them and drops them silently.
+bool TaintsKept(const json& sent_spec, const json& stored_spec) {
+  std::map<std::string, const json*> stored;
+  const json& devices = Field(stored_spec, "devices");
+  if (devices.is_array()) {
+    for (const json& d : devices) stored.emplace(StringField(d, "name"), &d);
+  }
+  const json& sent = Field(sent_spec, "devices");
+  if (!sent.is_array()) return true;
+  for (const json& d : sent) {
+    const json& taints = Field(d, "taints");
+    if (taints.is_null()) continue;
+    auto it = stored.find(StringField(d, "name"));
+    if (it == stored.end() || !Covers(taints, Field(*it->second, "taints"))) return false;
+  }
+  return true;
 }
 
 int64_t GenerationOf(const json& slice) {
@@ -54,6 +80,14 @@ absl::StatusOr<MixinMode> ParseMixinMode(const std::string& s) {
   if (s == "off") return MixinMode::kOff;
   return absl::InvalidArgumentError(
       absl::StrCat("invalid slice mixin mode \"", s, "\" (want auto, on or off)"));
+}
+
+absl::StatusOr<TaintMode> ParseTaintMode(const std::string& s) {
+  if (s == "auto") return TaintMode::kAuto;
+  if (s == "on") return TaintMode::kOn;
+  if (s == "off") return TaintMode::kOff;
+  return absl::InvalidArgumentError(
+      absl::StrCat("invalid device taint mode \"", s, "\" (want auto, on or off)"));
 }
 
 SlicePublisher::SlicePublisher(kube::RestClient* client, PublisherOptions options)
@@ -151,6 +185,8 @@ absl::StatusOr<bool> SlicePublisher::MixinsSupported(const std::vector<Slice>& m
   json obj = ObjectFor(*probe, 1);
   obj["metadata"].erase("name");
   obj["metadata"]["generateName"] = "topodra-mixin-probe-";
+  // Taints have a probe of their own; a server that drops them must not look mixin-less.
+  for (json& d : obj["spec"]["devices"]) d.erase("taints");
   absl::StatusOr<kube::Response> r = api_.Create(obj, /*dry_run=*/true);
   bool supported = false;
   if (r.ok()) {
@@ -166,20 +202,78 @@ absl::StatusOr<bool> SlicePublisher::MixinsSupported(const std::vector<Slice>& m
   return supported;
 }
 
+void SlicePublisher::LogTaintDecision(bool supported) const {
+  spdlog::info(
+      "driver={} node={}: API server {} ResourceSlice device taints (DRADeviceTaints); "
+      "publishing {}",
+      opts_.driver, opts_.node_name, supported ? "accepts" : "does not accept",
+      supported ? "reserved devices tainted" : "devices without taints");
+}
+
+absl::StatusOr<bool> SlicePublisher::TaintsSupported(const Pool& pool) {
+  if (taints_supported_) return *taints_supported_;
+  // A dry-run create of one device with the pool's first taints, and nothing else, so a field
+  // other than taints that the server drops cannot decide this: a server without DRADeviceTaints
+  // drops them (or, if it does not know the field at all, rejects it under strict validation).
+  const Device* tainted = nullptr;
+  for (const Device& d : pool.devices) {
+    if (d.extra.contains("taints")) {
+      tainted = &d;
+      break;
+    }
+  }
+  if (tainted == nullptr) return false;
+  Slice probe;
+  probe.driver = pool.driver;
+  probe.pool = pool.name;
+  probe.node_name = pool.node_name;
+  Device d;
+  d.name = tainted->name;
+  d.extra["taints"] = tainted->extra.at("taints");
+  probe.devices.push_back(std::move(d));
+  json obj = ObjectFor(probe, 1);
+  obj["metadata"]["generateName"] = "topodra-taint-probe-";
+  absl::StatusOr<kube::Response> r = api_.Create(obj, /*dry_run=*/true);
+  bool supported = false;
+  if (r.ok()) {
+    supported = TaintsKept(obj["spec"], Field(r->body, "spec"));
+  } else {
+    const std::optional<int> code = kube::HttpCodeOf(r.status());
+    if (!code || (*code != 400 && *code != 422)) return r.status();  // cannot tell yet
+  }
+  LogTaintDecision(supported);
+  taints_supported_ = supported;
+  return supported;
+}
+
 absl::StatusOr<std::vector<json>> SlicePublisher::DesiredObjects(const std::optional<Pool>& pool,
-                                                                 bool* mixin_form) {
+                                                                 bool* mixin_form, bool* tainted) {
   *mixin_form = false;
+  *tainted = false;
   std::vector<json> out;
   if (!pool) return out;
+  // Taints first: they change how many devices fit in a slice, and so the slices the mixins
+  // probe looks at.
+  Pool p = *pool;
+  if (HasTaints(p)) {
+    bool keep = opts_.taints == TaintMode::kOn;
+    if (opts_.taints == TaintMode::kAuto) {
+      absl::StatusOr<bool> ok = TaintsSupported(p);
+      if (!ok.ok()) return ok.status();
+      keep = *ok;
+    }
+    if (!keep) p = WithoutTaints(std::move(p));
+  }
+  *tainted = HasTaints(p);
   SliceForm form = opts_.mixins == MixinMode::kOn ? SliceForm::kMixins : SliceForm::kFlat;
   if (opts_.mixins == MixinMode::kAuto) {
-    absl::StatusOr<std::vector<Slice>> mixed = BuildSlices(*pool, SliceForm::kMixins, opts_.limits);
+    absl::StatusOr<std::vector<Slice>> mixed = BuildSlices(p, SliceForm::kMixins, opts_.limits);
     if (!mixed.ok()) return mixed.status();
     absl::StatusOr<bool> ok = MixinsSupported(*mixed);
     if (!ok.ok()) return ok.status();
     if (*ok) form = SliceForm::kMixins;
   }
-  absl::StatusOr<std::vector<Slice>> slices = BuildSlices(*pool, form, opts_.limits);
+  absl::StatusOr<std::vector<Slice>> slices = BuildSlices(p, form, opts_.limits);
   if (!slices.ok()) return slices.status();
   for (const Slice& s : *slices) {
     if (!s.mixins.empty()) *mixin_form = true;
@@ -207,7 +301,8 @@ absl::Status SlicePublisher::Reconcile() {
     // A missing Node (tests, a node being deleted) only costs the owner reference.
   }
   bool mixin_form = false;
-  absl::StatusOr<std::vector<json>> desired = DesiredObjects(pool, &mixin_form);
+  bool tainted = false;
+  absl::StatusOr<std::vector<json>> desired = DesiredObjects(pool, &mixin_form, &tainted);
   if (!desired.ok()) return desired.status();
 
   // Generations only grow, even when every slice was deleted behind our back: consumers that saw
@@ -266,10 +361,25 @@ absl::Status SlicePublisher::Reconcile() {
       }
       ++writes;
       if (!Covers(obj["spec"], Field(r->body, "spec"))) {
+        if (tainted && opts_.taints == TaintMode::kAuto &&
+            !TaintsKept(obj["spec"], Field(r->body, "spec"))) {
+          // Accepted, but the taints were dropped: DRADeviceTaints is off after all.
+          taints_supported_ = false;
+          LogTaintDecision(false);
+          need_relist_ = true;
+          retry_now_ = true;
+          return absl::UnavailableError(
+              "the API server dropped the device taints; republishing without them");
+        }
         if (mixin_form && opts_.mixins == MixinMode::kAuto) {
           // Accepted, but the fields were dropped: this server has no mixins after all.
           mixins_supported_ = false;
+          spdlog::info(
+              "driver={} node={}: API server dropped ResourceSlice mixins (KEP-5234); publishing "
+              "flat slices",
+              opts_.driver, opts_.node_name);
           need_relist_ = true;
+          retry_now_ = true;
           return absl::UnavailableError(
               "the API server dropped spec.mixins; republishing flat slices");
         }
@@ -281,9 +391,9 @@ absl::Status SlicePublisher::Reconcile() {
       }
       cache_[name] = r->body;
     }
-    spdlog::info("driver={} node={}: published {} ResourceSlices, pool generation {}, {} form",
+    spdlog::info("driver={} node={}: published {} ResourceSlices, pool generation {}, {} form{}",
                  opts_.driver, opts_.node_name, desired->size(), generation,
-                 mixin_form ? "mixin" : "flat");
+                 mixin_form ? "mixin" : "flat", tainted ? ", with device taints" : "");
   }
   highest_generation_ = generation;
   std::lock_guard<std::mutex> lock(mu_);
@@ -292,6 +402,7 @@ absl::Status SlicePublisher::Reconcile() {
   status_.generation = generation;
   status_.slices = static_cast<int>(desired->size());
   status_.mixins = mixin_form;
+  status_.taints = tainted;
   status_.writes += writes;
   synced_version_ = version;
   drift_ = false;
@@ -299,13 +410,17 @@ absl::Status SlicePublisher::Reconcile() {
 }
 
 absl::Status SlicePublisher::SyncOnce() {
+  retry_now_ = false;
   absl::Status st = Relist();
   if (st.ok()) st = Reconcile();
-  // A dropped-mixins discovery asks for one more pass in flat form.
-  if (!st.ok() && need_relist_ && mixins_supported_ == false) {
+  // A discovery that the server dropped mixins or taints asks for one more pass without them;
+  // each can happen once.
+  for (int pass = 0; pass < 2 && !st.ok() && retry_now_; ++pass) {
+    retry_now_ = false;
     st = Relist();
     if (st.ok()) st = Reconcile();
   }
+  retry_now_ = false;
   RecordResult(st);
   return st;
 }
@@ -359,6 +474,11 @@ void SlicePublisher::Run() {
     absl::Status st;
     if (need_relist_) st = Relist();
     if (st.ok() && (drift_ || version != synced_version_)) st = Reconcile();
+    if (!st.ok() && retry_now_) {
+      // A fallback was taken (and logged): the next pass is a new attempt, not a failure.
+      retry_now_ = false;
+      continue;
+    }
     RecordResult(st);
     if (!st.ok()) {
       if (!Wait(backoff, nullptr)) break;

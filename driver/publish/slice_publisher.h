@@ -21,10 +21,18 @@ namespace topodra::publish {
 enum class MixinMode { kAuto, kOn, kOff };
 absl::StatusOr<MixinMode> ParseMixinMode(const std::string& s);
 
+// Device taints (DRADeviceTaints: alpha and off in 1.34, beta and on from 1.36): kOn publishes
+// them (a server that drops them is an error), kOff strips them from every device, kAuto finds out
+// with a dry-run create once the pool has a taint and strips them when the server rejects or
+// drops them.
+enum class TaintMode { kAuto, kOn, kOff };
+absl::StatusOr<TaintMode> ParseTaintMode(const std::string& s);  // auto | on | off
+
 struct PublisherOptions {
   std::string driver;
   std::string node_name;
   MixinMode mixins = MixinMode::kAuto;
+  TaintMode taints = TaintMode::kAuto;
   std::chrono::milliseconds initial_backoff{200};
   std::chrono::milliseconds max_backoff{30000};
   int watch_timeout_seconds = 300;
@@ -38,6 +46,7 @@ struct PublisherStatus {
   int64_t generation = 0;       // pool generation on the server
   int slices = 0;
   bool mixins = false;     // published in mixin form
+  bool taints = false;     // published with device taints (some device of the pool has one)
   std::string last_error;  // empty when the last attempt worked
   int64_t writes = 0;      // create + update + delete calls that succeeded
   int64_t errors = 0;      // failed attempts
@@ -67,8 +76,10 @@ class SlicePublisher {
   absl::Status Relist();
   absl::Status Reconcile();
   absl::StatusOr<bool> MixinsSupported(const std::vector<Slice>& mixed);
+  absl::StatusOr<bool> TaintsSupported(const Pool& pool);
+  void LogTaintDecision(bool supported) const;
   absl::StatusOr<std::vector<nlohmann::json>> DesiredObjects(const std::optional<Pool>& pool,
-                                                             bool* mixin_form);
+                                                             bool* mixin_form, bool* tainted);
   nlohmann::json ObjectFor(const Slice& s, int64_t generation) const;
   bool HandleEvent(const nlohmann::json& event);
   void RecordResult(const absl::Status& s);
@@ -92,6 +103,8 @@ class SlicePublisher {
   bool drift_ = false;  // the watch saw our slices change behind our back
   uint64_t synced_version_ = 0;
   std::optional<bool> mixins_supported_;  // auto mode: learned from the server
+  std::optional<bool> taints_supported_;  // auto mode: learned from the server
+  bool retry_now_ = false;  // a fallback was just taken: publish again without waiting
   std::string node_uid_;
   int64_t highest_generation_ = 0;
 };

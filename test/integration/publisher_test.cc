@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include "driver/kube/rest_client.h"
@@ -293,6 +294,261 @@ TEST(PublisherTest, TlsTokenAndV1beta2OnlyServer) {
   q.SetDesired(pool);
   const absl::Status st = q.SyncOnce();
   EXPECT_EQ(kube::HttpCodeOf(st), 401) << st;
+}
+
+// --- Reservations: tainted devices -------------------------------------------------------------
+
+constexpr char kSince[] = "2025-03-01T09:00:00Z";
+
+// 32em64t grouped by NUMA node: two reservation CPU devices and a held GPU, all with a time.
+std::vector<Pool> ReservedPools(CpuDeviceMode mode = CpuDeviceMode::kGrouped,
+                                const std::string& resv_b_since = kSince) {
+  PublishOptions o;
+  o.node_name = "node-a";
+  o.cpu_mode = mode;
+  o.reservations = {{"job-a", CpuSet::Range(8, 11), {"0000:83:00.0"}, kSince},
+                    {"batch.b", CpuSet{0, 1}, {}, resv_b_since}};
+  return BuildPools(Load("32em64t-2n8c2t-pci-normalio.xml"), o);
+}
+
+PublisherOptions TaintOptions(const std::string& driver, TaintMode taints) {
+  PublisherOptions o = FastOptions(driver);
+  o.taints = taints;
+  return o;
+}
+
+// The taints of each device of the driver's stored pool, by device name.
+std::map<std::string, json> StoredTaints(kube::RestClient& client, const std::string& driver) {
+  std::map<std::string, json> out;
+  for (const Slice& s : Stored(client, driver)) {
+    for (const Device& d : s.devices) {
+      if (d.extra.contains("taints")) out[d.name] = d.extra["taints"];
+    }
+  }
+  return out;
+}
+
+json Taint(const std::string& name, const std::string& since = kSince) {
+  return json::array({{{"key", "topodra.io/reservation"},
+                       {"value", name},
+                       {"effect", "NoSchedule"},
+                       {"timeAdded", since}}});
+}
+
+TEST(PublisherTest, TaintModesAgainstAServerWithTaints) {
+  const std::vector<Pool> pools = ReservedPools();
+  ASSERT_EQ(pools.size(), 2u);
+  for (TaintMode mode : {TaintMode::kOn, TaintMode::kOff, TaintMode::kAuto}) {
+    SCOPED_TRACE(mode == TaintMode::kOn ? "on" : mode == TaintMode::kOff ? "off" : "auto");
+    auto server = StartServer();
+    ASSERT_NE(server, nullptr);
+    auto client = ClientFor(*server);
+    for (const Pool& pool : pools) {
+      SlicePublisher p(client.get(), TaintOptions(pool.driver, mode));
+      p.SetDesired(pool);
+      ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+      EXPECT_TRUE(p.status().in_sync);
+      EXPECT_EQ(p.status().taints, mode != TaintMode::kOff);
+      ExpectStoredEquals(*client, mode == TaintMode::kOff ? WithoutTaints(pool) : pool, false);
+      // What the server stored is what was sent (timeAdded included): nothing to do again.
+      const int64_t writes = p.status().writes;
+      ASSERT_TRUE(p.SyncOnce().ok());
+      EXPECT_EQ(p.status().writes, writes);
+    }
+    std::map<std::string, json> want_cpu, want_gpu;
+    if (mode != TaintMode::kOff) {
+      want_cpu = {{"cpudevresv-batch-b", Taint("batch.b")}, {"cpudevresv-job-a", Taint("job-a")}};
+      want_gpu = {{"gpu-0000-83-00-0", Taint("job-a")}};
+    }
+    EXPECT_EQ(StoredTaints(*client, "dra.cpu"), want_cpu);
+    EXPECT_EQ(StoredTaints(*client, "gpu.topodra.io"), want_gpu);
+    // The held devices carry the reservation's name either way.
+    for (const Slice& s : Stored(*client, "dra.cpu")) {
+      for (const Device& d : s.devices) {
+        const auto it = d.attributes.find("topodra.io/reservation");
+        EXPECT_EQ(it != d.attributes.end(), d.name.rfind("cpudevresv-", 0) == 0) << d.name;
+      }
+    }
+  }
+}
+
+TEST(PublisherTest, TaintsWithoutTimeDoNotFlap) {
+  auto server = StartServer();
+  auto client = ClientFor(*server);
+  const Pool pool = ReservedPools(CpuDeviceMode::kGrouped, "")[0];
+  SlicePublisher p(client.get(), TaintOptions("dra.cpu", TaintMode::kOn));
+  p.SetDesired(pool);
+  ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+  const std::map<std::string, json> stored = StoredTaints(*client, "dra.cpu");
+  ASSERT_EQ(stored.size(), 2u);
+  // The server filled in timeAdded; the publisher did not send one and does not miss it.
+  const json& added = stored.at("cpudevresv-batch-b")[0]["timeAdded"];
+  ASSERT_TRUE(added.is_string());
+  EXPECT_NE(added.get<std::string>(), "");
+  EXPECT_EQ(stored.at("cpudevresv-job-a"), Taint("job-a"));
+  const int64_t writes = p.status().writes;
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(p.SyncOnce().ok());
+  EXPECT_EQ(p.status().writes, writes);
+  EXPECT_EQ(Stored(*client, "dra.cpu")[0].generation, 1);
+}
+
+TEST(PublisherTest, TaintsAutoAgainstAServerThatDropsThem) {
+  // Individual mode on 192em64t: 384 devices, 6 slices of 64 with a taint, 3 of 128 without.
+  PublishOptions o;
+  o.node_name = "node-a";
+  o.cpu_mode = CpuDeviceMode::kIndividual;
+  o.reservations = {{"job-a", CpuSet{0, 192}, {}, kSince}};
+  const topology::Topology t = Load("192em64t-24n8c2t.xml");
+  const Pool pool = BuildPools(t, o).at(0);
+  ASSERT_EQ(BuildSlices(pool, SliceForm::kFlat)->size(), 6u);
+  for (bool accept_mixins : {false, true}) {
+    SCOPED_TRACE(accept_mixins ? "mixins accepted" : "mixins rejected");
+    FakeApiServerOptions so;
+    so.accept_mixins = accept_mixins;
+    so.device_taints = false;
+    auto server = StartServer(so);
+    ASSERT_NE(server, nullptr);
+    auto client = ClientFor(*server);
+    SlicePublisher p(client.get(), TaintOptions("dra.cpu", TaintMode::kAuto));
+    p.SetDesired(pool);
+    ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+    EXPECT_TRUE(p.status().in_sync);
+    EXPECT_FALSE(p.status().taints);
+    // The taints probe must not make a server with mixins look like one without.
+    EXPECT_EQ(p.status().mixins, accept_mixins);
+    EXPECT_EQ(p.status().slices, 3);
+    ExpectStoredEquals(*client, WithoutTaints(pool), accept_mixins);
+    EXPECT_TRUE(StoredTaints(*client, "dra.cpu").empty());
+    const int64_t writes = p.status().writes;
+    ASSERT_TRUE(p.SyncOnce().ok());
+    EXPECT_EQ(p.status().writes, writes);
+    EXPECT_EQ(p.status().writes, 3);
+    // Found out by the dry-run probes (taints, then mixins), not by a write: nothing was
+    // written twice.
+    absl::StatusOr<json> requests = server->Requests();
+    ASSERT_TRUE(requests.ok()) << requests.status();
+    int dry_runs = 0, creates = 0, updates = 0;
+    for (const json& r : *requests) {
+      const std::string method = StringField(r, "method");
+      const bool dry = StringField(r, "query").find("dryRun=All") != std::string::npos;
+      dry_runs += method == "POST" && dry;
+      creates += method == "POST" && !dry;
+      updates += method == "PUT";
+    }
+    EXPECT_EQ(dry_runs, 2);
+    EXPECT_EQ(creates, 3);
+    EXPECT_EQ(updates, 0);
+
+    // on: the dropped taints are an error naming the problem; off: fine.
+    ASSERT_TRUE(server->Reset().ok());
+    SlicePublisher on(client.get(), TaintOptions("dra.cpu", TaintMode::kOn));
+    on.SetDesired(pool);
+    const absl::Status st = on.SyncOnce();
+    EXPECT_THAT(std::string(st.message()), HasSubstr("without some of the fields")) << st;
+    SlicePublisher off(client.get(), TaintOptions("dra.cpu", TaintMode::kOff));
+    off.SetDesired(pool);
+    ASSERT_TRUE(off.SyncOnce().ok()) << off.status().last_error;
+    EXPECT_FALSE(off.status().taints);
+    ExpectStoredEquals(*client, WithoutTaints(pool), accept_mixins);
+  }
+}
+
+// A server whose dry runs keep taints but whose real writes drop them (a feature gate that
+// differs between API servers behind one load balancer): auto mode finds out at the first
+// write and republishes without taints.
+class TaintDroppingClient : public kube::RestClient {
+ public:
+  explicit TaintDroppingClient(kube::RestClient* inner) : inner_(inner) {}
+  absl::StatusOr<kube::Response> Get(const std::string& path) override { return inner_->Get(path); }
+  absl::StatusOr<kube::Response> Post(const std::string& path, const json& body) override {
+    return inner_->Post(path, Strip(path, body));
+  }
+  absl::StatusOr<kube::Response> Put(const std::string& path, const json& body) override {
+    return inner_->Put(path, Strip(path, body));
+  }
+  absl::StatusOr<kube::Response> Delete(const std::string& path, const json& body) override {
+    return inner_->Delete(path, body);
+  }
+  absl::Status Watch(const std::string& path, const kube::WatchHandler& on_event,
+                     const std::atomic<bool>* stop) override {
+    return inner_->Watch(path, on_event, stop);
+  }
+
+ private:
+  static json Strip(const std::string& path, json body) {
+    if (path.find("dryRun=") != std::string::npos || !body.contains("spec")) return body;
+    json& devices = body["spec"]["devices"];
+    if (devices.is_array()) {
+      for (json& d : devices) d.erase("taints");
+    }
+    return body;
+  }
+  kube::RestClient* inner_;
+};
+
+TEST(PublisherTest, TaintsAutoFallsBackWhenAWriteDropsThem) {
+  const Pool pool = ReservedPools()[0];
+  for (bool run_loop : {false, true}) {
+    SCOPED_TRACE(run_loop ? "Run" : "SyncOnce");
+    auto server = StartServer();
+    auto real = ClientFor(*server);
+    TaintDroppingClient client(real.get());
+    SlicePublisher p(&client, TaintOptions("dra.cpu", TaintMode::kAuto));
+    p.SetDesired(pool);
+    if (run_loop) {
+      Running running(&p);
+      ASSERT_TRUE(Eventually([&] {
+        const PublisherStatus st = p.status();
+        return st.in_sync && st.last_error.empty();
+      }));
+    } else {
+      ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+    }
+    const PublisherStatus st = p.status();
+    EXPECT_TRUE(st.in_sync);
+    EXPECT_FALSE(st.taints);
+    EXPECT_EQ(st.errors, 0);  // a fallback is not a failed attempt
+    ExpectStoredEquals(*real, WithoutTaints(pool), false);
+    EXPECT_TRUE(StoredTaints(*real, "dra.cpu").empty());
+  }
+}
+
+// Ending a reservation in individual mode changes nothing but an attribute and the taints of the
+// held devices; the stored slices must lose both.
+TEST(PublisherTest, EndedReservationLeavesNoAttributeOrTaintBehind) {
+  for (bool accept_mixins : {false, true}) {
+    SCOPED_TRACE(accept_mixins ? "mixins" : "flat");
+    FakeApiServerOptions so;
+    so.accept_mixins = accept_mixins;
+    auto server = StartServer(so);
+    auto client = ClientFor(*server);
+    for (size_t driver : {0u, 1u}) {
+      const Pool held = ReservedPools(CpuDeviceMode::kIndividual).at(driver);
+      const Pool free = PoolFor(Load("32em64t-2n8c2t-pci-normalio.xml"), CpuDeviceMode::kIndividual,
+                                GroupBy::kNuma, driver);
+      SlicePublisher p(client.get(), TaintOptions(held.driver, TaintMode::kOn));
+      p.SetDesired(held);
+      ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+      ExpectStoredEquals(*client, held, accept_mixins, 1);
+      p.SetDesired(free);
+      ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+      EXPECT_FALSE(p.status().taints);
+      ExpectStoredEquals(*client, free, accept_mixins, 2);
+      // And back: the attribute and taints come again.
+      p.SetDesired(held);
+      ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+      ExpectStoredEquals(*client, held, accept_mixins, 3);
+    }
+  }
+}
+
+TEST(PublisherTest, ParseTaintMode) {
+  EXPECT_EQ(*ParseTaintMode("auto"), TaintMode::kAuto);
+  EXPECT_EQ(*ParseTaintMode("on"), TaintMode::kOn);
+  EXPECT_EQ(*ParseTaintMode("off"), TaintMode::kOff);
+  const absl::StatusOr<TaintMode> bad = ParseTaintMode("yes");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "invalid device taint mode \"yes\" (want auto, on or off)");
 }
 
 }  // namespace

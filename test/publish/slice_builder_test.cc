@@ -6,10 +6,12 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "driver/publish/device_builder.h"
+#include "driver/publish/names.h"
 #include "driver/publish/slice_json.h"
 #include "test/testing/fixtures.h"
 
@@ -216,6 +218,105 @@ TEST(SliceBuilderTest, SliceNamesAreDnsSubdomainsOfBoundedLength) {
   EXPECT_LE(a.size(), 253u);
   EXPECT_NE(a, b);
   EXPECT_EQ(a, SliceName(long_node, "gpu.topodra.io", 0));
+}
+
+// Reservations on every machine and mode: the reservation attribute may move into mixins like
+// any other, taints stay on their devices, and flattening still gives the flat form.
+TEST(SliceBuilderTest, ReservationsWithMixins) {
+  for (const std::string& fixture : testing::AllFixtures()) {
+    const topology::Topology t = Load(fixture);
+    std::vector<int> ids(t.online.begin(), t.online.end());
+    for (const ModeCase& m : kModes) {
+      SCOPED_TRACE(std::string(fixture) + " " + m.label);
+      PublishOptions o = Opts(m);
+      o.reservations = {{"resv-a", CpuSet{ids[0], ids.back()}, {}, "2025-03-01T09:00:00Z"},
+                        {"resv.b", CpuSet{ids[ids.size() / 2]}, {}, ""}};
+      for (const topology::Gpu& g : t.gpus) o.reservations[1].gpus.insert(g.pci_bus_id);
+      ASSERT_TRUE(ValidateOptions(o, t).ok()) << ValidateOptions(o, t);
+      for (const Pool& pool : BuildPools(t, o)) {
+        const std::vector<Slice> mixed = Build(pool, SliceForm::kMixins);
+        const std::vector<Slice> flat = Build(pool, SliceForm::kFlat);
+        absl::StatusOr<std::vector<Slice>> flattened = Flatten(mixed);
+        ASSERT_TRUE(flattened.ok()) << flattened.status();
+        EXPECT_EQ(*flattened, flat);
+        EXPECT_LE(Bytes(mixed), Bytes(flat));
+        size_t marked = 0;
+        for (const Slice& s : flat) {
+          EXPECT_LE(s.devices.size(), 64u);  // taints lower the limit
+          for (const Device& d : s.devices) {
+            const bool held = d.attributes.count(kReservationAttribute) == 1;
+            marked += held;
+            EXPECT_EQ(d.extra.contains("taints"), held) << d.name;
+          }
+        }
+        EXPECT_GT(marked, 0u);
+      }
+    }
+  }
+}
+
+TEST(SliceBuilderTest, TheReservationAttributeMovesIntoAMixinTaintsStayPerDevice) {
+  const topology::Topology t = Load("192em64t-24n8c2t.xml");
+  PublishOptions o = Opts(kModes[0]);
+  // All of NUMA node 3: devices cpudev048..cpudev063, in the first slice of 64.
+  o.reservations = {{"node3", CpuSet::Range(24, 31) | CpuSet::Range(216, 223), {}, ""}};
+  const std::vector<Slice> mixed = Build(BuildPools(t, o)[0], SliceForm::kMixins);
+  ASSERT_EQ(mixed.size(), 6u);
+  const Slice& s = mixed[0];
+  std::set<std::string> with_attribute;
+  for (const DeviceMixin& m : s.mixins) {
+    auto it = m.attributes.find(kReservationAttribute);
+    if (it != m.attributes.end()) {
+      EXPECT_EQ(std::get<std::string>(it->second), "node3");
+      with_attribute.insert(m.name);
+    }
+  }
+  ASSERT_EQ(with_attribute.size(), 1u);
+  int held = 0;
+  for (const Device& d : s.devices) {
+    const bool includes = std::any_of(d.includes.begin(), d.includes.end(),
+                                      [&](const auto& i) { return with_attribute.count(i) == 1; });
+    EXPECT_EQ(d.attributes.count(kReservationAttribute), 0u) << d.name;
+    EXPECT_EQ(includes, d.extra.contains("taints")) << d.name;
+    held += includes;
+  }
+  EXPECT_EQ(held, 16);
+  EXPECT_EQ(s.devices[48].name, "cpudev048");
+  EXPECT_EQ(s.devices[48].extra["taints"][0]["value"], "node3");
+}
+
+TEST(SliceBuilderTest, TaintsSplitSlicesAt64Devices) {
+  const topology::Topology t = Load("192em64t-24n8c2t.xml");
+  PublishOptions o = Opts(kModes[0]);  // individual: 384 devices
+  o.reservations = {{"one", CpuSet{383}, {}, ""}};
+  const Pool pool = BuildPools(t, o)[0];
+  ASSERT_TRUE(HasTaints(pool));
+  for (SliceForm form : {SliceForm::kMixins, SliceForm::kFlat}) {
+    const std::vector<Slice> slices = Build(pool, form);
+    ASSERT_EQ(slices.size(), 6u);
+    for (const Slice& s : slices) {
+      EXPECT_EQ(s.devices.size(), 64u);
+      EXPECT_EQ(s.slice_count, 6);
+    }
+    EXPECT_EQ(slices[5].devices.back().extra["taints"][0]["value"], "one");
+  }
+  // Without taints (reservation_taints off, or stripped for a server without them) the device
+  // limit is 128 again.
+  const Pool stripped = WithoutTaints(pool);
+  EXPECT_FALSE(HasTaints(stripped));
+  EXPECT_EQ(Build(stripped, SliceForm::kFlat).size(), 3u);
+  o.reservation_taints = false;
+  const Pool untainted = BuildPools(t, o)[0];
+  EXPECT_EQ(untainted, stripped);
+  EXPECT_EQ(std::get<std::string>(untainted.devices.back().attributes.at(kReservationAttribute)),
+            "one");
+  // A limit that is too small for one slice is honoured too.
+  SliceLimits tight;
+  tight.max_devices_with_taints = 50;
+  absl::StatusOr<std::vector<Slice>> s = BuildSlices(pool, SliceForm::kMixins, tight);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->size(), 8u);  // ceil(384 / 50)
+  EXPECT_EQ(s->back().devices.size(), 34u);
 }
 
 // Golden JSON per mode on the shared machines (mixin form), so any change to what a node
