@@ -46,6 +46,7 @@ bench: deps
 	./build/bench/test/bench/prepare_bench ../shared/topologies
 	./build/bench/test/bench/device_plugin_bench ../shared/topologies
 	./build/bench/test/bench/cgroup_bench
+	./build/bench/test/bench/reservation_bench ../shared/topologies
 
 format:
 	git ls-files '*.cc' '*.h' | xargs clang-format -i

@@ -59,6 +59,13 @@ struct SlicesCommand {
 };
 int RunSlices(const SlicesCommand& cmd, std::ostream& out, std::ostream& err);
 
+struct ReservationsCommand {
+  std::string state_dir = "/var/lib/topodra";
+  std::string output = "text";  // text | json
+};
+// The node's reservations and what they hold, from the daemon's state (read-only, while it runs).
+int RunReservations(const ReservationsCommand& cmd, std::ostream& out, std::ostream& err);
+
 struct FlattenCommand {
   std::string file;  // path or "-" for stdin
   std::string output = "json";
@@ -89,6 +96,10 @@ struct RunCommand {
   std::string hook_dir = "/opt/topodra/bin";
   // /metrics, /healthz and /readyz: ":port", "host:port", or "" / "none" for no endpoints.
   std::string metrics_address = ":9477";
+  // Reservations (topodra.io/v1alpha1): "on" watches this node's and holds what they ask for.
+  std::string reservations = "on";
+  // Taint reserved devices (DRADeviceTaints): auto (when the API server keeps them), on, off.
+  std::string reservation_taints = "auto";
 };
 // The node daemon: publishes this node's ResourceSlices and serves the kubelet (DRA plugin per
 // driver) until SIGTERM or SIGINT.

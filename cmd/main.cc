@@ -159,6 +159,15 @@ int Main(int argc, char** argv) {
       ->check(CLI::IsMember({"json", "yaml"}))
       ->capture_default_str();
 
+  topodra::cmd::ReservationsCommand reservations_cmd;
+  CLI::App* reservations = app.add_subcommand(
+      "reservations", "List this node's reservations and what they hold (the daemon's state)");
+  reservations->add_option("--state-dir", reservations_cmd.state_dir, "The daemon's --state-dir")
+      ->capture_default_str();
+  reservations->add_option("-o,--output", reservations_cmd.output, "Output format: text or json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+
   topodra::cmd::FlattenCommand flatten_cmd;
   CLI::App* flatten = app.add_subcommand(
       "flatten", "Expand the mixins of ResourceSlices read from a file (JSON or YAML) or -");
@@ -233,6 +242,15 @@ int Main(int argc, char** argv) {
                   "Serve Prometheus /metrics and the /healthz and /readyz probes on this address "
                   "(:port, host:port; none to disable)")
       ->capture_default_str();
+  run->add_option("--reservations", run_cmd.reservations,
+                  "on: hold CPUs and GPUs for this node's Reservation objects (topodra.io); off")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  run->add_option("--reservation-taints", run_cmd.reservation_taints,
+                  "Taint reserved devices so only owners that tolerate them get them: auto (when "
+                  "the API server keeps device taints), on, off (the attribute only)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   std::string config_file;
   run->add_option("--config", config_file,
                   "YAML file with the same keys as these flags (without dashes); flags win");
@@ -273,6 +291,9 @@ int Main(int argc, char** argv) {
   if (slices->parsed()) return topodra::cmd::RunSlices(slices_cmd, std::cout, std::cerr);
   if (flatten->parsed()) {
     return topodra::cmd::RunFlatten(flatten_cmd, std::cin, std::cout, std::cerr);
+  }
+  if (reservations->parsed()) {
+    return topodra::cmd::RunReservations(reservations_cmd, std::cout, std::cerr);
   }
   if (version->parsed()) {
     std::cout << "topodra " << TOPODRA_VERSION << "\n";

@@ -39,6 +39,7 @@
 #include "driver/prepare/claim_service.h"
 #include "driver/prepare/gpu_nodes.h"
 #include "driver/publish/slice_publisher.h"
+#include "driver/reservation/controller.h"
 #include "driver/state/store.h"
 
 namespace topodra::cmd {
@@ -75,8 +76,16 @@ prepare::DriverSetup CpuSetup(const topology::Topology& topo, const publish::Pub
       opts.cpu_mode == publish::CpuDeviceMode::kIndividual ? claims::CpuDeviceKind::kIndividual
       : opts.group_by == publish::GroupBy::kMachine        ? claims::CpuDeviceKind::kMachine
                                                            : claims::CpuDeviceKind::kGroup;
+  std::set<std::string> reservation_devices;
+  for (const publish::ReservedDevices& r : opts.reservations) {
+    reservation_devices.insert(publish::ReservationCpuDeviceName(r.name));
+  }
   for (auto& [name, cpus] : publish::CpuDeviceCpus(topo, opts)) {
-    setup.cpu_pool.devices[name] = claims::CpuDevice{kind, cpus};
+    // A reservation's device is a group of its own in every grouped mode: topodra picks its
+    // owners' CPUs inside it (or takes their opaque cpuset).
+    const claims::CpuDeviceKind k =
+        reservation_devices.contains(name) ? claims::CpuDeviceKind::kGroup : kind;
+    setup.cpu_pool.devices[name] = claims::CpuDevice{k, cpus};
   }
   return setup;
 }
@@ -175,6 +184,28 @@ struct DevicePluginRuntime {
   std::unique_ptr<plugin::DevicePluginServer> server;
 };
 
+// The devices each reservation's name marks in the pools (what owners' claims select).
+std::map<std::string, std::vector<reservation::DeviceRef>> ReservedDevicesOf(
+    const std::vector<publish::Pool>& pools) {
+  std::map<std::string, std::vector<reservation::DeviceRef>> out;
+  for (const publish::Pool& p : pools) {
+    for (const publish::Device& d : p.devices) {
+      auto it = d.attributes.find(publish::kReservationAttribute);
+      if (it == d.attributes.end()) continue;
+      if (const std::string* name = std::get_if<std::string>(&it->second)) {
+        out[*name].push_back({p.driver, p.name, d.name});
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<publish::ReservedDevices> ToPublish(const std::vector<reservation::Held>& held) {
+  std::vector<publish::ReservedDevices> out;
+  for (const reservation::Held& h : held) out.push_back({h.name, h.cpus, h.gpus, h.since});
+  return out;
+}
+
 struct DriverRuntime {
   std::unique_ptr<prepare::ClaimService> service;
   std::unique_ptr<plugin::KubeletPlugin> plugin;
@@ -198,6 +229,11 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   absl::StatusOr<publish::MixinMode> mixins = publish::ParseMixinMode(cmd.slice_mixins);
   if (!mixins.ok()) {
     err << "topodra run: error: --slice-mixins: " << mixins.status().message() << "\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<publish::TaintMode> taints = publish::ParseTaintMode(cmd.reservation_taints);
+  if (!taints.ok()) {
+    err << "topodra run: error: --reservation-taints: " << taints.status().message() << "\n";
     return kExitUsage;
   }
   absl::StatusOr<std::optional<std::string>> metrics_ports =
@@ -366,7 +402,16 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
     });
   }
 
-  std::vector<publish::Pool> pools = publish::BuildPools(*topo, *opts);
+  // What is published follows the machine and the reservations; both change at run time, from
+  // the main loop and from the reservation controller.
+  std::mutex publish_mu;
+  publish::PublishOptions pub = *opts;  // guarded by publish_mu
+  topology::Topology current = *topo;   // guarded by publish_mu
+  {
+    std::lock_guard<std::mutex> lock(node.mu);
+    pub.reservations = ToPublish(reservation::HeldDevices(node.state));
+  }
+  std::vector<publish::Pool> pools = publish::BuildPools(*topo, pub);  // guarded by publish_mu
   prepare::ApiClaimSource claim_source(client->get());
   const cdi::SpecStore cdi_store(cmd.cdi_dir);
   std::vector<DriverRuntime> drivers;
@@ -389,7 +434,7 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   }
   for (int i = 0; i < (serve_gpus ? 2 : 1); ++i) {
     prepare::DriverSetup setup =
-        i == 0 ? CpuSetup(*topo, *opts) : GpuSetup(*topo, *opts, pools, cmd.host_root);
+        i == 0 ? CpuSetup(*topo, pub) : GpuSetup(*topo, pub, pools, cmd.host_root);
     if (i == 0) setup.cpuset_hook = cpuset_hook;
     DriverRuntime d;
     d.service =
@@ -428,7 +473,7 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
       return kExitUsage;
     }
     const prepare::DriverSetup dra =
-        gpu ? GpuSetup(*topo, *opts, pools, cmd.host_root) : CpuSetup(*topo, *opts);
+        gpu ? GpuSetup(*topo, pub, pools, cmd.host_root) : CpuSetup(*topo, pub);
     DevicePluginRuntime d;
     d.kind = kind;
     deviceplugin::ResourceSetup dp_setup = DpSetup(kind, resource, dra);
@@ -470,11 +515,68 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
     po.driver = driver;
     po.node_name = opts->node_name;
     po.mixins = *mixins;
+    po.taints = *taints;
     publishers.push_back(std::make_unique<publish::SlicePublisher>(client->get(), po));
   }
   // A driver without a pool (no GPUs, --gpus=none) still runs: it removes stale slices.
   publishers[0]->SetDesired(PoolOf(pools, opts->cpu_driver));
   publishers[1]->SetDesired(PoolOf(pools, opts->gpu_driver));
+  std::map<std::string, std::vector<reservation::DeviceRef>> reserved_devices =
+      ReservedDevicesOf(pools);  // guarded by publish_mu
+
+  // With publish_mu held: rebuilds the pools from the machine `now` and the reservations' held
+  // devices; when they changed, republishes and tells prepare and the device plugin.
+  auto republish = [&](const topology::Topology& now) {
+    {
+      std::lock_guard<std::mutex> lock(node.mu);
+      pub.reservations = ToPublish(reservation::HeldDevices(node.state));
+    }
+    std::vector<publish::Pool> next = publish::BuildPools(now, pub);
+    current = now;
+    if (next == pools) return false;
+    pools = std::move(next);
+    reserved_devices = ReservedDevicesOf(pools);
+    publishers[0]->SetDesired(PoolOf(pools, opts->cpu_driver));
+    publishers[1]->SetDesired(PoolOf(pools, opts->gpu_driver));
+    prepare::DriverSetup cpu_setup = CpuSetup(now, pub);
+    cpu_setup.cpuset_hook = cpuset_hook;
+    drivers[0].service->Update(std::move(cpu_setup), now);
+    if (drivers.size() > 1) {
+      drivers[1].service->Update(GpuSetup(now, pub, pools, cmd.host_root), now);
+    }
+    for (DevicePluginRuntime& d : device_plugins) {
+      const bool gpu = d.kind == deviceplugin::ResourceKind::kGpu;
+      d.service->Update(
+          DpSetup(d.kind, d.service->resource(),
+                  gpu ? GpuSetup(now, pub, pools, cmd.host_root) : CpuSetup(now, pub)),
+          now);
+    }
+    return true;
+  };
+
+  // Reservations: placed in the state, published marked, statuses written.
+  std::unique_ptr<reservation::Controller> reservations;
+  if (cmd.reservations == "on") {
+    reservation::ControllerOptions ro;
+    ro.node_name = opts->node_name;
+    reservations = std::make_unique<reservation::Controller>(
+        client->get(), ro, &node, reservation::RealClock(),
+        [&] {
+          std::lock_guard<std::mutex> lock(publish_mu);
+          reservation::NodeContext ctx;
+          ctx.topo = current;
+          ctx.reserved_cpus = pub.reserved_cpus;
+          for (const auto& [name, gpu] : GpuSetup(current, pub, pools, cmd.host_root).gpus) {
+            ctx.gpus[name] = gpu.pci_bus_id;
+          }
+          ctx.devices = reserved_devices;
+          return ctx;
+        },
+        [&] {
+          std::lock_guard<std::mutex> lock(publish_mu);
+          if (republish(current)) spdlog::info("reservations changed the devices; republishing");
+        });
+  }
 
   // The main loop beats at every turn (at least every --topology-refresh seconds); /healthz
   // fails when it has stopped for much longer than that.
@@ -548,6 +650,7 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
 
   std::vector<std::thread> threads;
   for (auto& p : publishers) threads.emplace_back([&p] { p->Run(); });
+  if (reservations != nullptr) reservations->Start();
 
   // CPUs going offline, GPUs disappearing: the kernel says so at once, so the device lists
   // (ListAndWatch, slices) follow within milliseconds instead of at the next periodic
@@ -600,31 +703,21 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
                    std::string(now.status().message()));
       continue;
     }
-    std::vector<publish::Pool> next = publish::BuildPools(*now, *opts);
+    bool changed = false;
+    {
+      std::lock_guard<std::mutex> lock(publish_mu);
+      changed = republish(*now);
+    }
     malloc_trim(0);
-    if (next != pools) {
+    if (changed) {
       spdlog::info("topology changed: {} CPUs online, {} GPUs; republishing", now->cpus.size(),
                    now->gpus.size());
-      pools = std::move(next);
-      publishers[0]->SetDesired(PoolOf(pools, opts->cpu_driver));
-      publishers[1]->SetDesired(PoolOf(pools, opts->gpu_driver));
       {
         std::lock_guard<std::mutex> lock(online_mu);
         online = now->online;
       }
-      prepare::DriverSetup cpu_setup = CpuSetup(*now, *opts);
-      cpu_setup.cpuset_hook = cpuset_hook;
-      drivers[0].service->Update(std::move(cpu_setup), *now);
-      if (drivers.size() > 1) {
-        drivers[1].service->Update(GpuSetup(*now, *opts, pools, cmd.host_root), *now);
-      }
-      for (DevicePluginRuntime& d : device_plugins) {
-        const bool gpu = d.kind == deviceplugin::ResourceKind::kGpu;
-        d.service->Update(
-            DpSetup(d.kind, d.service->resource(),
-                    gpu ? GpuSetup(*now, *opts, pools, cmd.host_root) : CpuSetup(*now, *opts)),
-            *now);
-      }
+      // Reserved devices may have left the machine.
+      if (reservations != nullptr) reservations->Kick();
     }
   }
   // Probes and scrapes read what is stopped next.
@@ -637,6 +730,7 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   if (reconciler != nullptr) reconciler->Stop();
   (void)joiner;
   // The kubelet first: it stops sending claims and deregisters before the slices go quiet.
+  if (reservations != nullptr) reservations->Stop();
   if (reclaimer != nullptr) reclaimer->Stop();
   for (DevicePluginRuntime& d : device_plugins) d.server->Stop();
   for (DriverRuntime& d : drivers) d.plugin->Stop();

@@ -140,6 +140,37 @@ absl::StatusOr<Claim> ParseClaim(const json& j) {
     return s;
   }
 
+  if (const json* labels = Member(*metadata, "labels"); labels != nullptr) {
+    if (!labels->is_object()) return TypeError("metadata.labels", "an object", *labels);
+    for (const auto& [k, v] : labels->items()) {
+      if (!v.is_string()) {
+        return TypeError(absl::StrCat("metadata.labels[\"", k, "\"]"), "a string", v);
+      }
+      claim.labels.emplace(k, v.get_ref<const std::string&>());
+    }
+  }
+  if (const json* refs = Member(*metadata, "ownerReferences"); refs != nullptr) {
+    if (!refs->is_array()) return TypeError("metadata.ownerReferences", "an array", *refs);
+    for (size_t i = 0; i < refs->size(); ++i) {
+      const json& r = (*refs)[i];
+      const std::string rpath = absl::StrCat("metadata.ownerReferences[", i, "]");
+      if (!r.is_object()) return TypeError(rpath, "an object", r);
+      const json* controller = Member(r, "controller");
+      if (controller == nullptr || !controller->is_boolean() || !controller->get<bool>()) continue;
+      ControllerRef c;
+      for (auto [key, out] : {std::pair<const char*, std::string*>{"apiVersion", &c.api_version},
+                              {"kind", &c.kind},
+                              {"name", &c.name},
+                              {"uid", &c.uid}}) {
+        if (absl::Status s = ReadString(r, key, absl::StrCat(rpath, ".", key), false, *out);
+            !s.ok()) {
+          return s;
+        }
+      }
+      claim.controller = std::move(c);
+    }
+  }
+
   const json* status = Member(j, "status");
   if (status == nullptr) return claim;
   if (!status->is_object()) return TypeError("status", "an object", *status);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,6 +42,15 @@ struct DeviceConfig {
   nlohmann::json parameters;          // opaque.parameters, a JSON object, undecoded
 };
 
+// An ownerReference of the claim (metadata.ownerReferences[] with controller: true).
+struct ControllerRef {
+  std::string api_version;
+  std::string kind;
+  std::string name;
+  std::string uid;
+  bool operator==(const ControllerRef&) const = default;
+};
+
 struct Claim {
   std::string uid;
   std::string namespace_name;
@@ -50,6 +60,9 @@ struct Claim {
   std::vector<DeviceConfig> configs;  // status.allocation.devices.config, in order
   // "namespace/name" of the pods in status.reservedFor, for log lines.
   std::vector<std::string> pods;
+  // metadata.labels and the controller reference: what Reservation owners match on.
+  std::map<std::string, std::string> labels;
+  std::optional<ControllerRef> controller;
 
   // "namespace/name", the form every claim-scoped message starts with.
   std::string Ref() const;

@@ -106,6 +106,25 @@ absl::Status CheckAgainstNode(const CpuSet& cpus, const topology::Topology& topo
     }
     return absl::InvalidArgumentError(absl::StrJoin(parts, "; "));
   }
+  if (const CpuSet taken = cpus & node.reserved_for_others; !taken.Empty()) {
+    std::vector<std::pair<std::string, CpuSet>> groups;
+    for (int cpu : taken) {
+      std::string who = node.reservation ? node.reservation(cpu) : "a reservation";
+      auto it = groups.begin();
+      while (it != groups.end() && it->first != who) ++it;
+      if (it == groups.end()) {
+        groups.emplace_back(std::move(who), CpuSet{cpu});
+      } else {
+        it->second.Add(cpu);
+      }
+    }
+    std::vector<std::string> parts;
+    for (const auto& [who, set] : groups) {
+      parts.push_back(
+          absl::StrCat(CpusAre(set), " held by ", who, ", and the claim is not one of its owners"));
+    }
+    return absl::InvalidArgumentError(absl::StrJoin(parts, "; "));
+  }
   return absl::OkStatus();
 }
 

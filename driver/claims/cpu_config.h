@@ -41,6 +41,10 @@ struct NodeCpuState {
   // "device-plugin allocation ..."); may be empty or answer nullopt, then the message says
   // "another claim".
   std::function<std::optional<std::string>(int cpu)> holder;
+  // CPUs held by Reservations this claim is not an owner of, and which one holds a CPU
+  // (`Reservation "r1"`), for messages.
+  CpuSet reserved_for_others;
+  std::function<std::string(int cpu)> reservation;
 };
 
 // The node's CPU pool as published: what each device name stands for.

@@ -46,6 +46,33 @@ const state::Allocation* DraHolder(const ResourceSetup& setup, const state::Stat
   return a != nullptr && a->kind == state::AllocationKind::kDraClaim ? a : nullptr;
 }
 
+// The Reservation holding `id` for its owners' DRA claims, if any: device-plugin pods are never
+// owners. A device that a device-plugin pod already holds (a preAllocation waits for it) stays
+// that pod's until released.
+const state::Reservation* ReservationOf(const ResourceSetup& setup, const state::State& held,
+                                        const std::string& id) {
+  std::optional<std::string> uid, owner;
+  if (setup.kind == ResourceKind::kCpu) {
+    std::optional<int> cpu = ParseCpuId(id);
+    if (!cpu) return nullptr;
+    uid = held.ReservationOfCpu(*cpu);
+    owner = held.HolderOfCpu(*cpu);
+  } else {
+    uid = held.ReservationOfGpu(id);
+    owner = held.HolderOfGpu(id);
+  }
+  if (!uid) return nullptr;
+  if (owner) {
+    const state::Allocation* a = held.Find(*owner);
+    if (a != nullptr && a->kind == state::AllocationKind::kDevicePlugin) return nullptr;
+  }
+  return held.FindReservation(*uid);
+}
+
+std::string ReservedMessage(const state::Reservation& r) {
+  return absl::StrCat("is held by Reservation \"", r.name, "\" for the DRA claims of its owners");
+}
+
 bool CpuLess(const std::string& a, const std::string& b) {
   return a.size() != b.size() ? a.size() < b.size() : a < b;
 }
@@ -172,7 +199,8 @@ std::vector<Device> ListDevices(const ResourceSetup& setup, const topology::Topo
     for (int cpu : (topo.online | topo.offline) - setup.reserved) {
       Device d;
       d.id = std::to_string(cpu);
-      d.healthy = topo.online.Contains(cpu) && !dra_held.Contains(cpu);
+      d.healthy = topo.online.Contains(cpu) && !dra_held.Contains(cpu) &&
+                  ReservationOf(setup, held, d.id) == nullptr;
       d.numa_nodes = numa(topo.NumaOf(cpu));
       out.push_back(std::move(d));
     }
@@ -183,7 +211,8 @@ std::vector<Device> ListDevices(const ResourceSetup& setup, const topology::Topo
     if (!setup.gpus.contains(gpu.pci_bus_id)) continue;
     Device d;
     d.id = gpu.pci_bus_id;
-    d.healthy = DraHolder(setup, held, gpu.pci_bus_id) == nullptr;
+    d.healthy = DraHolder(setup, held, gpu.pci_bus_id) == nullptr &&
+                ReservationOf(setup, held, gpu.pci_bus_id) == nullptr;
     d.numa_nodes = numa(gpu.numa);
     listed.insert(d.id);
     out.push_back(std::move(d));
@@ -215,11 +244,16 @@ absl::StatusOr<std::vector<std::string>> PreferredAllocation(
                                                         Quote(id), " is held by ",
                                                         state::Describe(*a)));
     }
+    if (const state::Reservation* r = ReservationOf(setup, held, id)) {
+      return absl::FailedPreconditionError(absl::StrCat(setup.resource, ": must-include device ",
+                                                        Quote(id), " ", ReservedMessage(*r)));
+    }
   }
   std::vector<std::string> offered;
   for (const std::string& id : available) {
     if (!CheckKnown(setup, topo, id).ok()) continue;  // someone else's device: not ours to pick
     if (DraHolder(setup, held, id) != nullptr) continue;
+    if (ReservationOf(setup, held, id) != nullptr) continue;
     offered.push_back(id);
   }
   std::vector<std::string> out;
@@ -304,6 +338,10 @@ absl::StatusOr<AllocatePlan> PlanAllocate(const ResourceSetup& setup,
       return absl::FailedPreconditionError(absl::StrCat(setup.resource, ": device ", Quote(id),
                                                         " is held by ", state::Describe(*a),
                                                         " (prepared through DRA)"));
+    }
+    if (const state::Reservation* r = ReservationOf(setup, held, id)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(setup.resource, ": device ", Quote(id), " ", ReservedMessage(*r)));
     }
   }
   std::vector<std::string> sorted = ids;

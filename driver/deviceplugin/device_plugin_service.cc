@@ -93,12 +93,12 @@ absl::StatusOr<DevicePluginService::Allocated> DevicePluginService::AllocateOne(
     for (const state::Allocation& s : plan.shrunk) {
       before.push_back(*node_->state.Find(s.owner));
       (void)node_->state.Remove(s.owner);
-      if (!s.cpus.Empty() || !s.gpus.empty()) (void)node_->state.Add(s);
+      if (!s.cpus.Empty() || !s.gpus.empty()) (void)node_->state.Restore(s);
     }
     if (absl::Status st = node_->state.Add(plan.allocation); !st.ok()) {
       for (const state::Allocation& b : before) {
         (void)node_->state.Remove(b.owner);
-        (void)node_->state.Add(b);
+        (void)node_->state.Restore(b);
       }
       return st;
     }
@@ -113,7 +113,7 @@ absl::StatusOr<DevicePluginService::Allocated> DevicePluginService::AllocateOne(
     (void)node_->state.Remove(owner);
     for (const state::Allocation& b : before) {
       (void)node_->state.Remove(b.owner);
-      (void)node_->state.Add(b);
+      (void)node_->state.Restore(b);
     }
     node_->changes.Notify();
   };

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "driver/allocation/cpu_allocator.h"
+#include "driver/reservation/lifecycle.h"
 
 namespace topodra::prepare {
 namespace {
@@ -36,6 +37,29 @@ std::string QualifiedOrEmpty(const std::string& kind, const std::string& device)
   return q.ok() ? *q : std::string();
 }
 
+// The reservation whose devices a claim takes (its usage is accounted there), or "". A claim
+// may draw on one reservation only: two would each see the claim as partly theirs.
+absl::StatusOr<std::string> OneReservation(const claims::Claim& claim, const state::State& held,
+                                           const CpuSet& cpus, const std::set<std::string>& gpus) {
+  std::set<std::string> touched;
+  for (int cpu : cpus) {
+    if (std::optional<std::string> uid = held.ReservationOfCpu(cpu)) touched.insert(*uid);
+  }
+  for (const std::string& gpu : gpus) {
+    if (std::optional<std::string> uid = held.ReservationOfGpu(gpu)) touched.insert(*uid);
+  }
+  if (touched.size() > 1) {
+    std::vector<std::string> names;
+    for (const std::string& uid : touched) {
+      names.push_back(reservation::Describe(*held.FindReservation(uid)));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("claim ", claim.Ref(), " takes devices of several reservations (",
+                     absl::StrJoin(names, ", "), "); a claim may use one reservation"));
+  }
+  return touched.empty() ? std::string() : *touched.begin();
+}
+
 struct ResultCpus {
   const claims::CpuAssignment* assignment;
   CpuSet cpus;
@@ -57,6 +81,17 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
     if (a == nullptr) return std::nullopt;
     return state::Describe(*a);
   };
+  // Reserved CPUs are for the reservations' owners only.
+  const std::set<std::string> usable = reservation::UsableBy(held, claim);
+  node.reserved_for_others = held.ReservedCpus();
+  for (const std::string& uid : usable) {
+    node.reserved_for_others -= held.FindReservation(uid)->cpus;
+  }
+  node.reservation = [&held](int cpu) {
+    const std::optional<std::string> uid = held.ReservationOfCpu(cpu);
+    const state::Reservation* r = uid ? held.FindReservation(*uid) : nullptr;
+    return r != nullptr ? reservation::Describe(*r) : std::string("a reservation");
+  };
   absl::StatusOr<std::vector<claims::CpuAssignment>> assignments = claims::ResolveCpuAssignments(
       claim, setup.driver, topo, node, setup.cpu_pool, setup.cpu_capacity);
   if (!assignments.ok()) return assignments.status();
@@ -73,10 +108,20 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
     if (a.explicit_cpus) continue;
     allocation::CpuRequest req;
     req.count = a.count;
-    req.available = a.device_cpus - node.reserved - node.held_by_others - taken;
+    req.available =
+        a.device_cpus - node.reserved - node.held_by_others - node.reserved_for_others - taken;
     absl::StatusOr<CpuSet> cpus = allocation::AllocateCpus(topo, req);
     if (!cpus.ok()) {
       const CpuSet free = req.available & topo.online;
+      if (const CpuSet blocked = a.device_cpus & node.reserved_for_others; !blocked.Empty()) {
+        // Most likely a reservation's own device: say whose, not just "no CPU free".
+        return absl::InvalidArgumentError(absl::StrCat(
+            "claim ", claim.Ref(), " request ", Quote(a.request), ": ", a.count,
+            " CPUs wanted from device ", Quote(a.device), " but ",
+            blocked.Size() == 1 ? "CPU " : "CPUs ", blocked.ToString(), " there ",
+            blocked.Size() == 1 ? "is" : "are", " held by ", node.reservation(*blocked.begin()),
+            ", and the claim is not one of its owners (", free.Size(), " free otherwise)"));
+      }
       return absl::Status(
           cpus.status().code() == absl::StatusCode::kResourceExhausted
               ? absl::StatusCode::kResourceExhausted
@@ -100,6 +145,9 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
   Plan plan;
   state::Allocation& alloc = plan.allocation;
   alloc.cpus = taken;
+  absl::StatusOr<std::string> from = OneReservation(claim, held, taken, {});
+  if (!from.ok()) return from.status();
+  alloc.reservation = *from;
   if (chosen.empty()) return plan;
 
   // Per base request, the union of its CPUs: every device of a request carries the same value,
@@ -152,6 +200,7 @@ absl::StatusOr<Plan> PlanGpu(const claims::Claim& claim, const DriverSetup& setu
       claims::ResultsForDriver(claim, setup.driver);
   Plan plan;
   state::Allocation& alloc = plan.allocation;
+  const std::set<std::string> usable = reservation::UsableBy(held, claim);
   struct Chosen {
     const claims::DeviceResult* result;
     const GpuDevice* gpu;
@@ -184,6 +233,13 @@ absl::StatusOr<Plan> PlanGpu(const claims::Claim& claim, const DriverSetup& setu
             prefix, "GPU ", Quote(r->device), " (", gpu.pci_bus_id, ") is already prepared for ",
             a != nullptr ? state::Describe(*a) : "another owner"));
       }
+      if (std::optional<std::string> uid = held.ReservationOfGpu(gpu.pci_bus_id);
+          uid.has_value() && !usable.contains(*uid)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(prefix, "GPU ", Quote(r->device), " (", gpu.pci_bus_id, ") is held by ",
+                         reservation::Describe(*held.FindReservation(*uid)),
+                         ", and the claim is not one of its owners"));
+      }
       if (!alloc.gpus.insert(gpu.pci_bus_id).second) {
         return absl::InvalidArgumentError(
             absl::StrCat(claim_prefix, ": GPU ", Quote(r->device), " is allocated to two results"));
@@ -192,6 +248,9 @@ absl::StatusOr<Plan> PlanGpu(const claims::Claim& claim, const DriverSetup& setu
     by_request[claims::BaseRequest(r->request)].push_back(gpu.pci_bus_id);
     chosen.push_back({r, &gpu});
   }
+  absl::StatusOr<std::string> from = OneReservation(claim, held, {}, alloc.gpus);
+  if (!from.ok()) return from.status();
+  alloc.reservation = *from;
   if (chosen.empty()) return plan;
 
   const std::string uid = claim.uid;

@@ -128,7 +128,7 @@ class ChartTest(unittest.TestCase):
         self.assertEqual(default, sorted(["ServiceAccount", "ClusterRole", "ClusterRoleBinding",
                                           "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
                                           "DeviceClass", "DaemonSet"]))
-        self.assertEqual(len([d for d in self.renders["default"]["documents"] if d["object"]["kind"] == "DeviceClass"]), 2)
+        self.assertEqual(len([d for d in self.renders["default"]["documents"] if d["object"]["kind"] == "DeviceClass"]), 4)
         self.assertIn("ConfigMap", [d["object"]["kind"] for d in self.renders["testing"]["documents"]])
         self.assertEqual(["DaemonSet"], [d["object"]["kind"] for d in self.renders["synthetic"]["documents"]])
         self.assertIn("topodra", self.renders["default"]["notes"])
@@ -234,7 +234,13 @@ class ChartTest(unittest.TestCase):
             ("resource.k8s.io", "resourceslices"): sorted(["list", "watch", "create", "update", "delete"]),
             ("resource.k8s.io", "resourceclaims"): ["get"],
             ("", "nodes"): ["get"],
+            ("topodra.io", "reservations"): ["get", "list", "watch"],
+            ("topodra.io", "reservations/status"): ["update"],
         })
+        off = render(["reservations.enabled=false"])
+        role = [d["object"] for d in off["documents"] if d["object"]["kind"] == "ClusterRole"][0]
+        self.assertNotIn("topodra.io", {g for rule in role["rules"] for g in rule["apiGroups"]})
+        self.assertIn("--reservations=off", self.args_of(off))
 
     def test_admission_policy(self):
         docs = {d["object"]["kind"]: d["object"] for d in self.renders["default"]["documents"]}
@@ -251,9 +257,33 @@ class ChartTest(unittest.TestCase):
 
     def test_device_classes_select_drivers(self):
         r = render(["publish.cpuDriverName=cpu.example.com"])
-        exprs = [d["object"]["spec"]["selectors"][0]["cel"]["expression"]
-                 for d in r["documents"] if d["object"]["kind"] == "DeviceClass"]
-        self.assertEqual(exprs, ['device.driver == "cpu.example.com"', 'device.driver == "gpu.topodra.io"'])
+        classes = {d["object"]["metadata"]["name"]: [sel["cel"]["expression"]
+                                                     for sel in d["object"]["spec"]["selectors"]]
+                   for d in r["documents"] if d["object"]["kind"] == "DeviceClass"}
+        plain = '!("reservation" in device.attributes["topodra.io"])'
+        reserved = '"reservation" in device.attributes["topodra.io"]'
+        self.assertEqual(classes, {
+            "dra.cpu": ['device.driver == "cpu.example.com"', plain],
+            "gpu.topodra.io": ['device.driver == "gpu.topodra.io"', plain],
+            "reserved.dra.cpu": ['device.driver == "cpu.example.com"', reserved],
+            "reserved.gpu.topodra.io": ['device.driver == "gpu.topodra.io"', reserved],
+        })
+
+    def test_reservation_crd(self):
+        crddir = os.path.join(CHART, "crds")
+        with open(os.path.join(crddir, "reservations.topodra.io.yaml")) as fh:
+            crd = yaml.safe_load(fh)
+        self.assertEqual(crd["apiVersion"], "apiextensions.k8s.io/v1")
+        self.assertEqual(crd["kind"], "CustomResourceDefinition")
+        self.assertEqual(crd["metadata"]["name"], "reservations.topodra.io")
+        self.assertEqual(crd["spec"]["scope"], "Cluster")
+        version = crd["spec"]["versions"][0]
+        self.assertEqual(version["name"], "v1alpha1")
+        self.assertEqual(version["subresources"], {"status": {}})
+        self.assertEqual(version["selectableFields"], [{"jsonPath": ".spec.nodeName"}])
+        # The attribute value and taint value carry the name: at most 63 characters.
+        self.assertEqual(version["schema"]["openAPIV3Schema"]["properties"]["metadata"]
+                         ["properties"]["name"]["maxLength"], 63)
 
     def test_examples(self):
         exdir = os.path.join(CHART, "examples")

@@ -82,6 +82,29 @@ TEST(ParseClaimTest, PodsOfReservedForAreKeptForLogLinesAndOddEntriesSkipped) {
   EXPECT_TRUE(claim->pods.empty());
 }
 
+TEST(ParseClaimTest, LabelsAndTheControllerReferenceAreKeptForReservationOwners) {
+  json j = json::parse(kFullClaim);
+  j["metadata"]["labels"] = {{"team", "a"}, {"tier", "gold"}};
+  j["metadata"]["ownerReferences"] = json::array({
+      {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"name", "not-controller"}, {"uid", "c0"}},
+      {{"apiVersion", "v1"},
+       {"kind", "Pod"},
+       {"name", "trainer-0"},
+       {"uid", "p1"},
+       {"controller", true}},
+  });
+  absl::StatusOr<Claim> claim = ParseClaim(j);
+  ASSERT_TRUE(claim.ok()) << claim.status();
+  EXPECT_EQ(claim->labels, (std::map<std::string, std::string>{{"team", "a"}, {"tier", "gold"}}));
+  ASSERT_TRUE(claim->controller.has_value());
+  EXPECT_EQ(*claim->controller, (ControllerRef{"v1", "Pod", "trainer-0", "p1"}));
+
+  j["metadata"].erase("ownerReferences");
+  claim = ParseClaim(j);
+  ASSERT_TRUE(claim.ok()) << claim.status();
+  EXPECT_FALSE(claim->controller.has_value());
+}
+
 TEST(ParseClaimTest, UnallocatedClaims) {
   for (const char* text : {
            R"({"metadata": {"uid": "u", "namespace": "n", "name": "c"}})",
@@ -145,6 +168,14 @@ INSTANTIATE_TEST_SUITE_P(
         ParseErrorCase{"NamespaceNumber",
                        R"({"metadata": {"uid": "u", "namespace": 3, "name": "c"}})",
                        "metadata.namespace: expected a string, got number"},
+        ParseErrorCase{"LabelNumber",
+                       R"({"metadata": {"uid": "u", "namespace": "n", "name": "c",
+                                        "labels": {"a": 1}}})",
+                       "metadata.labels[\"a\"]: expected a string, got number"},
+        ParseErrorCase{"ControllerKindNumber",
+                       R"({"metadata": {"uid": "u", "namespace": "n", "name": "c",
+                                        "ownerReferences": [{"controller": true, "kind": 1}]}})",
+                       "metadata.ownerReferences[0].kind: expected a string, got number"},
         ParseErrorCase{"StatusArray",
                        R"({"metadata": {"uid": "u", "namespace": "n", "name": "c"}, "status": []})",
                        "status: expected an object, got array"},

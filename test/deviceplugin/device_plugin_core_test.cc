@@ -969,3 +969,55 @@ TEST(NamesTest, DeviceIdsSortedLikeTheList) {
 
 }  // namespace
 }  // namespace topodra::deviceplugin
+
+namespace topodra::deviceplugin {
+namespace {
+
+state::Reservation ReservationOn(const std::string& name, CpuSet cpus,
+                                 std::set<std::string> gpus = {}) {
+  state::Reservation r;
+  r.uid = "uid-" + name;
+  r.name = name;
+  r.cpus = std::move(cpus);
+  r.gpus = std::move(gpus);
+  r.spec = nlohmann::json{{"owners", {{{"namespace", "a"}}}}};
+  return r;
+}
+
+// Reservations are for their owners' DRA claims: device-plugin pods never get their devices.
+TEST(ReservationTest, ReservedDevicesAreUnhealthyNeverPreferredAndRefused) {
+  const Topology& t = Load(k32);
+  const ResourceSetup cpu = CpuSetup();
+  state::State held;
+  ASSERT_TRUE(held.PutReservation(ReservationOn("r1", Cpus("8-9"))).ok());
+  for (const Device& d : ListDevices(cpu, t, held)) {
+    EXPECT_EQ(d.healthy, d.id != "8" && d.id != "9") << d.id;
+  }
+  absl::StatusOr<std::vector<std::string>> pref =
+      PreferredAllocation(cpu, t, held, CpuIds("8-11"), {}, 2);
+  ASSERT_TRUE(pref.ok()) << pref.status();
+  EXPECT_THAT(*pref, ::testing::ElementsAre("10", "11"));
+  pref = PreferredAllocation(cpu, t, held, CpuIds("8-11"), {"8"}, 2);
+  ASSERT_FALSE(pref.ok());
+  EXPECT_EQ(std::string(pref.status().message()),
+            "topodra.io/cpu: must-include device \"8\" is held by Reservation \"r1\" for the DRA "
+            "claims of its owners");
+  absl::StatusOr<AllocatePlan> plan = PlanAllocate(cpu, t, held, {"9"});
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(std::string(plan.status().message()),
+            "topodra.io/cpu: device \"9\" is held by Reservation \"r1\" for the DRA claims of its "
+            "owners");
+
+  const Topology& dgx = Load(kDgx);
+  const ResourceSetup gpu = GpuSetup(dgx);
+  state::State g;
+  ASSERT_TRUE(g.PutReservation(ReservationOn("g", {}, {"0000:34:00.0"})).ok());
+  for (const Device& d : ListDevices(gpu, dgx, g)) {
+    EXPECT_EQ(d.healthy, d.id != "0000:34:00.0") << d.id;
+  }
+  EXPECT_FALSE(PlanAllocate(gpu, dgx, g, {"0000:34:00.0"}).ok());
+  EXPECT_TRUE(PlanAllocate(gpu, dgx, g, {"0000:36:00.0"}).ok());
+}
+
+}  // namespace
+}  // namespace topodra::deviceplugin

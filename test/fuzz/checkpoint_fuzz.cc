@@ -37,6 +37,9 @@ void CheckJournalLine(const std::string& text) {
   absl::StatusOr<nlohmann::json> body = topodra::state::DecodeJournalLine(text);
   if (!body.ok()) return;
   if (body->contains("put")) (void)topodra::state::AllocationFromJson((*body)["put"]);
+  if (body->contains("putReservation")) {
+    (void)topodra::state::ReservationFromJson((*body)["putReservation"]);
+  }
   std::string line = topodra::state::EncodeJournalLine(*body);
   line.pop_back();
   absl::StatusOr<nlohmann::json> back = topodra::state::DecodeJournalLine(line);

@@ -45,6 +45,11 @@ void Daemon::Start(const DaemonDirs& dirs, const std::vector<std::string>& extra
     args.push_back("--metrics-address");
     args.push_back("none");
   }
+  // Reservations need their CRD on the fake API server: only where a test serves it.
+  if (std::find(extra.begin(), extra.end(), "--reservations") == extra.end()) {
+    args.push_back("--reservations");
+    args.push_back("off");
+  }
   args.insert(args.end(), extra.begin(), extra.end());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());

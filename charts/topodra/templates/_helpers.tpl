@@ -63,6 +63,8 @@ daemon's default applies. --node-name comes from the downward API.
 - --cgroup-root={{ .Values.cpuPinning.cgroupRoot }}
 - --hook-dir={{ .Values.cpuPinning.hookDir }}
 {{- end }}
+- --reservations={{ if .Values.reservations.enabled }}on{{ else }}off{{ end }}
+- --reservation-taints={{ .Values.reservations.taints }}
 - --log-format={{ .Values.logging.format }}
 {{- if eq (int .Values.logging.verbosity) 1 }}
 - -v

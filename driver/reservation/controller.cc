@@ -1,0 +1,414 @@
+#include "driver/reservation/controller.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace topodra::reservation {
+namespace {
+
+using json = nlohmann::json;
+
+class SystemClock : public Clock {
+ public:
+  absl::Time Now() override { return absl::Now(); }
+};
+
+const json& Field(const json& j, const char* key) {
+  static const json kNull;
+  if (!j.is_object()) return kNull;
+  auto it = j.find(key);
+  return it == j.end() ? kNull : *it;
+}
+
+std::string StringField(const json& j, const char* key) {
+  const json& v = Field(j, key);
+  return v.is_string() ? v.get<std::string>() : std::string();
+}
+
+}  // namespace
+
+Clock* RealClock() {
+  static SystemClock clock;
+  return &clock;
+}
+
+std::vector<Held> HeldDevices(const state::State& st) {
+  std::vector<Held> out;
+  for (const auto& [uid, r] : st.reservations()) {
+    Held h;
+    h.name = r.name;
+    h.since = r.placed_at;
+    auto others = [&](const std::optional<std::string>& owner) {
+      if (!owner) return false;
+      const state::Allocation* a = st.Find(*owner);
+      return a != nullptr && a->reservation != r.uid;
+    };
+    for (int cpu : r.cpus) {
+      if (!others(st.HolderOfCpu(cpu))) h.cpus.Add(cpu);
+    }
+    for (const std::string& g : r.gpus) {
+      if (!others(st.HolderOfGpu(g))) h.gpus.insert(g);
+    }
+    if (h.cpus.Empty() && h.gpus.empty()) continue;
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+Controller::Controller(kube::RestClient* client, ControllerOptions options,
+                       prepare::NodeAllocations* node, Clock* clock,
+                       std::function<NodeContext()> context, std::function<void()> held_changed)
+    : client_(client),
+      opts_(std::move(options)),
+      node_(node),
+      clock_(clock),
+      context_(std::move(context)),
+      held_changed_(std::move(held_changed)) {}
+
+Controller::~Controller() { Stop(); }
+
+std::string Controller::Collection() const {
+  return absl::StrCat("/apis/", kGroup, "/", kVersion, "/", kPlural);
+}
+
+void Controller::Start() {
+  watch_thread_ = std::thread([this] { WatchLoop(); });
+  pass_thread_ = std::thread([this] { PassLoop(); });
+  // Claims prepared and released change what reservations hold and show.
+  changes_thread_ = std::thread([this] {
+    uint64_t seen = node_->changes.generation();
+    while (!stop_.load()) {
+      const uint64_t now = node_->changes.WaitChange(seen, absl::Milliseconds(250));
+      if (now != seen) {
+        seen = now;
+        Kick();
+      }
+    }
+  });
+}
+
+void Controller::Stop() {
+  stop_ = true;
+  cv_.notify_all();
+  for (std::thread* t : {&watch_thread_, &pass_thread_, &changes_thread_}) {
+    if (t->joinable()) t->join();
+  }
+}
+
+void Controller::Kick() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    kicked_ = true;
+  }
+  cv_.notify_all();
+}
+
+ControllerStatus Controller::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+void Controller::RecordError(const absl::Status& st) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string msg = st.ok() ? "" : std::string(st.message());
+  if (!st.ok()) ++status_.errors;
+  if (msg != status_.last_error) {
+    // Once per change of state, not per retry.
+    if (!st.ok()) {
+      spdlog::warn("reservations node={}: {}; retrying with backoff", opts_.node_name, msg);
+    } else {
+      spdlog::info("reservations node={}: working again", opts_.node_name);
+    }
+  }
+  status_.last_error = msg;
+}
+
+absl::Status Controller::List() {
+  const std::string path = absl::StrCat(
+      Collection(), "?fieldSelector=", kube::UrlEncode("spec.nodeName=" + opts_.node_name));
+  absl::StatusOr<kube::Response> r = client_->Get(path);
+  if (!r.ok()) {
+    if (kube::HttpCodeOf(r.status()) == 404) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!status_.crd_missing) {
+        spdlog::info(
+            "reservations node={}: the Reservation CRD ({}.{}) is not installed; reservations "
+            "are off until it is",
+            opts_.node_name, kPlural, kGroup);
+      }
+      status_.crd_missing = true;
+    }
+    return r.status();
+  }
+  std::map<std::string, Cached> fresh;
+  const json& items = Field(r->body, "items");
+  if (items.is_array()) {
+    for (const json& item : items) {
+      absl::StatusOr<Object> o = ParseObject(item);
+      if (!o.ok()) continue;  // cannot be named, so cannot be reported either
+      const std::string uid = o->uid;
+      fresh[uid] = Cached{item, *std::move(o)};
+    }
+  }
+  resource_version_ = StringField(Field(r->body, "metadata"), "resourceVersion");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cache_ = std::move(fresh);
+    listed_ = true;
+    status_.listed = true;
+    status_.crd_missing = false;
+    kicked_ = true;
+  }
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+bool Controller::HandleEvent(const json& event) {
+  const std::string type = StringField(event, "type");
+  const json& obj = Field(event, "object");
+  if (type == "ERROR") {  // 410 Expired and friends: relist
+    relist_needed_ = true;
+    return false;
+  }
+  const std::string rv = StringField(Field(obj, "metadata"), "resourceVersion");
+  if (!rv.empty()) resource_version_ = rv;
+  if (type == "BOOKMARK") return true;
+  absl::StatusOr<Object> o = ParseObject(obj);
+  if (!o.ok()) return true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (type == "DELETED") {
+      cache_.erase(o->uid);
+    } else {
+      auto it = cache_.find(o->uid);
+      // Our own status write already updated the cache; an older echo must not undo it.
+      if (it != cache_.end() && it->second.object.resource_version == o->resource_version) {
+        return true;
+      }
+      const std::string uid = o->uid;
+      cache_[uid] = Cached{obj, *std::move(o)};
+    }
+    kicked_ = true;
+  }
+  cv_.notify_all();
+  return true;
+}
+
+absl::Status Controller::Watch() {
+  const std::string path = absl::StrCat(
+      Collection(), "?watch=true&allowWatchBookmarks=true&fieldSelector=",
+      kube::UrlEncode("spec.nodeName=" + opts_.node_name), "&resourceVersion=", resource_version_,
+      "&timeoutSeconds=", opts_.watch_timeout_seconds);
+  return client_->Watch(
+      path, [this](const json& e) { return HandleEvent(e); }, &stop_);
+}
+
+void Controller::WatchLoop() {
+  absl::Duration backoff = opts_.initial_backoff;
+  bool need_list = true;
+  while (!stop_.load()) {
+    absl::Status st = absl::OkStatus();
+    if (need_list) {
+      st = List();
+      if (st.ok()) need_list = false;
+    }
+    if (st.ok()) {
+      st = Watch();
+      // A stream that ended normally resumes from the last resourceVersion; one that ended
+      // with an error event or failed starts again from a list.
+      if (!st.ok() || resource_version_.empty() || relist_needed_) need_list = true;
+      relist_needed_ = false;
+      if (st.ok()) {
+        backoff = opts_.initial_backoff;
+        continue;
+      }
+    }
+    if (stop_.load()) break;
+    RecordError(st);
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, absl::ToChronoMilliseconds(backoff), [this] { return stop_.load(); });
+    backoff = std::min(backoff * 2, opts_.max_backoff);
+  }
+}
+
+absl::Status Controller::WriteStatus(const std::string& uid, const json& desired) {
+  json body;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = cache_.find(uid);
+    if (it == cache_.end()) return absl::OkStatus();  // gone meanwhile
+    body = it->second.raw;
+  }
+  body["status"] = desired;
+  const std::string name = StringField(Field(body, "metadata"), "name");
+  absl::StatusOr<kube::Response> r =
+      client_->Put(absl::StrCat(Collection(), "/", name, "/status"), body);
+  if (!r.ok()) {
+    const std::optional<int> code = kube::HttpCodeOf(r.status());
+    if (code == 409 || code == 404) {
+      // Someone changed or deleted it: read it again and decide again.
+      absl::StatusOr<kube::Response> fresh = client_->Get(absl::StrCat(Collection(), "/", name));
+      std::lock_guard<std::mutex> lock(mu_);
+      if (fresh.ok()) {
+        if (absl::StatusOr<Object> o = ParseObject(fresh->body); o.ok() && o->uid == uid) {
+          cache_[uid] = Cached{fresh->body, *std::move(o)};
+        }
+      } else if (kube::HttpCodeOf(fresh.status()) == 404) {
+        cache_.erase(uid);
+      }
+      kicked_ = true;
+    }
+    return absl::Status(r.status().code(),
+                        absl::StrCat("status of reservation ", name, ": ", r.status().message()));
+  }
+  absl::StatusOr<Object> o = ParseObject(r->body);
+  std::lock_guard<std::mutex> lock(mu_);
+  ++status_.status_writes;
+  if (o.ok() && o->uid == uid) cache_[uid] = Cached{r->body, *std::move(o)};
+  return absl::OkStatus();
+}
+
+absl::Status Controller::Pass() {
+  std::lock_guard<std::mutex> pass_lock(pass_mu_);
+  Outcome outcome;
+  // Placing changes what is published, which changes the devices the statuses name: decide
+  // again until nothing moves (twice in practice).
+  for (int round = 0; round < 4; ++round) {
+    const NodeContext ctx = context_();
+    Inputs in;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (listed_) {
+        in.objects.emplace();
+        for (const auto& [uid, c] : cache_) (*in.objects)[uid] = c.object;
+      }
+    }
+    in.topo = &ctx.topo;
+    in.reserved_cpus = ctx.reserved_cpus;
+    in.gpus = ctx.gpus;
+    in.devices = ctx.devices;
+    in.now = clock_->Now();
+    bool state_changed = false;
+    std::vector<Held> held;
+    {
+      std::lock_guard<std::mutex> lock(node_->mu);
+      in.state = &node_->state;
+      outcome = Decide(in);
+      // The journal first for each change would need a copy of the state to validate against;
+      // instead the memory is changed (which validates) and rolled back if the journal fails.
+      for (const std::string& uid : outcome.remove) {
+        const state::Reservation* had = node_->state.FindReservation(uid);
+        if (had == nullptr) continue;
+        const state::Reservation before = *had;
+        (void)node_->state.RemoveReservation(uid);
+        if (absl::Status st = node_->store->RemoveReservation(uid); !st.ok()) {
+          (void)node_->state.PutReservation(before);
+          return absl::Status(
+              st.code(), absl::StrCat("forgetting reservation ", before.name, ": ", st.message()));
+        }
+        state_changed = true;
+      }
+      for (const state::Reservation& r : outcome.put) {
+        const state::Reservation* had = node_->state.FindReservation(r.uid);
+        std::optional<state::Reservation> before;
+        if (had != nullptr) before = *had;
+        if (absl::Status st = node_->state.PutReservation(r); !st.ok()) {
+          spdlog::error("reservation {} (uid {}): cannot record: {}", r.name, r.uid,
+                        std::string(st.message()));
+          continue;
+        }
+        if (absl::Status st = node_->store->PutReservation(r); !st.ok()) {
+          if (before) {
+            (void)node_->state.PutReservation(*before);
+          } else {
+            (void)node_->state.RemoveReservation(r.uid);
+          }
+          return absl::Status(st.code(),
+                              absl::StrCat("recording reservation ", r.name, ": ", st.message()));
+        }
+        state_changed = true;
+      }
+      if (state_changed) prepare::CompactIfDue(node_);
+      held = HeldDevices(node_->state);
+    }
+    for (const std::string& e : outcome.events) spdlog::info("{}", e);
+    if (state_changed) node_->changes.Notify();
+    const bool held_changed = !held_known_ || held != last_held_;
+    if (held_changed) {
+      last_held_ = held;
+      held_known_ = true;
+      held_changed_();
+    }
+    if (!state_changed && !held_changed) break;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++status_.passes;
+  }
+  absl::Status result = absl::OkStatus();
+  for (const auto& [uid, desired] : outcome.status) {
+    bool same = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = cache_.find(uid);
+      same = it == cache_.end() || SameStatus(it->second.object.status, desired);
+    }
+    if (same) continue;
+    if (absl::Status st = WriteStatus(uid, desired); !st.ok() && result.ok()) result = st;
+  }
+  if (outcome.next) {
+    // Expiry is checked at the next pass: make sure there is one then.
+    std::lock_guard<std::mutex> lock(mu_);
+    next_ = outcome.next;
+  }
+  return result;
+}
+
+absl::Status Controller::SyncOnce(bool relist) {
+  if (relist) {
+    if (absl::Status st = List(); !st.ok()) return st;
+  }
+  return Pass();
+}
+
+void Controller::PassLoop() {
+  absl::Duration backoff = opts_.initial_backoff;
+  absl::Time retry_at = absl::InfiniteFuture();
+  absl::Time last_pass = clock_->Now();
+  while (!stop_.load()) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      const absl::Time now = clock_->Now();
+      absl::Time wake = last_pass + opts_.resync;
+      if (next_) wake = std::min(wake, *next_);
+      wake = std::min(wake, retry_at);
+      // The clock may be a test's: never sleep long on it, so a clock moved forward is seen soon.
+      const absl::Duration wait =
+          std::clamp(wake - now, absl::ZeroDuration(), absl::Milliseconds(500));
+      cv_.wait_for(lock, absl::ToChronoMilliseconds(wait),
+                   [this] { return stop_.load() || kicked_; });
+      if (stop_.load()) break;
+      const absl::Time after = clock_->Now();
+      const bool due = after >= wake || kicked_;
+      if (!due) continue;
+      kicked_ = false;
+      next_.reset();
+    }
+    last_pass = clock_->Now();
+    absl::Status st = Pass();
+    RecordError(st);
+    if (st.ok()) {
+      backoff = opts_.initial_backoff;
+      retry_at = absl::InfiniteFuture();
+    } else {
+      retry_at = clock_->Now() + backoff;
+      backoff = std::min(backoff * 2, opts_.max_backoff);
+    }
+  }
+}
+
+}  // namespace topodra::reservation

@@ -1,0 +1,128 @@
+// Keeps the node's Reservations real: lists and watches the Reservation objects of this node,
+// runs lifecycle.h's Decide after every change (objects, claims prepared or released, the
+// machine, the clock), records placements in the crash-safe state before anything is published,
+// tells the daemon when the held devices change (so slices and prepare follow), and writes each
+// object's status. Never exits because of the API server: errors are retried with backoff, and
+// while the objects are unknown nothing is placed or forgotten (expiry and use still apply).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "driver/kube/rest_client.h"
+#include "driver/prepare/claim_service.h"
+#include "driver/reservation/lifecycle.h"
+
+namespace topodra::reservation {
+
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual absl::Time Now() = 0;
+};
+Clock* RealClock();
+
+// What the controller needs to know about the machine and what is published, from the daemon.
+struct NodeContext {
+  topology::Topology topo;
+  CpuSet reserved_cpus;
+  std::map<std::string, std::string> gpus;                // published: device name -> PCI
+  std::map<std::string, std::vector<DeviceRef>> devices;  // reservation name -> devices
+};
+
+// What the daemon publishes for the placed reservations: their held devices (placed minus what
+// other allocations still use).
+struct Held {
+  std::string name;
+  CpuSet cpus;
+  std::set<std::string> gpus;
+  std::string since;
+  bool operator==(const Held&) const = default;
+};
+std::vector<Held> HeldDevices(const state::State& st);
+
+struct ControllerOptions {
+  std::string node_name;
+  absl::Duration initial_backoff = absl::Milliseconds(200);
+  absl::Duration max_backoff = absl::Seconds(30);
+  int watch_timeout_seconds = 300;
+  // A pass at least this often, whatever happens (a missed event costs at most this).
+  absl::Duration resync = absl::Seconds(30);
+};
+
+struct ControllerStatus {
+  bool listed = false;  // the objects are known (a list succeeded)
+  bool crd_missing = false;
+  int64_t passes = 0;
+  int64_t status_writes = 0;
+  int64_t errors = 0;
+  std::string last_error;
+};
+
+class Controller {
+ public:
+  // `context` is called at every pass (without node->mu held); `held_changed` after the held
+  // devices changed (placed, released, waited-for devices freed), also without the lock: it
+  // must republish the slices and update what prepare knows, synchronously.
+  Controller(kube::RestClient* client, ControllerOptions options, prepare::NodeAllocations* node,
+             Clock* clock, std::function<NodeContext()> context,
+             std::function<void()> held_changed);
+  ~Controller();
+
+  void Start();
+  void Stop();
+  // Run a pass soon (e.g. the machine changed).
+  void Kick();
+  // List (when `relist`), decide, apply and write statuses once, on the calling thread.
+  absl::Status SyncOnce(bool relist = true);
+  ControllerStatus status() const;
+
+ private:
+  struct Cached {
+    nlohmann::json raw;
+    Object object;
+  };
+  absl::Status List();
+  absl::Status Watch();
+  bool HandleEvent(const nlohmann::json& event);
+  absl::Status Pass();
+  absl::Status WriteStatus(const std::string& uid, const nlohmann::json& status);
+  void RecordError(const absl::Status& st);
+  void WatchLoop();
+  void PassLoop();
+  std::string Collection() const;
+
+  kube::RestClient* client_;
+  ControllerOptions opts_;
+  prepare::NodeAllocations* node_;
+  Clock* clock_;
+  std::function<NodeContext()> context_;
+  std::function<void()> held_changed_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, Cached> cache_;  // by uid; guarded by mu_
+  bool listed_ = false;                  // guarded by mu_
+  bool kicked_ = false;                  // guarded by mu_
+  std::optional<absl::Time> next_;       // the next expiry; guarded by mu_
+  ControllerStatus status_;              // guarded by mu_
+  std::string resource_version_;         // watch thread only
+  bool relist_needed_ = false;           // watch thread only
+  std::vector<Held> last_held_;          // pass thread only
+  bool held_known_ = false;              // pass thread only
+
+  std::mutex pass_mu_;  // one pass at a time (SyncOnce from tests vs the loop)
+  std::atomic<bool> stop_{false};
+  std::thread watch_thread_, pass_thread_, changes_thread_;
+};
+
+}  // namespace topodra::reservation

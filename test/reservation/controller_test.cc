@@ -1,0 +1,316 @@
+// The reservation controller against the fake API server serving the real CRD, with a real
+// state store on disk and an injected clock: created -> Available with the state recorded first,
+// expiry when the clock says so, preAllocation Waiting -> Available when a claim is released,
+// deletion, a restart that loses nothing, a missing CRD.
+#include "driver/reservation/controller.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "driver/publish/device_builder.h"
+#include "driver/publish/names.h"
+#include "test/integration/fake_apiserver.h"
+#include "test/testing/fixtures.h"
+
+namespace topodra::reservation {
+namespace {
+
+using json = nlohmann::json;
+using topodra::testing::FakeApiServer;
+using topodra::testing::FakeApiServerOptions;
+
+constexpr char kCrd[] = TOPODRA_SOURCE_DIR "/charts/topodra/crds/reservations.topodra.io.yaml";
+constexpr char kPath[] = "/apis/topodra.io/v1alpha1/reservations";
+
+class FakeClock : public Clock {
+ public:
+  absl::Time Now() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return now_;
+  }
+  void Advance(absl::Duration d) {
+    std::lock_guard<std::mutex> lock(mu_);
+    now_ += d;
+  }
+
+ private:
+  std::mutex mu_;
+  absl::Time now_ = absl::Now();
+};
+
+const topology::Topology& K32() {
+  static const topology::Topology* t =
+      new topology::Topology(topodra::testing::LoadTopology("32em64t-2n8c2t-pci-normalio.xml"));
+  return *t;
+}
+
+json Reservation(const std::string& name, const json& cpus, json extra = json::object()) {
+  json spec = {{"nodeName", "node-a"}, {"cpus", cpus}, {"owners", {{{"namespace", "team-a"}}}}};
+  for (const auto& [k, v] : extra.items()) spec[k] = v;
+  return {{"apiVersion", "topodra.io/v1alpha1"},
+          {"kind", "Reservation"},
+          {"metadata", {{"name", name}}},
+          {"spec", spec}};
+}
+
+state::Allocation ClaimHolding(const std::string& name, const std::string& cpus) {
+  state::Allocation a;
+  a.kind = state::AllocationKind::kDraClaim;
+  a.driver = "dra.cpu";
+  a.owner = state::DraOwner("dra.cpu", "c-" + name);
+  a.claim_namespace = "other";
+  a.claim_name = name;
+  a.cpus = *CpuSet::Parse(cpus);
+  a.phase = state::Phase::kPrepared;
+  return a;
+}
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/topodra-resv-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    FakeApiServerOptions o;
+    o.crds = {kCrd};
+    absl::StatusOr<std::unique_ptr<FakeApiServer>> s = FakeApiServer::Start(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = *std::move(s);
+    kube::ClusterConfig c;
+    c.server = server_->url();
+    c.timeout = std::chrono::milliseconds(3000);
+    client_ = *kube::NewCurlRestClient(c);
+    OpenState();
+  }
+  void TearDown() override {
+    if (controller_ != nullptr) controller_->Stop();
+    controller_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  void OpenState() {
+    absl::StatusOr<state::StateStore::Opened> opened =
+        state::StateStore::Open(dir_ + "/checkpoint.json");
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    store_ = std::move(opened->store);
+    node_ = std::make_unique<prepare::NodeAllocations>();
+    node_->store = store_.get();
+    node_->state = std::move(opened->loaded);
+  }
+
+  void StartController() {
+    ControllerOptions o;
+    o.node_name = "node-a";
+    o.initial_backoff = absl::Milliseconds(20);
+    o.max_backoff = absl::Milliseconds(200);
+    o.watch_timeout_seconds = 5;
+    controller_ = std::make_unique<Controller>(
+        client_.get(), o, node_.get(), &clock_,
+        [this] {
+          NodeContext ctx;
+          ctx.topo = K32();
+          std::lock_guard<std::mutex> lock(published_mu_);
+          ctx.devices = devices_;
+          return ctx;
+        },
+        [this] {
+          // What the daemon does: publish the held devices, then learn their names.
+          publish::PublishOptions po;
+          po.node_name = "node-a";
+          {
+            std::lock_guard<std::mutex> lock(node_->mu);
+            for (const Held& h : HeldDevices(node_->state)) {
+              po.reservations.push_back({h.name, h.cpus, h.gpus, h.since});
+            }
+          }
+          std::map<std::string, std::vector<DeviceRef>> devices;
+          for (const publish::Pool& p : publish::BuildPools(K32(), po)) {
+            for (const publish::Device& d : p.devices) {
+              auto it = d.attributes.find(publish::kReservationAttribute);
+              if (it != d.attributes.end()) {
+                devices[std::get<std::string>(it->second)].push_back({p.driver, p.name, d.name});
+              }
+            }
+          }
+          std::lock_guard<std::mutex> lock(published_mu_);
+          devices_ = devices;
+          ++held_changes_;
+        });
+    controller_->Start();
+  }
+
+  json Create(const json& obj) {
+    absl::StatusOr<json> r = server_->Api("POST", kPath, &obj);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : json();
+  }
+  json Get(const std::string& name) {
+    absl::StatusOr<json> r = server_->Api("GET", std::string(kPath) + "/" + name);
+    return r.ok() ? *r : json();
+  }
+  // Waits until the object's status.phase is `phase` (5 s at most); returns the object.
+  json WaitPhase(const std::string& name, const std::string& phase) {
+    json obj;
+    for (int i = 0; i < 500; ++i) {
+      obj = Get(name);
+      if (obj.is_object() && obj.contains("status") && obj["status"].value("phase", "") == phase) {
+        return obj;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << name << " never reached phase " << phase << ": " << obj.dump();
+    return obj;
+  }
+
+  std::string dir_;
+  std::unique_ptr<FakeApiServer> server_;
+  std::unique_ptr<kube::RestClient> client_;
+  std::unique_ptr<state::StateStore> store_;
+  std::unique_ptr<prepare::NodeAllocations> node_;
+  FakeClock clock_;
+  std::unique_ptr<Controller> controller_;
+  std::mutex published_mu_;
+  std::map<std::string, std::vector<DeviceRef>> devices_;
+  int held_changes_ = 0;
+};
+
+TEST_F(ControllerTest, CreatedBecomesAvailableAndIsRecordedDurably) {
+  StartController();
+  const json created = Create(Reservation("r1", {{"count", 4}, {"numaNode", 1}}));
+  const json obj = WaitPhase("r1", "Available");
+  EXPECT_EQ(obj["status"]["cpus"], "8-9,24-25");
+  EXPECT_EQ(obj["status"]["devices"],
+            json::parse(R"([{"driver": "dra.cpu", "pool": "node-a", "device": "cpudevresv-r1"}])"));
+  EXPECT_EQ(obj["status"]["observedGeneration"], 1);
+  // On disk before anyone could see it: a second reader of the files sees the placement.
+  absl::StatusOr<state::State> peek = state::StateStore::Peek(dir_ + "/checkpoint.json");
+  ASSERT_TRUE(peek.ok()) << peek.status();
+  const state::Reservation* r = peek->FindReservation(created["metadata"]["uid"]);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->cpus.ToString(), "8-9,24-25");
+  EXPECT_FALSE(r->ended);
+  std::lock_guard<std::mutex> lock(published_mu_);
+  EXPECT_GE(held_changes_, 1);
+}
+
+TEST_F(ControllerTest, ExpiresWhenTheInjectedClockSaysSo) {
+  StartController();
+  Create(Reservation("short", {{"count", 2}}, {{"ttl", "10m"}}));
+  WaitPhase("short", "Available");
+  clock_.Advance(absl::Minutes(9));
+  controller_->Kick();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(Get("short")["status"]["phase"], "Available");
+  clock_.Advance(absl::Minutes(1) + absl::Seconds(1));
+  const json obj = WaitPhase("short", "Failed");  // at most 500 ms: the loop re-reads the clock
+  EXPECT_EQ(obj["status"]["conditions"][0]["reason"], "Expired");
+  std::lock_guard<std::mutex> lock(node_->mu);
+  EXPECT_TRUE(node_->state.ReservedCpus().Empty());
+}
+
+TEST_F(ControllerTest, PreAllocationWaitsThenHoldsWhatIsReleased) {
+  {
+    std::lock_guard<std::mutex> lock(node_->mu);
+    ASSERT_TRUE(node_->state.Add(ClaimHolding("busy", "8-9")).ok());
+  }
+  StartController();
+  Create(Reservation("pre", {{"cpuset", "8-11"}}, {{"preAllocation", true}}));
+  json obj = WaitPhase("pre", "Waiting");
+  EXPECT_EQ(obj["status"]["heldCpus"], "10-11");
+  // The claim is unprepared: the reservation takes its CPUs at once.
+  {
+    std::lock_guard<std::mutex> lock(node_->mu);
+    ASSERT_TRUE(node_->state.Remove(state::DraOwner("dra.cpu", "c-busy")).ok());
+  }
+  node_->changes.Notify();
+  obj = WaitPhase("pre", "Available");
+  EXPECT_EQ(obj["status"]["heldCpus"], "8-11");
+}
+
+TEST_F(ControllerTest, DeletionReleasesAndRestartLosesNothing) {
+  StartController();
+  const json a = Create(Reservation("keep", {{"cpuset", "2-3"}}));
+  const json b = Create(Reservation("gone", {{"cpuset", "4-5"}}));
+  WaitPhase("keep", "Available");
+  WaitPhase("gone", "Available");
+  controller_->Stop();
+  controller_.reset();
+  // While the daemon is down, one is deleted; a restart must keep the other exactly.
+  ASSERT_TRUE(server_->Api("DELETE", std::string(kPath) + "/gone").ok());
+  store_.reset();
+  OpenState();
+  {
+    std::lock_guard<std::mutex> lock(node_->mu);
+    ASSERT_NE(node_->state.FindReservation(a["metadata"]["uid"]), nullptr);
+    EXPECT_EQ(node_->state.ReservedCpus().ToString(), "2-5");
+  }
+  StartController();
+  for (int i = 0; i < 500; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(node_->mu);
+      if (node_->state.FindReservation(b["metadata"]["uid"]) == nullptr) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::lock_guard<std::mutex> lock(node_->mu);
+  EXPECT_EQ(node_->state.FindReservation(b["metadata"]["uid"]), nullptr);
+  ASSERT_NE(node_->state.FindReservation(a["metadata"]["uid"]), nullptr);
+  EXPECT_EQ(node_->state.ReservedCpus().ToString(), "2-3");
+  EXPECT_EQ(Get("keep")["status"]["cpus"], "2-3");
+}
+
+TEST_F(ControllerTest, OwnersCanChangeAfterPlacementAndTheStatusFollowsConflicts) {
+  StartController();
+  Create(Reservation("r", {{"cpuset", "6-7"}}));
+  json obj = WaitPhase("r", "Available");
+  obj["spec"]["owners"] = {{{"namespace", "team-b"}}};
+  ASSERT_TRUE(server_->Api("PUT", std::string(kPath) + "/r", &obj).ok());
+  for (int i = 0; i < 500; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(node_->mu);
+      const state::Reservation* r = node_->state.FindReservation(obj["metadata"]["uid"]);
+      if (r != nullptr && r->spec.Parse()["owners"][0]["namespace"] == "team-b") break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::lock_guard<std::mutex> lock(node_->mu);
+  EXPECT_EQ(
+      node_->state.FindReservation(obj["metadata"]["uid"])->spec.Parse()["owners"][0]["namespace"],
+      "team-b");
+}
+
+TEST(ControllerNoCrdTest, WaitsForTheCrdWithoutFailing) {
+  absl::StatusOr<std::unique_ptr<FakeApiServer>> s = FakeApiServer::Start({});
+  ASSERT_TRUE(s.ok()) << s.status();
+  kube::ClusterConfig c;
+  c.server = (*s)->url();
+  std::unique_ptr<kube::RestClient> client = *kube::NewCurlRestClient(c);
+  prepare::NodeAllocations node;
+  ControllerOptions o;
+  o.node_name = "node-a";
+  o.initial_backoff = absl::Milliseconds(20);
+  o.max_backoff = absl::Milliseconds(100);
+  Controller controller(
+      client.get(), o, &node, RealClock(),
+      [] {
+        NodeContext ctx;
+        ctx.topo = K32();
+        return ctx;
+      },
+      [] {});
+  controller.Start();
+  for (int i = 0; i < 200 && !controller.status().crd_missing; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(controller.status().crd_missing);
+  EXPECT_FALSE(controller.status().listed);
+  controller.Stop();
+}
+
+}  // namespace
+}  // namespace topodra::reservation
