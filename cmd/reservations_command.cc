@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "cmd/commands.h"
 #include "driver/state/store.h"
 #include "nlohmann/json.hpp"
@@ -45,6 +46,14 @@ Row RowOf(const state::State& st, const state::Reservation& r) {
     row.phase = absl::StrCat("Ended (", r.end_reason, ")");
   } else {
     row.phase = busy.Empty() && !busy_gpu ? "Available" : "Waiting";
+    // The daemon ends it at its next pass; when it is not running, say so here.
+    absl::Time expires;
+    std::string err;
+    if (!r.expires_at.empty() &&
+        absl::ParseTime(absl::RFC3339_full, r.expires_at, &expires, &err) &&
+        expires <= absl::Now()) {
+      row.phase += " (expired)";
+    }
   }
   std::vector<std::string> used;
   for (const state::Allocation* a : st.AllocationsOf(r.uid)) {

@@ -297,6 +297,20 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   prepare::NodeAllocations node;
   node.store = opened->store.get();
   node.state = std::move(opened->loaded);
+  if (cmd.reservations == "off" && !node.state.reservations().empty()) {
+    // Nobody would ever expire or release them: held devices would be lost to the node.
+    std::vector<std::string> uids;
+    for (const auto& [uid, r] : node.state.reservations()) uids.push_back(uid);
+    for (const std::string& uid : uids) {
+      if (absl::Status st = node.store->RemoveReservation(uid); !st.ok()) {
+        spdlog::critical("--reservations=off: cannot release reservation {}: {}", uid,
+                         std::string(st.message()));
+        return kExitFailure;
+      }
+      (void)node.state.RemoveReservation(uid);
+    }
+    spdlog::info("--reservations=off: released the {} reservations held from before", uids.size());
+  }
   spdlog::info("state {}: {} allocations loaded ({} journal records replayed{})",
                opened->store->path(), node.state.Size(), opened->replayed,
                opened->dropped_torn ? ", a torn last record dropped" : "");

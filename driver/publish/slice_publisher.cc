@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "driver/publish/quantity.h"
 #include "driver/publish/slice_json.h"
@@ -448,6 +449,17 @@ bool SlicePublisher::HandleEvent(const json& event) {
     return false;
   }
   if (type == "ADDED" || type == "MODIFIED") {
+    // A watch resumed from before two quick writes of ours replays the first one's echo after the
+    // second's answer is cached: that older version must not replace the newer one (the next
+    // update would carry a stale resourceVersion and get 409). resourceVersions are opaque, but
+    // every server we know numbers them; only when both are numbers is the order trusted.
+    if (it != cache_.end() && !known) {
+      uint64_t have = 0, got = 0;
+      const std::string have_text = StringField(Field(it->second, "metadata"), "resourceVersion");
+      if (absl::SimpleAtoi(have_text, &have) && absl::SimpleAtoi(rv, &got) && got < have) {
+        return true;
+      }
+    }
     cache_[name] = obj;
     if (known) return true;  // the echo of our own write
     drift_ = true;

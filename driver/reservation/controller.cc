@@ -133,14 +133,24 @@ absl::Status Controller::List() {
   absl::StatusOr<kube::Response> r = client_->Get(path);
   if (!r.ok()) {
     if (kube::HttpCodeOf(r.status()) == 404) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!status_.crd_missing) {
-        spdlog::info(
-            "reservations node={}: the Reservation CRD ({}.{}) is not installed; reservations "
-            "are off until it is",
-            opts_.node_name, kPlural, kGroup);
+      // No CRD, no Reservation objects: what was placed for them is released (deleting a CRD
+      // deletes its objects). Checked again with backoff, so installing it later works.
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!status_.crd_missing) {
+          spdlog::info(
+              "reservations node={}: the Reservation CRD ({}.{}) is not installed; reservations "
+              "are off until it is",
+              opts_.node_name, kPlural, kGroup);
+        }
+        status_.crd_missing = true;
+        cache_.clear();
+        listed_ = true;
+        status_.listed = true;
+        kicked_ = true;
       }
-      status_.crd_missing = true;
+      cv_.notify_all();
+      return absl::NotFoundError("the Reservation CRD is not installed");
     }
     return r.status();
   }
@@ -179,6 +189,8 @@ bool Controller::HandleEvent(const json& event) {
   if (type == "BOOKMARK") return true;
   absl::StatusOr<Object> o = ParseObject(obj);
   if (!o.ok()) return true;
+  spdlog::debug("reservations node={}: {} {} (resourceVersion {})", opts_.node_name, type, o->name,
+                o->resource_version);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (type == "DELETED") {
@@ -253,9 +265,13 @@ absl::Status Controller::WriteStatus(const std::string& uid, const json& desired
       // Someone changed or deleted it: read it again and decide again.
       absl::StatusOr<kube::Response> fresh = client_->Get(absl::StrCat(Collection(), "/", name));
       std::lock_guard<std::mutex> lock(mu_);
+      // Only refresh what the watch still has: a DELETED event handled meanwhile must not be
+      // undone by an answer that left the server before it.
+      auto it = cache_.find(uid);
       if (fresh.ok()) {
-        if (absl::StatusOr<Object> o = ParseObject(fresh->body); o.ok() && o->uid == uid) {
-          cache_[uid] = Cached{fresh->body, *std::move(o)};
+        if (absl::StatusOr<Object> o = ParseObject(fresh->body);
+            o.ok() && o->uid == uid && it != cache_.end()) {
+          it->second = Cached{fresh->body, *std::move(o)};
         }
       } else if (kube::HttpCodeOf(fresh.status()) == 404) {
         cache_.erase(uid);
@@ -268,7 +284,10 @@ absl::Status Controller::WriteStatus(const std::string& uid, const json& desired
   absl::StatusOr<Object> o = ParseObject(r->body);
   std::lock_guard<std::mutex> lock(mu_);
   ++status_.status_writes;
-  if (o.ok() && o->uid == uid) cache_[uid] = Cached{r->body, *std::move(o)};
+  // As above: the object may have been deleted while the answer travelled.
+  if (auto it = cache_.find(uid); o.ok() && o->uid == uid && it != cache_.end()) {
+    it->second = Cached{r->body, *std::move(o)};
+  }
   return absl::OkStatus();
 }
 
@@ -297,6 +316,7 @@ absl::Status Controller::Pass() {
     {
       std::lock_guard<std::mutex> lock(node_->mu);
       in.state = &node_->state;
+      in.in_flight = node_->in_flight;
       outcome = Decide(in);
       // The journal first for each change would need a copy of the state to validate against;
       // instead the memory is changed (which validates) and rolled back if the journal fails.
@@ -307,6 +327,8 @@ absl::Status Controller::Pass() {
         (void)node_->state.RemoveReservation(uid);
         if (absl::Status st = node_->store->RemoveReservation(uid); !st.ok()) {
           (void)node_->state.PutReservation(before);
+          // What did change this pass must still reach the device plugin and the pinning.
+          if (state_changed) node_->changes.Notify();
           return absl::Status(
               st.code(), absl::StrCat("forgetting reservation ", before.name, ": ", st.message()));
         }
@@ -327,6 +349,7 @@ absl::Status Controller::Pass() {
           } else {
             (void)node_->state.RemoveReservation(r.uid);
           }
+          if (state_changed) node_->changes.Notify();
           return absl::Status(st.code(),
                               absl::StrCat("recording reservation ", r.name, ": ", st.message()));
         }
@@ -399,7 +422,14 @@ void Controller::PassLoop() {
       next_.reset();
     }
     last_pass = clock_->Now();
-    absl::Status st = Pass();
+    absl::Status st;
+    // An exception here would end the daemon; everything below is meant not to throw, and this
+    // keeps a mistake in that from taking the node's claims down with it.
+    try {
+      st = Pass();
+    } catch (const std::exception& e) {
+      st = absl::InternalError(absl::StrCat("reservation pass failed: ", e.what()));
+    }
     RecordError(st);
     if (st.ok()) {
       backoff = opts_.initial_backoff;

@@ -17,6 +17,12 @@ struct Usage {
   json claims = json::array();
 };
 
+// Whether an owner's prepare of `a` is complete (recorded durably): only that ends an
+// allocateOnce reservation, since a prepare still under way may fail and be undone.
+bool Done(const state::Allocation& a, const std::set<std::string>& in_flight) {
+  return a.phase == state::Phase::kPrepared && !in_flight.contains(a.owner);
+}
+
 // What owners' claims use of reservation `uid`. A claim prepared by both drivers is one entry.
 Usage UsageOf(const state::State& st, const std::string& uid) {
   Usage u;
@@ -113,11 +119,23 @@ std::string WhatItHolds(const state::Reservation& r,
   return parts.empty() ? "nothing" : absl::StrJoin(parts, " and ");
 }
 
+// Status fields written by us or by anyone with access: never trust their types.
+std::string StringAt(const json& obj, const char* key) {
+  if (!obj.is_object()) return "";
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+int64_t IntAt(const json& obj, const char* key, int64_t fallback) {
+  if (!obj.is_object()) return fallback;
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
+}
+
 const json* ReadyCondition(const json& status) {
   auto it = status.find("conditions");
   if (it == status.end() || !it->is_array()) return nullptr;
   for (const json& c : *it) {
-    if (c.is_object() && c.value("type", json()) == "Ready") return &c;
+    if (StringAt(c, "type") == "Ready") return &c;
   }
   return nullptr;
 }
@@ -153,9 +171,9 @@ json StatusFor(const Object& obj, const Verdict& v, const state::Reservation* re
   const std::string cond_status = v.phase == "Available" ? "True" : "False";
   std::string since = Rfc3339(in.now);
   if (const json* old = ReadyCondition(obj.status);
-      old != nullptr && old->value("status", "") == cond_status &&
-      old->value("reason", "") == v.reason && old->contains("lastTransitionTime")) {
-    since = (*old)["lastTransitionTime"];
+      old != nullptr && StringAt(*old, "status") == cond_status &&
+      StringAt(*old, "reason") == v.reason && !StringAt(*old, "lastTransitionTime").empty()) {
+    since = StringAt(*old, "lastTransitionTime");
   }
   std::string message = v.message;
   if (message.size() > 1024) message = message.substr(0, 1021) + "...";
@@ -190,7 +208,14 @@ bool SameStatus(const json& a, const json& b) {
 std::set<std::string> UsableBy(const state::State& st, const claims::Claim& claim) {
   std::set<std::string> out;
   for (const auto& [uid, r] : st.reservations()) {
-    if (r.ended) continue;
+    if (r.ended) {
+      // Succeeded by this claim: the rest of its results (its other driver) may follow.
+      if (r.end_reason != "Succeeded") continue;
+      for (const state::Allocation* a : st.AllocationsOf(uid)) {
+        if (state::ClaimUid(*a) == claim.uid) out.insert(uid);
+      }
+      continue;
+    }
     std::optional<Spec> spec = SpecOf(r);
     if (!spec || !IsOwner(*spec, claim)) continue;
     if (spec->allocate_once) {
@@ -255,20 +280,35 @@ Outcome Decide(const Inputs& in) {
             "its devices left the machine:",
             lost_cpus.Empty() ? "" : absl::StrCat(" CPUs ", lost_cpus.ToString()),
             lost_gpus.empty() ? "" : absl::StrCat(" GPUs ", GpuNames(lost_gpus, in.gpus)));
-      } else if (spec && spec->allocate_once && !st.AllocationsOf(uid).empty()) {
+      } else if (spec && spec->allocate_once && [&] {
+                   for (const state::Allocation* a : st.AllocationsOf(uid)) {
+                     if (Done(*a, in.in_flight)) return true;
+                   }
+                   return false;
+                 }()) {
         reason = "Succeeded";
         why = "an owner's claim used it (allocateOnce)";
       }
       if (!reason.empty()) {
         r.ended = true;
         r.end_reason = reason;
+        r.ended_at = Rfc3339(in.now);
         out.events.push_back(absl::StrCat("reservation ", r.name, " (uid ", uid, "): ended, ", why,
                                           "; what owners do not use returns to the shared pool"));
       } else if (expiry) {
         soonest(*expiry);
       }
     }
-    if (r.ended) {
+    // A Succeeded reservation keeps the rest for its claim's other driver a little longer.
+    std::optional<absl::Time> grace_until;
+    // (Not once the claim is unprepared: then nothing more of it is coming.)
+    if (r.ended && r.end_reason == "Succeeded" && !gone && !st.AllocationsOf(uid).empty()) {
+      absl::StatusOr<absl::Time> at = ParseRfc3339(r.ended_at);
+      if (at.ok() && in.now < *at + kSucceededGrace) grace_until = *at + kSucceededGrace;
+    }
+    if (grace_until) {
+      soonest(*grace_until);
+    } else if (r.ended) {
       const Usage u = UsageOf(st, uid);
       r.cpus &= u.cpus;
       std::set<std::string> kept;
@@ -292,8 +332,8 @@ Outcome Decide(const Inputs& in) {
 
   if (!in.objects) return out;
 
-  // Objects without a record: placed oldest first, so an earlier reservation is never starved by
-  // a later one.
+  // Objects without a record: placed oldest first, so an earlier reservation gets the first pick
+  // (one that does not fit does not hold back later, smaller ones).
   std::vector<const Object*> order;
   for (const auto& [uid, obj] : *in.objects) {
     if (!records.contains(uid) && !obj.deleting) order.push_back(&obj);
@@ -302,8 +342,8 @@ Outcome Decide(const Inputs& in) {
     return a->created != b->created ? a->created < b->created : a->name < b->name;
   });
   for (const Object* obj : order) {
-    const std::string phase = obj->status.value("phase", "");
-    const int64_t observed = obj->status.value("observedGeneration", int64_t{-1});
+    const std::string phase = StringAt(obj->status, "phase");
+    const int64_t observed = IntAt(obj->status, "observedGeneration", -1);
     if ((phase == "Succeeded" || phase == "Failed") && observed == obj->generation) {
       // Ended before (its record is gone with a restart or a lost state): never placed again.
       unplaced[obj->uid] = Verdict{};
@@ -311,6 +351,13 @@ Outcome Decide(const Inputs& in) {
     }
     if (!obj->parsed) {
       unplaced[obj->uid] = {"Failed", "Invalid", obj->spec_error};
+      continue;
+    }
+    if (obj->name.size() > 63) {
+      // The name is published as an attribute string and a taint value, both at most 63.
+      unplaced[obj->uid] = {"Failed", "Invalid",
+                            absl::StrCat("metadata.name: ", obj->name.size(),
+                                         " characters; a reservation name has at most 63")};
       continue;
     }
     const Spec& spec = *obj->parsed;
@@ -330,6 +377,8 @@ Outcome Decide(const Inputs& in) {
     };
     bool name_in_use = false;
     for (const auto& [uid, r] : records) {
+      // A tombstone that holds nothing publishes nothing: no device to share.
+      if (r.cpus.Empty() && r.gpus.empty()) continue;
       if (label(r.name) == label(obj->name)) name_in_use = true;
     }
     if (name_in_use) {
@@ -390,7 +439,11 @@ Outcome Decide(const Inputs& in) {
     if (r.ended) {
       v.phase = r.end_reason == "Succeeded" ? "Succeeded" : "Failed";
       v.reason = r.end_reason;
-      v.message = r.end_reason == "Succeeded"     ? "an owner's claim used it (allocateOnce)"
+      v.message = r.end_reason == "Succeeded"
+                      ? absl::StrCat(
+                            "an owner's claim used it (allocateOnce); what the claim "
+                            "leaves unused returns to the shared pool ",
+                            absl::FormatDuration(kSucceededGrace), " after ", r.ended_at)
                   : r.end_reason == "Expired"     ? absl::StrCat("it expired at ", r.expires_at)
                   : r.end_reason == "DevicesGone" ? "its devices left the machine"
                                                   : "it ended";

@@ -16,6 +16,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -46,7 +47,14 @@ struct Inputs {
   // The published devices carrying each reservation's name (from the built pools).
   std::map<std::string, std::vector<DeviceRef>> devices;
   absl::Time now;
+  // Owners marked Prepared whose journal record is not written yet (NodeAllocations::in_flight):
+  // not yet a use that ends an allocateOnce reservation (the prepare may still fail).
+  std::set<std::string> in_flight;
 };
+
+// How long a Succeeded (allocateOnce) reservation keeps what its claim has not prepared yet: the
+// kubelet prepares a claim's CPU and GPU drivers one after the other.
+inline constexpr absl::Duration kSucceededGrace = absl::Seconds(30);
 
 struct Outcome {
   // Apply `remove` first: a placement may reuse the devices of a reservation forgotten here.
@@ -63,7 +71,8 @@ struct Outcome {
 Outcome Decide(const Inputs& in);
 
 // The reservations whose devices `claim` may take now: placed, not ended, the claim matches an
-// owner, and (allocateOnce) no other claim used it yet. By uid.
+// owner, and (allocateOnce) no other claim used it yet; or Succeeded by this very claim (its
+// other driver's part, within kSucceededGrace). By uid.
 std::set<std::string> UsableBy(const state::State& state, const claims::Claim& claim);
 
 // `Reservation "r1"`: how messages name a reservation.

@@ -208,6 +208,12 @@ absl::StatusOr<Owner> ParseOwner(const json& j, const std::string& path) {
   if (const json* sel = Member(j, "claimSelector"); sel != nullptr) {
     absl::StatusOr<LabelSelector> s = ParseSelector(*sel, path + ".claimSelector");
     if (!s.ok()) return s.status();
+    // An empty selector matches every claim (as in Kubernetes): here that would open the
+    // reservation to everyone, which is never what an owner list means.
+    if (s->match_labels.empty() && s->match_expressions.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ".claimSelector: empty (it would match every claim)"));
+    }
     o.claim_selector = *std::move(s);
   }
   if (const json* c = Member(j, "controller"); c != nullptr) {
@@ -328,14 +334,24 @@ absl::StatusOr<Spec> ParseSpec(const json& j) {
   }
   if (*ttl) {
     absl::StatusOr<absl::Duration> d = ParseDuration(**ttl);
-    if (!d.ok())
+    if (!d.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("spec.ttl: ", d.status().message()));
+    }
+    // Ten years: longer is a mistake, and far-future times do not fit RFC 3339's 4-digit year.
+    if (*d > absl::Hours(24 * 3660)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec.ttl: \"", **ttl, "\" is longer than ten years"));
+    }
     spec.ttl = *d;
   }
   if (*expires) {
     absl::StatusOr<absl::Time> t = ParseRfc3339(**expires);
     if (!t.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("spec.expires: ", t.status().message()));
+    }
+    if (*t > absl::FromCivil(absl::CivilSecond(9999, 12, 31, 23, 59, 59), absl::UTCTimeZone())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec.expires: \"", **expires, "\" is after the year 9999"));
     }
     spec.expires = *t;
   }

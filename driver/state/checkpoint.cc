@@ -153,8 +153,9 @@ absl::Status ReadAllocation(const json& v, absl::string_view where, bool with_re
 absl::Status ReadReservation(const json& v, absl::string_view where, Reservation* r) {
   static const std::set<std::string> kKeys = {"uid",       "name",  "cpus",      "gpus", "placedAt",
                                               "expiresAt", "ended", "endReason", "spec"};
-  return ReadObject(v, where, kKeys, {}, [&](const std::string& key, const json& value) {
+  return ReadObject(v, where, kKeys, {"endedAt"}, [&](const std::string& key, const json& value) {
     const std::string at = absl::StrCat(where, " field \"", key, "\"");
+    if (key == "endedAt") return ReadString(value, at, &r->ended_at);
     if (key == "uid") return ReadNonEmptyString(value, at, &r->uid);
     if (key == "name") return ReadNonEmptyString(value, at, &r->name);
     if (key == "placedAt") return ReadString(value, at, &r->placed_at);
@@ -259,15 +260,17 @@ absl::StatusOr<Allocation> AllocationFromJson(const json& value) {
 json ReservationToJson(const Reservation& r) {
   json gpus = json::array();
   for (const std::string& gpu : r.gpus) gpus.push_back(gpu);
-  return json{{"uid", r.uid},
-              {"name", r.name},
-              {"cpus", r.cpus.ToString()},
-              {"gpus", std::move(gpus)},
-              {"placedAt", r.placed_at},
-              {"expiresAt", r.expires_at},
-              {"ended", r.ended},
-              {"endReason", r.end_reason},
-              {"spec", r.spec.Parse()}};
+  json j = {{"uid", r.uid},
+            {"name", r.name},
+            {"cpus", r.cpus.ToString()},
+            {"gpus", std::move(gpus)},
+            {"placedAt", r.placed_at},
+            {"expiresAt", r.expires_at},
+            {"ended", r.ended},
+            {"endReason", r.end_reason},
+            {"spec", r.spec.Parse()}};
+  if (!r.ended_at.empty()) j["endedAt"] = r.ended_at;
+  return j;
 }
 
 absl::StatusOr<Reservation> ReservationFromJson(const json& value) {

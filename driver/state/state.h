@@ -82,7 +82,10 @@ struct Reservation {
   // and gives nothing new; kept as a tombstone until its object is gone.
   bool ended = false;
   std::string end_reason;  // e.g. "Expired", "Deleted", "Succeeded", "DevicesGone"; "" while active
-  JsonText spec;           // the object's spec when placed (owners are matched against it)
+  // RFC 3339, when it ended ("" while active): a Succeeded reservation keeps what its claim has
+  // not prepared yet for a grace period (the kubelet prepares a claim's drivers one by one).
+  std::string ended_at;
+  JsonText spec;  // the object's spec when placed (owners are matched against it)
   bool operator==(const Reservation&) const = default;
 };
 

@@ -254,6 +254,9 @@ class ChartTest(unittest.TestCase):
         rule = vap["spec"]["matchConstraints"]["resourceRules"][0]
         self.assertEqual(rule["resources"], ["resourceslices"])
         self.assertEqual(sorted(rule["operations"]), ["CREATE", "DELETE", "UPDATE"])
+        resv = vap["spec"]["matchConstraints"]["resourceRules"][1]
+        self.assertEqual((resv["apiGroups"], resv["resources"], resv["operations"]),
+                         (["topodra.io"], ["reservations/status"], ["UPDATE"]))
 
     def test_device_classes_select_drivers(self):
         r = render(["publish.cpuDriverName=cpu.example.com"])

@@ -284,6 +284,32 @@ TEST_F(ControllerTest, OwnersCanChangeAfterPlacementAndTheStatusFollowsConflicts
       "team-b");
 }
 
+TEST_F(ControllerTest, ReservationsOfADeletedCrdAreReleased) {
+  StartController();
+  Create(Reservation("r", {{"cpuset", "6-7"}}));
+  WaitPhase("r", "Available");
+  controller_->Stop();
+  controller_.reset();
+  // The CRD is gone (and with it every Reservation): a server that does not serve it.
+  ASSERT_TRUE(server_->Stop().ok());
+  absl::StatusOr<std::unique_ptr<FakeApiServer>> s = FakeApiServer::Start({});
+  ASSERT_TRUE(s.ok()) << s.status();
+  server_ = *std::move(s);
+  kube::ClusterConfig c;
+  c.server = server_->url();
+  client_ = *kube::NewCurlRestClient(c);
+  StartController();
+  for (int i = 0; i < 500; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(node_->mu);
+      if (node_->state.reservations().empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::lock_guard<std::mutex> lock(node_->mu);
+  EXPECT_TRUE(node_->state.reservations().empty());
+}
+
 TEST(ControllerNoCrdTest, WaitsForTheCrdWithoutFailing) {
   absl::StatusOr<std::unique_ptr<FakeApiServer>> s = FakeApiServer::Start({});
   ASSERT_TRUE(s.ok()) << s.status();
@@ -308,7 +334,8 @@ TEST(ControllerNoCrdTest, WaitsForTheCrdWithoutFailing) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_TRUE(controller.status().crd_missing);
-  EXPECT_FALSE(controller.status().listed);
+  // No CRD, no Reservation objects: the objects are known to be none.
+  EXPECT_TRUE(controller.status().listed);
   controller.Stop();
 }
 

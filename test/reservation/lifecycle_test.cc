@@ -259,11 +259,15 @@ TEST(DecideTest, AllocateOnceEndsAfterTheFirstOwnerAndKeepsWhatItUses) {
   ASSERT_EQ(o.put.size(), 1u);
   EXPECT_TRUE(o.put[0].ended);
   EXPECT_EQ(o.put[0].end_reason, "Succeeded");
-  EXPECT_EQ(o.put[0].cpus.ToString(), "8-9");  // 10-11 go back to the shared pool at once
   json s = o.status.at("uid-once");
   EXPECT_EQ(s["phase"], "Succeeded");
   EXPECT_EQ(s["used"]["cpus"], "8-9");
   EXPECT_EQ(s["used"]["claims"][0]["name"], "owner");
+  // After the grace for the claim's other driver, 10-11 go back to the shared pool.
+  w.in.now += kSucceededGrace;
+  o = w.Run();
+  ASSERT_EQ(o.put.size(), 1u);
+  EXPECT_EQ(o.put[0].cpus.ToString(), "8-9");
   // The owner releases: nothing is held, the tombstone stays while the object exists.
   ASSERT_TRUE(w.st.Remove(state::DraOwner("dra.cpu", "c-owner")).ok());
   o = w.Run();
@@ -274,6 +278,60 @@ TEST(DecideTest, AllocateOnceEndsAfterTheFirstOwnerAndKeepsWhatItUses) {
   o = w.Run();
   EXPECT_THAT(o.remove, ::testing::ElementsAre("uid-once"));
   EXPECT_TRUE(w.st.reservations().empty());
+}
+
+TEST(DecideTest, AllocateOnceWaitsForThePrepareToFinishAndKeepsTheRestForTheSameClaim) {
+  World w(K32());
+  w.Add(MakeObject("once", CpuSpec({{"cpuset", "8-11"}})));
+  ASSERT_EQ(w.Run().put.size(), 1u);
+  // The owner's CPU prepare is still being recorded: not a use yet (it may be undone).
+  state::Allocation cpu_part = Claim("owner", "8", "uid-once");
+  ASSERT_TRUE(w.st.Add(cpu_part).ok());
+  w.in.in_flight = {cpu_part.owner};
+  EXPECT_TRUE(w.Run().put.empty());
+  cpu_part.phase = state::Phase::kPreparing;
+  ASSERT_TRUE(w.st.Remove(cpu_part.owner).ok());
+  ASSERT_TRUE(w.st.Add(cpu_part).ok());
+  w.in.in_flight.clear();
+  EXPECT_TRUE(w.Run().put.empty());  // Preparing is not a use either
+  ASSERT_TRUE(w.st.SetPhase(cpu_part.owner, state::Phase::kPrepared).ok());
+  Outcome o = w.Run();
+  ASSERT_EQ(o.put.size(), 1u);
+  EXPECT_EQ(o.put[0].end_reason, "Succeeded");
+  // The rest stays for kSucceededGrace: the same claim's other driver may still come.
+  EXPECT_EQ(o.put[0].cpus.ToString(), "8-11");
+  ASSERT_TRUE(o.next.has_value());
+  EXPECT_EQ(*o.next, w.in.now + kSucceededGrace);
+  claims::Claim same;
+  same.uid = "c-owner";
+  same.namespace_name = "team-a";
+  same.name = "owner";
+  claims::Claim other = same;
+  other.uid = "c-other";
+  other.name = "other";
+  EXPECT_THAT(UsableBy(w.st, same), ::testing::ElementsAre("uid-once"));
+  EXPECT_TRUE(UsableBy(w.st, other).empty());
+  w.in.now += kSucceededGrace;
+  o = w.Run();
+  ASSERT_EQ(o.put.size(), 1u);
+  EXPECT_EQ(o.put[0].cpus.ToString(), "8");  // then only what the claim uses
+}
+
+TEST(DecideTest, StatusOfUnexpectedTypesIsNotTrusted) {
+  World w(K32());
+  w.Add(MakeObject(
+      "odd", CpuSpec({{"count", 2}}),
+      {{"phase", 7},
+       {"observedGeneration", "one"},
+       {"conditions",
+        {{{"type", "Ready"}, {"status", true}, {"reason", 3}, {"lastTransitionTime", 5}}}}}));
+  Outcome o = w.Run();
+  ASSERT_EQ(o.put.size(), 1u);
+  EXPECT_EQ(o.status.at("uid-odd")["phase"], "Available");
+  json too_long = CpuSpec({{"count", 2}});
+  w.Add(MakeObject(std::string(64, 'a'), too_long));
+  o = w.Run();
+  EXPECT_EQ(o.status.at("uid-" + std::string(64, 'a'))["conditions"][0]["reason"], "Invalid");
 }
 
 TEST(DecideTest, ReusableReservationKeepsItsCpusWhileOwnersComeAndGo) {
@@ -440,6 +498,66 @@ TEST(UsableByTest, OwnersOnlyAndAllocateOnceForOneClaim) {
               ::testing::ElementsAre("uid-many", "uid-once"));
   EXPECT_THAT(UsableBy(w.st, ClaimIdentity("team-a", "y")), ::testing::ElementsAre("uid-many"));
 }
+
+}  // namespace
+}  // namespace topodra::reservation
+
+namespace topodra::reservation {
+namespace {
+
+struct PlaceCase {
+  std::string name;
+  std::string fixture;
+  json cpus;
+  std::string want;  // the CPUs, or the error message
+};
+
+class PlaceTest : public ::testing::TestWithParam<PlaceCase> {};
+
+// Hand-worked answers on the shared topologies: whole cores, one L3, the asked NUMA node or
+// socket, tightest fit, lowest ids; and the messages of what cannot be placed.
+TEST_P(PlaceTest, OnFixtures) {
+  const topology::Topology topo = topodra::testing::LoadTopology(GetParam().fixture);
+  Spec spec;
+  spec.node_name = "n1";
+  json s = {{"nodeName", "n1"}, {"cpus", GetParam().cpus}, {"owners", {{{"namespace", "a"}}}}};
+  absl::StatusOr<Spec> parsed = ParseSpec(s);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  absl::StatusOr<Placement> p = Place(*parsed, topo, NodeView{});
+  EXPECT_EQ(p.ok() ? p->cpus.ToString() : std::string(p.status().message()), GetParam().want);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, PlaceTest,
+    ::testing::Values(
+        // 4 packages of 2 cores x 2 threads; package 2 is 2,6,10,14 (cores 2,10 and 6,14).
+        PlaceCase{"SocketWhole", "16em64t-4s2c2t.xml", {{"count", 4}, {"socket", 2}}, "2,6,10,14"},
+        PlaceCase{"SocketOneCore", "16em64t-4s2c2t.xml", {{"count", 2}, {"socket", 1}}, "1,9"},
+        PlaceCase{"NoSuchSocket",
+                  "16em64t-4s2c2t.xml",
+                  {{"count", 2}, {"socket", 9}},
+                  "spec.cpus.socket: socket 9 does not exist"},
+        // 24 NUMA nodes of 8 cores x 2 threads: node 5 is 40-47 and 232-239.
+        PlaceCase{"WholeNumaNode",
+                  "192em64t-24n8c2t.xml",
+                  {{"count", 16}, {"numaNode", 5}},
+                  "40-47,232-239"},
+        // 4 NUMA nodes of 24 single-thread cores, 6 per L3: one whole L3 of node 0.
+        PlaceCase{"OneL3",
+                  "96em64t-4n4d3ca2co-pci.xml",
+                  {{"count", 6}, {"numaNode", 0}},
+                  "0,4,8,12,16,20"},
+        PlaceCase{"OfflineCpu",
+                  "16em64t-4s2c2t-offlines.xml",
+                  {{"cpuset", "2"}},
+                  "spec.cpus.cpuset: CPUs 2 are not online on this node (online "
+                  "0-1,3-4,6,12,15)"},
+        PlaceCase{"MoreThanTheMachine",
+                  "16em64t-4s2c2t-offlines.xml",
+                  {{"count", 8}},
+                  "spec.cpus.count: 8 CPUs wanted but the node has only 7 that can be reserved "
+                  "(0-1,3-4,6,12,15)"}),
+    [](const ::testing::TestParamInfo<PlaceCase>& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace topodra::reservation

@@ -138,6 +138,13 @@ INSTANTIATE_TEST_SUITE_P(
                 },
                 "spec.owners[0].claimSelector.matchExpressions[0].values: In needs at least one "
                 "value"},
+        BadCase{"EmptySelector",
+                [](json& j) {
+                  j["owners"] = {{{"claimSelector", json::object()}}};
+                },
+                "spec.owners[0].claimSelector: empty (it would match every claim)"},
+        BadCase{"TtlTooLong", [](json& j) { j["ttl"] = "87841h"; },
+                "spec.ttl: \"87841h\" is longer than ten years"},
         BadCase{"ControllerWithoutKind",
                 [](json& j) {
                   j["owners"] = {{{"controller", {{"name", "x"}}}}};

@@ -368,6 +368,7 @@ State SampleWithReservations() {
   r2.placed_at = "2026-01-01T00:00:00Z";
   r2.ended = true;
   r2.end_reason = "Expired";
+  r2.ended_at = "2026-11-22T10:30:00Z";
   EXPECT_TRUE(state.PutReservation(r2).ok());
   Allocation owner;
   owner.owner = "dra.cpu/ml-uid";
@@ -402,6 +403,7 @@ TEST_F(CheckpointTest, ReservationsRoundTrip) {
   EXPECT_EQ(*loaded->FindReservation("r1-uid"), *state.FindReservation("r1-uid"));
   EXPECT_EQ(loaded->FindReservation("r1-uid")->spec.Parse()["ttl"], "2h");
   EXPECT_EQ(loaded->FindReservation("r2-uid")->end_reason, "Expired");
+  EXPECT_EQ(loaded->FindReservation("r2-uid")->ended_at, "2026-11-22T10:30:00Z");
   EXPECT_TRUE(loaded->FindReservation("r2-uid")->ended);
   EXPECT_EQ(loaded->ReservationOfCpu(8), std::optional<std::string>("r1-uid"));
   EXPECT_EQ(loaded->HolderOfCpu(8), std::optional<std::string>("pod-uid/main/topodra.io/cpu"));
