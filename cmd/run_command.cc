@@ -580,8 +580,14 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
           reservation::NodeContext ctx;
           ctx.topo = current;
           ctx.reserved_cpus = pub.reserved_cpus;
-          for (const auto& [name, gpu] : GpuSetup(current, pub, pools, cmd.host_root).gpus) {
-            ctx.gpus[name] = gpu.pci_bus_id;
+          // The published GPUs by device name (no device-node lookups: this runs at every pass).
+          std::set<std::string> published;
+          if (std::optional<publish::Pool> pool = PoolOf(pools, opts->gpu_driver)) {
+            for (const publish::Device& d : pool->devices) published.insert(d.name);
+          }
+          for (const topology::Gpu& gpu : current.gpus) {
+            const std::string name = publish::GpuDeviceName(gpu);
+            if (published.contains(name)) ctx.gpus[name] = gpu.pci_bus_id;
           }
           ctx.devices = reserved_devices;
           return ctx;

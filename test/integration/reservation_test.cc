@@ -222,6 +222,50 @@ TEST_F(ReservationNodeTest, PreAllocationWaitsForABusyCpuThenTakesIt) {
   EXPECT_THAT(PrepareOne(late).error, HasSubstr("CPU 1 is held by Reservation \"pre\""));
 }
 
+TEST_F(ReservationNodeTest, GpuHeldForItsOwnerOnly) {
+  Start({"--slice-mixins", "off"});
+  json spec = {
+      {"nodeName", kNode}, {"gpus", {{"count", 1}}}, {"owners", {{{"claimName", "owner"}}}}};
+  json obj = {{"apiVersion", "topodra.io/v1alpha1"},
+              {"kind", "Reservation"},
+              {"metadata", {{"name", "g1"}}},
+              {"spec", spec}};
+  ASSERT_TRUE(server_->Api("POST", kResv, &obj).ok());
+  obj = WaitPhase("g1", "Available");
+  ASSERT_EQ(obj["status"]["gpus"].size(), 1u);
+  const std::string gpu = obj["status"]["gpus"][0];
+  EXPECT_EQ(obj["status"]["devices"][0]["driver"], kGpu);
+  EXPECT_EQ(obj["status"]["devices"][0]["device"], gpu);
+  // The GPU's own device carries the attribute and the taint.
+  json dev;
+  for (int i = 0; i < 1000 && !dev.contains("taints"); ++i) {
+    auto slices = server_->Api(
+        "GET",
+        "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.driver%3Dgpu.topodra.io");
+    if (slices.ok()) {
+      for (const json& sl : (*slices)["items"]) {
+        for (const json& d : sl["spec"]["devices"]) {
+          if (d["name"] == gpu) dev = d;
+        }
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(dev["attributes"]["topodra.io/reservation"]["string"], "g1");
+  ASSERT_TRUE(dev.contains("taints")) << dev.dump();
+  EXPECT_EQ(dev["taints"][0]["value"], "g1");
+
+  const PrepareClaim thief = MakeClaim("thief", json::array({Request("gpu", "gpu.topodra.io")}),
+                                       json::array({Result("gpu", gpu, "", kGpu)}));
+  EXPECT_THAT(PrepareOne(thief, kGpu).error,
+              HasSubstr("is held by Reservation \"g1\", and the claim is not one of its owners"));
+  const PrepareClaim owner = MakeClaim("owner", json::array({Request("gpu", "gpu.topodra.io")}),
+                                       json::array({Result("gpu", gpu, "", kGpu)}));
+  EXPECT_EQ(PrepareOne(owner, kGpu).error, "");
+  obj = WaitPhase("g1", "Succeeded");
+  EXPECT_EQ(obj["status"]["used"]["claims"][0]["name"], "owner");
+}
+
 class ReservationNoTaintsTest : public ReservationNodeTest {
  protected:
   void SetUp() override { Serve(false); }
