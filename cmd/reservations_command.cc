@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "cmd/commands.h"
+#include "driver/reservation/lifecycle.h"
 #include "driver/state/store.h"
 #include "nlohmann/json.hpp"
 
@@ -30,17 +31,9 @@ Row RowOf(const state::State& st, const state::Reservation& r) {
   row.gpus = absl::StrJoin(r.gpus, ",");
   row.expires = r.expires_at.empty() ? "never" : r.expires_at;
   // Placed devices another allocation still holds are waited for (preAllocation).
-  CpuSet busy;
-  bool busy_gpu = false;
-  auto other = [&](const std::optional<std::string>& owner) {
-    if (!owner) return false;
-    const state::Allocation* a = st.Find(*owner);
-    return a != nullptr && a->reservation != r.uid;
-  };
-  for (int cpu : r.cpus) {
-    if (other(st.HolderOfCpu(cpu))) busy.Add(cpu);
-  }
-  for (const std::string& g : r.gpus) busy_gpu |= other(st.HolderOfGpu(g));
+  const reservation::Waiting waiting = reservation::WaitingFor(st, r);
+  const CpuSet& busy = waiting.cpus;
+  const bool busy_gpu = !waiting.gpus.empty();
   row.held_cpus = (r.cpus - busy).ToString();
   if (r.ended) {
     row.phase = absl::StrCat("Ended (", r.end_reason, ")");

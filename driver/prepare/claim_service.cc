@@ -292,6 +292,8 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref) {
     node_->in_flight.erase(owner);
     CompactIfDue(node_);
   }
+  // Now durable, the use of a reservation counts (an allocateOnce one ends): tell its controller.
+  if (!prepared.reservation.empty()) node_->changes.Notify();
   const auto t4 = std::chrono::steady_clock::now();
   auto us = [](auto d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); };
   spdlog::info("{}: prepared cpus={} gpus={} devices={}", Who(ref),

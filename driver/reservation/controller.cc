@@ -36,29 +36,6 @@ Clock* RealClock() {
   return &clock;
 }
 
-std::vector<Held> HeldDevices(const state::State& st) {
-  std::vector<Held> out;
-  for (const auto& [uid, r] : st.reservations()) {
-    Held h;
-    h.name = r.name;
-    h.since = r.placed_at;
-    auto others = [&](const std::optional<std::string>& owner) {
-      if (!owner) return false;
-      const state::Allocation* a = st.Find(*owner);
-      return a != nullptr && a->reservation != r.uid;
-    };
-    for (int cpu : r.cpus) {
-      if (!others(st.HolderOfCpu(cpu))) h.cpus.Add(cpu);
-    }
-    for (const std::string& g : r.gpus) {
-      if (!others(st.HolderOfGpu(g))) h.gpus.insert(g);
-    }
-    if (h.cpus.Empty() && h.gpus.empty()) continue;
-    out.push_back(std::move(h));
-  }
-  return out;
-}
-
 Controller::Controller(kube::RestClient* client, ControllerOptions options,
                        prepare::NodeAllocations* node, Clock* clock,
                        std::function<NodeContext()> context, std::function<void()> held_changed)

@@ -39,17 +39,6 @@ struct NodeContext {
   std::map<std::string, std::vector<DeviceRef>> devices;  // reservation name -> devices
 };
 
-// What the daemon publishes for the placed reservations: their held devices (placed minus what
-// other allocations still use).
-struct Held {
-  std::string name;
-  CpuSet cpus;
-  std::set<std::string> gpus;
-  std::string since;
-  bool operator==(const Held&) const = default;
-};
-std::vector<Held> HeldDevices(const state::State& st);
-
 struct ControllerOptions {
   std::string node_name;
   absl::Duration initial_backoff = absl::Milliseconds(200);

@@ -23,6 +23,15 @@ bool Done(const state::Allocation& a, const std::set<std::string>& in_flight) {
   return a.phase == state::Phase::kPrepared && !in_flight.contains(a.owner);
 }
 
+// Whether an owner's claim has been prepared (durably) on reservation `uid`.
+bool UsedDurably(const state::State& st, const std::string& uid,
+                 const std::set<std::string>& in_flight) {
+  for (const state::Allocation* a : st.AllocationsOf(uid)) {
+    if (Done(*a, in_flight)) return true;
+  }
+  return false;
+}
+
 // What owners' claims use of reservation `uid`. A claim prepared by both drivers is one entry.
 Usage UsageOf(const state::State& st, const std::string& uid) {
   Usage u;
@@ -49,14 +58,12 @@ Usage UsageOf(const state::State& st, const std::string& uid) {
   return u;
 }
 
-// The devices of `r` that allocations other than its owners' hold: preAllocation waits for them.
-struct Busy {
-  CpuSet cpus;
-  std::set<std::string> gpus;
-  std::set<std::string> holders;  // "claim ns/name (uid ...)"
-};
-Busy BusyOf(const state::State& st, const state::Reservation& r) {
-  Busy b;
+using Busy = Waiting;
+
+}  // namespace
+
+Waiting WaitingFor(const state::State& st, const state::Reservation& r) {
+  Waiting b;
   auto note = [&](const std::optional<std::string>& owner) {
     if (!owner) return false;
     const state::Allocation* a = st.Find(*owner);
@@ -73,6 +80,25 @@ Busy BusyOf(const state::State& st, const state::Reservation& r) {
   return b;
 }
 
+std::vector<Held> HeldDevices(const state::State& st) {
+  std::vector<Held> out;
+  for (const auto& [uid, r] : st.reservations()) {
+    const Waiting waiting = WaitingFor(st, r);
+    Held h;
+    h.name = r.name;
+    h.since = r.placed_at;
+    h.cpus = r.cpus - waiting.cpus;
+    for (const std::string& g : r.gpus) {
+      if (!waiting.gpus.contains(g)) h.gpus.insert(g);
+    }
+    if (h.cpus.Empty() && h.gpus.empty()) continue;
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+namespace {
+
 std::optional<Spec> SpecOf(const state::Reservation& r) {
   absl::StatusOr<Spec> s = ParseSpec(r.spec.Parse());
   if (!s.ok()) return std::nullopt;
@@ -85,30 +111,24 @@ struct Verdict {
   std::string message;
 };
 
+// A GPU as statuses name it: its published device name, else its PCI bus id.
+json GpuNameList(const std::set<std::string>& pcis,
+                 const std::map<std::string, std::string>& gpus) {
+  std::map<std::string, std::string> by_pci;
+  for (const auto& [name, pci] : gpus) by_pci[pci] = name;
+  json out = json::array();
+  for (const std::string& pci : pcis) {
+    auto it = by_pci.find(pci);
+    out.push_back(it != by_pci.end() ? it->second : pci);
+  }
+  return out;
+}
+
 std::string GpuNames(const std::set<std::string>& pcis,
                      const std::map<std::string, std::string>& gpus) {
   std::vector<std::string> names;
-  for (const std::string& pci : pcis) {
-    std::string name = pci;
-    for (const auto& [n, p] : gpus) {
-      if (p == pci) name = n;
-    }
-    names.push_back(name);
-  }
+  for (const json& n : GpuNameList(pcis, gpus)) names.push_back(n.get<std::string>());
   return absl::StrJoin(names, ",");
-}
-
-json GpuNameList(const std::set<std::string>& pcis,
-                 const std::map<std::string, std::string>& gpus) {
-  json out = json::array();
-  for (const std::string& pci : pcis) {
-    std::string name = pci;
-    for (const auto& [n, p] : gpus) {
-      if (p == pci) name = n;
-    }
-    out.push_back(name);
-  }
-  return out;
 }
 
 std::string WhatItHolds(const state::Reservation& r,
@@ -144,7 +164,7 @@ json StatusFor(const Object& obj, const Verdict& v, const state::Reservation* re
                const state::State& st, const Inputs& in, std::optional<absl::Time> expiry) {
   json s = {{"phase", v.phase}, {"observedGeneration", obj.generation}};
   if (rec != nullptr) {
-    const Busy busy = BusyOf(st, *rec);
+    const Busy busy = WaitingFor(st, *rec);
     s["cpus"] = rec->cpus.ToString();
     s["gpus"] = GpuNameList(rec->gpus, in.gpus);
     s["heldCpus"] = (rec->cpus - busy.cpus).ToString();
@@ -280,12 +300,7 @@ Outcome Decide(const Inputs& in) {
             "its devices left the machine:",
             lost_cpus.Empty() ? "" : absl::StrCat(" CPUs ", lost_cpus.ToString()),
             lost_gpus.empty() ? "" : absl::StrCat(" GPUs ", GpuNames(lost_gpus, in.gpus)));
-      } else if (spec && spec->allocate_once && [&] {
-                   for (const state::Allocation* a : st.AllocationsOf(uid)) {
-                     if (Done(*a, in.in_flight)) return true;
-                   }
-                   return false;
-                 }()) {
+      } else if (spec && spec->allocate_once && UsedDurably(st, uid, in.in_flight)) {
         reason = "Succeeded";
         why = "an owner's claim used it (allocateOnce)";
       }
@@ -454,7 +469,7 @@ Outcome Decide(const Inputs& in) {
         absl::StrAppend(&v.message, "; its devices returned to the shared pool");
       }
     } else {
-      const Busy busy = BusyOf(st, r);
+      const Busy busy = WaitingFor(st, r);
       if (busy.cpus.Empty() && busy.gpus.empty()) {
         v = {"Available", "Available",
              absl::StrCat(WhatItHolds(r, in.gpus), " are held for the owners")};

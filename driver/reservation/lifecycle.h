@@ -75,6 +75,26 @@ Outcome Decide(const Inputs& in);
 // other driver's part, within kSucceededGrace). By uid.
 std::set<std::string> UsableBy(const state::State& state, const claims::Claim& claim);
 
+// The placed devices of `r` that allocations other than its owners' still hold: preAllocation
+// waits for them.
+struct Waiting {
+  CpuSet cpus;
+  std::set<std::string> gpus;
+  std::set<std::string> holders;  // how messages name them: "claim ns/name (uid ...)"
+};
+Waiting WaitingFor(const state::State& st, const state::Reservation& r);
+
+// What the daemon publishes for the placed reservations: their held devices (placed minus what
+// others still hold), for those that hold any.
+struct Held {
+  std::string name;
+  CpuSet cpus;
+  std::set<std::string> gpus;
+  std::string since;
+  bool operator==(const Held&) const = default;
+};
+std::vector<Held> HeldDevices(const state::State& st);
+
 // `Reservation "r1"`: how messages name a reservation.
 std::string Describe(const state::Reservation& r);
 
