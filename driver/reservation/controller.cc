@@ -226,30 +226,36 @@ void Controller::WatchLoop() {
 
 absl::Status Controller::WriteStatus(const std::string& uid, const json& desired) {
   json body;
+  std::string sent_rv;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = cache_.find(uid);
     if (it == cache_.end()) return absl::OkStatus();  // gone meanwhile
     body = it->second.raw;
+    sent_rv = it->second.object.resource_version;
   }
   body["status"] = desired;
   const std::string name = StringField(Field(body, "metadata"), "name");
   absl::StatusOr<kube::Response> r =
       client_->Put(absl::StrCat(Collection(), "/", name, "/status"), body);
+  // An answer replaces the cached object only while the watch has not moved it on (a newer
+  // spec, a deletion) since we read it: answers travel beside the watch, not in its order.
+  auto refresh = [&](const json& fresh) {
+    absl::StatusOr<Object> o = ParseObject(fresh);
+    auto it = cache_.find(uid);
+    if (o.ok() && o->uid == uid && it != cache_.end() &&
+        it->second.object.resource_version == sent_rv) {
+      it->second = Cached{fresh, *std::move(o)};
+    }
+  };
   if (!r.ok()) {
     const std::optional<int> code = kube::HttpCodeOf(r.status());
     if (code == 409 || code == 404) {
       // Someone changed or deleted it: read it again and decide again.
       absl::StatusOr<kube::Response> fresh = client_->Get(absl::StrCat(Collection(), "/", name));
       std::lock_guard<std::mutex> lock(mu_);
-      // Only refresh what the watch still has: a DELETED event handled meanwhile must not be
-      // undone by an answer that left the server before it.
-      auto it = cache_.find(uid);
       if (fresh.ok()) {
-        if (absl::StatusOr<Object> o = ParseObject(fresh->body);
-            o.ok() && o->uid == uid && it != cache_.end()) {
-          it->second = Cached{fresh->body, *std::move(o)};
-        }
+        refresh(fresh->body);
       } else if (kube::HttpCodeOf(fresh.status()) == 404) {
         cache_.erase(uid);
       }
@@ -258,13 +264,9 @@ absl::Status Controller::WriteStatus(const std::string& uid, const json& desired
     return absl::Status(r.status().code(),
                         absl::StrCat("status of reservation ", name, ": ", r.status().message()));
   }
-  absl::StatusOr<Object> o = ParseObject(r->body);
   std::lock_guard<std::mutex> lock(mu_);
   ++status_.status_writes;
-  // As above: the object may have been deleted while the answer travelled.
-  if (auto it = cache_.find(uid); o.ok() && o->uid == uid && it != cache_.end()) {
-    it->second = Cached{r->body, *std::move(o)};
-  }
+  refresh(r->body);
   return absl::OkStatus();
 }
 
