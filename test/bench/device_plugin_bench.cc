@@ -28,6 +28,7 @@
 #include "driver/deviceplugin/device_plugin_core.h"
 #include "nlohmann/json.hpp"
 #include "proto/deviceplugin/v1beta1/api.grpc.pb.h"
+#include "test/bench/latency.h"
 #include "test/integration/daemon.h"
 #include "test/integration/fake_apiserver.h"
 #include "test/kubelet_sim/kubelet_sim.h"
@@ -42,16 +43,10 @@ namespace dp = ::v1beta1;
 
 constexpr char kNode[] = "bench-node";
 
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+using topodra::bench::Ms;
 
-struct Stats {
-  double p50 = 0, p99 = 0, max = 0;
-};
-Stats Of(std::vector<double> v) {
-  if (v.empty()) return {};
-  std::sort(v.begin(), v.end());
-  return {v[v.size() / 2], v[std::min(v.size() - 1, v.size() * 99 / 100)], v.back()};
-}
+using topodra::bench::Of;
+using topodra::bench::Stats;
 
 struct Request {
   std::vector<std::string> available, must;

@@ -27,6 +27,7 @@
 #include "driver/kube/rest_client.h"
 #include "nlohmann/json.hpp"
 #include "proto/pluginregistration/api.grpc.pb.h"
+#include "test/bench/latency.h"
 #include "test/integration/daemon.h"
 #include "test/integration/fake_apiserver.h"
 #include "test/kubelet_sim/kubelet_sim.h"
@@ -45,16 +46,10 @@ using testing::PrepareClaim;
 constexpr char kNode[] = "bench-node";
 constexpr char kDriver[] = "dra.cpu";
 
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+using topodra::bench::Ms;
 
-struct Stats {
-  double p50 = 0, p99 = 0;
-};
-Stats Of(std::vector<double> v) {
-  if (v.empty()) return {};
-  std::sort(v.begin(), v.end());
-  return {v[v.size() / 2], v[std::min(v.size() - 1, v.size() * 99 / 100)]};
-}
+using topodra::bench::Of;
+using topodra::bench::Stats;
 
 // Creates `count` allocated claims, each consuming one CPU of a NUMA device, from 8 threads.
 std::vector<PrepareClaim> MakeClaims(FakeApiServer& server, const std::string& prefix, int count,

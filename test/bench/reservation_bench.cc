@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "driver/kube/rest_client.h"
 #include "nlohmann/json.hpp"
+#include "test/bench/latency.h"
 #include "test/integration/daemon.h"
 #include "test/integration/fake_apiserver.h"
 #include "test/kubelet_sim/kubelet_sim.h"
@@ -36,16 +37,10 @@ using namespace topodra;
 constexpr char kNode[] = "bench-node";
 constexpr char kResv[] = "/apis/topodra.io/v1alpha1/reservations";
 
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+using topodra::bench::Ms;
 
-struct Stats {
-  double p50 = 0, p99 = 0, max = 0;
-};
-Stats Of(std::vector<double> v) {
-  if (v.empty()) return {};
-  std::sort(v.begin(), v.end());
-  return {v[v.size() / 2], v[std::min(v.size() - 1, v.size() * 99 / 100)], v.back()};
-}
+using topodra::bench::Of;
+using topodra::bench::Stats;
 
 // What the watches saw, by reservation name.
 struct Seen {

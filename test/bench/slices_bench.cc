@@ -18,6 +18,7 @@
 #include "driver/publish/device_builder.h"
 #include "driver/publish/slice_builder.h"
 #include "driver/publish/slice_json.h"
+#include "test/bench/latency.h"
 #include "test/integration/fake_apiserver.h"
 #include "topology/discoverer.h"
 #include "topology/json_text.h"
@@ -27,7 +28,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace topodra;
 
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+using topodra::bench::Ms;
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
