@@ -12,6 +12,7 @@
 
 #include "driver/prepare/planner.h"
 #include "driver/publish/device_builder.h"
+#include "driver/publish/names.h"
 #include "nlohmann/json.hpp"
 #include "test/testing/fixtures.h"
 
@@ -57,13 +58,21 @@ inline const char* ModeName(Mode m) {
   return "?";
 }
 
-// The CPU driver's setup as the daemon derives it from the published pool.
+// The CPU driver's setup as the daemon derives it from the published pool, with the
+// reservations `held` publishes (their grouped devices are groups of their own in every mode).
 inline DriverSetup CpuSetup(const topology::Topology& topo, Mode mode,
-                            const CpuSet& reserved = CpuSet{}) {
+                            const CpuSet& reserved = CpuSet{}, const state::State* held = nullptr) {
   publish::PublishOptions opts;
   opts.node_name = kNode;
   opts.cpu_driver = kCpuDriver;
   opts.reserved_cpus = reserved;
+  std::set<std::string> reservation_devices;
+  if (held != nullptr) {
+    for (const auto& [uid, r] : held->reservations()) {
+      opts.reservations.push_back({r.name, r.cpus, r.gpus, r.placed_at});
+      reservation_devices.insert(publish::ReservationCpuDeviceName(r.name));
+    }
+  }
   opts.cpu_mode = mode == Mode::kIndividual ? publish::CpuDeviceMode::kIndividual
                                             : publish::CpuDeviceMode::kGrouped;
   opts.group_by = mode == Mode::kSocket    ? publish::GroupBy::kSocket
@@ -78,7 +87,8 @@ inline DriverSetup CpuSetup(const topology::Topology& topo, Mode mode,
   setup.reserved = reserved;
   setup.cpu_pool.name = kNode;
   for (const auto& [name, cpus] : publish::CpuDeviceCpus(topo, opts)) {
-    setup.cpu_pool.devices[name] = claims::CpuDevice{kind, cpus};
+    setup.cpu_pool.devices[name] = claims::CpuDevice{
+        reservation_devices.contains(name) ? claims::CpuDeviceKind::kGroup : kind, cpus};
   }
   return setup;
 }

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include "driver/prepare/planner.h"
-#include "driver/publish/names.h"
 #include "test/prepare/prepare_testing.h"
 
 namespace topodra::prepare {
@@ -33,29 +32,7 @@ state::Reservation Placed(const std::string& name, const std::string& cpus,
 
 // The CPU driver's setup when `held` is published as the daemon does.
 DriverSetup CpuSetupWith(const topology::Topology& topo, Mode mode, const state::State& held) {
-  publish::PublishOptions opts;
-  opts.node_name = kNode;
-  opts.cpu_driver = kCpuDriver;
-  opts.cpu_mode = mode == Mode::kIndividual ? publish::CpuDeviceMode::kIndividual
-                                            : publish::CpuDeviceMode::kGrouped;
-  opts.group_by = mode == Mode::kSocket    ? publish::GroupBy::kSocket
-                  : mode == Mode::kMachine ? publish::GroupBy::kMachine
-                                           : publish::GroupBy::kNuma;
-  for (const auto& [uid, r] : held.reservations()) {
-    opts.reservations.push_back({r.name, r.cpus, r.gpus, r.placed_at});
-  }
-  DriverSetup setup = CpuSetup(topo, mode);
-  setup.cpu_pool.devices.clear();
-  const claims::CpuDeviceKind kind = mode == Mode::kIndividual ? claims::CpuDeviceKind::kIndividual
-                                     : mode == Mode::kMachine  ? claims::CpuDeviceKind::kMachine
-                                                               : claims::CpuDeviceKind::kGroup;
-  for (const auto& [name, cpus] : publish::CpuDeviceCpus(topo, opts)) {
-    // A reservation's device is a group of its own, whatever the mode groups by.
-    const bool resv = name.rfind("cpudevresv-", 0) == 0;
-    setup.cpu_pool.devices[name] =
-        claims::CpuDevice{resv ? claims::CpuDeviceKind::kGroup : kind, cpus};
-  }
-  return setup;
+  return CpuSetup(topo, mode, CpuSet{}, &held);
 }
 
 json ClaimIn(const std::string& ns, const std::string& name, const std::vector<json>& results,

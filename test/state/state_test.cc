@@ -9,6 +9,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "test/state/reservation_testing.h"
 
 namespace topodra::state {
 namespace {
@@ -153,17 +154,7 @@ Allocation Owned(const std::string& uid, const std::string& cpus, const std::str
   return a;
 }
 
-Reservation Resv(const std::string& name, const std::string& cpus,
-                 std::set<std::string> gpus = {}) {
-  Reservation r;
-  r.uid = "uid-" + name;
-  r.name = name;
-  r.cpus = *CpuSet::Parse(cpus);
-  r.gpus = std::move(gpus);
-  r.placed_at = "2026-01-02T03:04:05Z";
-  r.spec = nlohmann::json{{"nodeName", "node-a"}, {"owners", {{{"namespace", "default"}}}}};
-  return r;
-}
+using state_testing::Resv;
 
 std::vector<std::string> OwnersOf(const std::vector<const Allocation*>& allocations) {
   std::vector<std::string> owners;

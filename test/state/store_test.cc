@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
+#include "test/state/reservation_testing.h"
 
 namespace topodra::state {
 namespace {
@@ -45,17 +46,7 @@ void WriteFile(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
 }
 
-Reservation Resv(const std::string& name, const std::string& cpus,
-                 std::set<std::string> gpus = {}) {
-  Reservation r;
-  r.uid = "uid-" + name;
-  r.name = name;
-  r.cpus = *CpuSet::Parse(cpus);
-  r.gpus = std::move(gpus);
-  r.placed_at = "2026-01-02T03:04:05Z";
-  r.spec = nlohmann::json{{"nodeName", "node-a"}, {"owners", {{{"namespace", "default"}}}}};
-  return r;
-}
+using state_testing::Resv;
 
 Allocation Owned(const std::string& uid, const std::string& cpus, const std::string& reservation) {
   Allocation a = Claim(uid, cpus);
