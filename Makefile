@@ -41,12 +41,12 @@ demo: deps
 bench: deps
 	cmake --preset bench
 	cmake --build --preset bench
-	./build/bench/test/bench/topology_bench ../shared/topologies
-	./build/bench/test/bench/slices_bench ../shared/topologies
-	./build/bench/test/bench/prepare_bench ../shared/topologies
-	./build/bench/test/bench/device_plugin_bench ../shared/topologies
+	./build/bench/test/bench/topology_bench test/fixtures/topologies
+	./build/bench/test/bench/slices_bench test/fixtures/topologies
+	./build/bench/test/bench/prepare_bench test/fixtures/topologies
+	./build/bench/test/bench/device_plugin_bench test/fixtures/topologies
 	./build/bench/test/bench/cgroup_bench
-	./build/bench/test/bench/reservation_bench ../shared/topologies
+	./build/bench/test/bench/reservation_bench test/fixtures/topologies
 
 format:
 	git ls-files '*.cc' '*.h' | xargs clang-format -i
