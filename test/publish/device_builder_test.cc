@@ -136,11 +136,12 @@ TEST(DeviceBuilderTest, GroupedModes) {
       EXPECT_TRUE(d.allow_multiple_allocations);
       const Capacity& cap = d.capacity.at("dra.cpu/cpu");
       EXPECT_EQ(cap.value, std::to_string(c.cpus[i]));
-      ASSERT_TRUE(cap.request_policy.has_value());
-      EXPECT_EQ(cap.request_policy->default_value, "1");
-      ASSERT_TRUE(cap.request_policy->valid_range.has_value());
-      EXPECT_EQ(cap.request_policy->valid_range->min, "1");
-      EXPECT_EQ(cap.request_policy->valid_range->step, "1");
+      // Whole CPUs, at least one. A range needs min + step <= value (k8s-api-cdi.md §1.6), so
+      // a group of one CPU lists its one value instead.
+      const RequestPolicy want = c.cpus[i] == 1
+                                     ? RequestPolicy{"1", {"1"}, std::nullopt}
+                                     : RequestPolicy{"1", {}, ValidRange{"1", std::nullopt, "1"}};
+      EXPECT_EQ(cap.request_policy, want);
       EXPECT_EQ(IntAttr(d, "dra.cpu/numCPUs"), c.cpus[i]);
     }
   }
