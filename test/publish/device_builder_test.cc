@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_format.h"
 #include "driver/publish/names.h"
+#include "driver/publish/slice_json.h"
 #include "test/testing/fixtures.h"
 
 namespace topodra::publish {
@@ -138,10 +139,11 @@ TEST(DeviceBuilderTest, GroupedModes) {
       EXPECT_EQ(cap.value, std::to_string(c.cpus[i]));
       // Whole CPUs, at least one. A range needs min + step <= value (k8s-api-cdi.md §1.6), so
       // a group of one CPU lists its one value instead.
-      const RequestPolicy want = c.cpus[i] == 1
-                                     ? RequestPolicy{"1", {"1"}, std::nullopt}
-                                     : RequestPolicy{"1", {}, ValidRange{"1", std::nullopt, "1"}};
-      EXPECT_EQ(cap.request_policy, want);
+      const nlohmann::json want =
+          c.cpus[i] == 1
+              ? nlohmann::json{{"default", "1"}, {"validValues", {"1"}}}
+              : nlohmann::json{{"default", "1"}, {"validRange", {{"min", "1"}, {"step", "1"}}}};
+      EXPECT_EQ(CapacityToJson(cap)["requestPolicy"].dump(), want.dump());
       EXPECT_EQ(IntAttr(d, "dra.cpu/numCPUs"), c.cpus[i]);
     }
   }
