@@ -87,6 +87,10 @@ Where it differs from a real 1.36 API server on purpose or by omission:
   * list ignores resourceVersion/resourceVersionMatch (always the current state; a future
     resourceVersion is 504); continue tokens are snapshots kept in memory.
   * No protobuf, no YAML bodies, no managedFields, no admission (RBAC, ValidatingAdmissionPolicy).
+  * Each ResourceSlice is validated alone, as by the real server, which stores a device (or
+    shared counter set) name that another slice of the same pool and generation already uses;
+    the scheduler then ignores the whole pool. --pool-checks reject refuses such a write with
+    422 Invalid naming the other slice.
   * Gated fields at their 1.36 defaults: list attributes, nodeAllocatableResources,
     partitionTypeAttribute and skipNodeOperations are known but silently dropped; device
     taints are accepted unless --device-taints drop (DRADeviceTaints off).
