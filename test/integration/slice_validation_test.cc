@@ -88,9 +88,8 @@ struct Case {
 // The reservation cases of one fixture and mode: none; --reserved-cpus leaving one CPU in the
 // first group and in the last; a Reservation of one CPU; a Reservation of all but one CPU of the
 // last group (its group and the reservation's device both keep the rest).
-std::vector<Case> CasesFor(const topology::Topology& t, const Mode& m, const std::string& node) {
+std::vector<Case> CasesFor(const topology::Topology& t, const Mode& m) {
   PublishOptions base;
-  base.node_name = node;
   base.cpu_mode = m.mode;
   base.group_by = m.by;
   const std::vector<CpuSet> groups = Groups(t, m.by);
@@ -141,8 +140,7 @@ TEST(SliceValidationTest, EveryFixtureModeAndReservationIsAccepted) {
     const topology::Topology t = topodra::testing::LoadTopology(machine);
     ASSERT_FALSE(t.online.Empty()) << machine;
     for (const Mode& m : Modes()) {
-      const std::string node_prefix = absl::StrCat("node-", node_index);
-      for (const Case& c : CasesFor(t, m, node_prefix)) {
+      for (const Case& c : CasesFor(t, m)) {
         PublishOptions opts = c.opts;
         opts.node_name = absl::StrCat("node-", node_index++);
         SCOPED_TRACE(absl::StrCat(machine, ", ", m.name, ", ", c.name, " (", opts.node_name, ")"));
