@@ -76,6 +76,14 @@ int Common(const Topology& topo, const CpuSet& cpus, F f) {
   return value;
 }
 
+// Only whole CPUs, at least one: the consumed capacity is the CPU count of the claim. The API
+// server wants min + step <= value of a range (k8s-api-cdi.md §1.6), so a group of one CPU says
+// the same with the one value it allows.
+RequestPolicy WholeCpus(int cpus) {
+  if (cpus <= 1) return RequestPolicy{"1", {"1"}, std::nullopt};
+  return RequestPolicy{"1", {}, ValidRange{"1", std::nullopt, "1"}};
+}
+
 Device GroupDevice(const Topology& topo, std::string name, const CpuSet& cpus, bool smt) {
   Device d;
   d.name = std::move(name);
@@ -86,9 +94,7 @@ Device GroupDevice(const Topology& topo, std::string name, const CpuSet& cpus, b
   if (socket != kNone) d.attributes[kSocketId] = int64_t{socket};
   d.attributes[kNumCpus] = int64_t{cpus.Size()};
   d.attributes[kSmtEnabled] = smt;
-  // Only whole CPUs, at least one: the consumed capacity is the CPU count of the claim.
-  d.capacity[kCpuCapacity] = Capacity{std::to_string(cpus.Size()),
-                                      RequestPolicy{"1", {}, ValidRange{"1", std::nullopt, "1"}}};
+  d.capacity[kCpuCapacity] = Capacity{std::to_string(cpus.Size()), WholeCpus(cpus.Size())};
   return d;
 }
 

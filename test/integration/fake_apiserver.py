@@ -87,6 +87,10 @@ Where it differs from a real 1.36 API server on purpose or by omission:
   * list ignores resourceVersion/resourceVersionMatch (always the current state; a future
     resourceVersion is 504); continue tokens are snapshots kept in memory.
   * No protobuf, no YAML bodies, no managedFields, no admission (RBAC, ValidatingAdmissionPolicy).
+  * Each ResourceSlice is validated alone, as by the real server, which stores a device (or
+    shared counter set) name that another slice of the same pool and generation already uses;
+    the scheduler then ignores the whole pool. --pool-checks reject refuses such a write with
+    422 Invalid naming the other slice.
   * Gated fields at their 1.36 defaults: list attributes, nodeAllocatableResources,
     partitionTypeAttribute and skipNodeOperations are known but silently dropped; device
     taints are accepted unless --device-taints drop (DRADeviceTaints off).
@@ -404,22 +408,26 @@ def validate_c_identifier(v, path):
 
 
 def validate_qualified_key(name, path):
-    """A device attribute/capacity name: C identifier or <driver-like domain>/<C identifier>."""
+    """A device attribute/capacity name: C identifier or <driver-like domain>/<C identifier>.
+    Like validateQualifiedName of 1.36, a name with a second '/' is not checked at all
+    (k8s-api-cdi.md §1.7)."""
+    if not name:
+        return [f_required(path, "name required")]
     parts = name.split("/")
     if len(parts) == 1:
         return validate_c_identifier(parts[0], path)
     if len(parts) == 2:
         errs = []
         if not parts[0]:
-            errs.append(f_invalid(path, "", "the domain must not be empty"))
+            errs.append(f_required(path, "the domain must not be empty"))
         else:
             errs.extend(validate_driver_name(parts[0], path))
         if not parts[1]:
-            errs.append(f_invalid(path, "", "the name must not be empty"))
+            errs.append(f_required(path, "the name must not be empty"))
         else:
             errs.extend(validate_c_identifier(parts[1], path))
         return errs
-    return [f_invalid(path, name, "must not contain more than one slash")]
+    return []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1357,18 +1365,60 @@ def validate_counters(counters, path, limit):
 
 class SliceValidator:
     """validation.ValidateResourceSlice(Update) of Kubernetes 1.36 (gates at their 1.36
-    defaults), plus KEP-5234 mixins when configured to accept them."""
+    defaults), plus KEP-5234 mixins when configured to accept them, plus (with --pool-checks
+    reject) the rules that span the slices of a pool."""
 
-    def __init__(self, accept_mixins):
+    def __init__(self, accept_mixins, pool_checks=False):
         self.accept_mixins = accept_mixins
+        self.pool_checks = pool_checks
+        self.stored = lambda: {}  # name -> stored ResourceSlice; the Api sets it (under its lock)
 
     def validate_create(self, obj):
         errs = validate_object_meta(obj.get("metadata", {}), namespaced=False)
-        return errs + self.validate_spec(obj["spec"], None)
+        errs += self.validate_spec(obj["spec"], None)
+        return errs + self.validate_pool(obj) if self.pool_checks else errs
 
     def validate_update(self, obj, old):
         errs = validate_object_meta(obj.get("metadata", {}), namespaced=False)
-        return errs + self.validate_spec(obj["spec"], old["spec"])
+        errs += self.validate_spec(obj["spec"], old["spec"])
+        return errs + self.validate_pool(obj) if self.pool_checks else errs
+
+    def validate_pool(self, obj):
+        """Device names and shared counter set names are unique in a pool (k8s-api-cdi.md
+        §1.3, §1.4). The real API server validates each object alone and stores such a slice;
+        the scheduler then finds the duplicate and ignores the whole pool, so no device of it is
+        allocatable. Here the write that makes the duplicate is refused instead. Slices count as
+        one pool when driver, pool name and pool generation agree: consumers use only the
+        slices of the newest generation, so a publisher may move a device while it rewrites
+        the pool under a new generation."""
+        spec = obj["spec"]
+        pool = spec.get("pool", {})
+        this = (spec.get("driver"), pool.get("name"), pool.get("generation", 0))
+        name = obj.get("metadata", {}).get("name")
+        devices, counter_sets = {}, {}
+        for other in self.stored().values():
+            other_name = other.get("metadata", {}).get("name")
+            other_spec = other.get("spec", {})
+            other_pool = other_spec.get("pool", {})
+            if other_name == name or this != (other_spec.get("driver"), other_pool.get("name"),
+                                              other_pool.get("generation", 0)):
+                continue
+            for d in other_spec.get("devices", []):
+                devices.setdefault(d.get("name"), other_name)
+            for cs in other_spec.get("sharedCounters", []):
+                counter_sets.setdefault(cs.get("name"), other_name)
+        errs = []
+        for field, items, seen, what in (("spec.devices", spec.get("devices", []), devices,
+                                          "device"),
+                                         ("spec.sharedCounters", spec.get("sharedCounters", []),
+                                          counter_sets, "counter set")):
+            for i, item in enumerate(items):
+                if item.get("name") in seen:
+                    errs.append(f_invalid(child(index(field, i), "name"), item["name"],
+                                          "%s name already used by ResourceSlice \"%s\" of the "
+                                          "same pool and generation; it must be unique in the "
+                                          "pool" % (what, seen[item["name"]])))
+        return errs
 
     def validate_spec(self, spec, old):
         errs = []
@@ -1733,8 +1783,8 @@ def resourceslice_warnings(obj):
 
 
 def make_resourceslice_type(cfg):
-    validator = SliceValidator(cfg.accept_mixins)
-    return ResourceType(
+    validator = SliceValidator(cfg.accept_mixins, cfg.pool_checks)
+    rt = ResourceType(
         RESOURCE_GROUP, cfg.versions, "resourceslices", "resourceslice", "ResourceSlice",
         namespaced=False,
         verbs=("create", "delete", "deletecollection", "get", "list", "patch", "update",
@@ -1750,6 +1800,8 @@ def make_resourceslice_type(cfg):
         validate_update=validator.validate_update,
         prepare=prepare_resourceslice,
         warnings=resourceslice_warnings)
+    rt.slice_validator = validator
+    return rt
 
 
 # --- ResourceClaim and DeviceClass -----------------------------------------------------------
@@ -3691,6 +3743,7 @@ class Config:
         self.accept_mixins = args.mixins == "accept"
         self.accept_list_attributes = args.list_attributes == "accept"
         self.accept_device_taints = args.device_taints == "accept"
+        self.pool_checks = getattr(args, "pool_checks", "accept") == "reject"
         self.crd_types = list(args.crd_types)  # ResourceTypes of the --crd files
         self.token = args.token
         self.nodes = args.nodes
@@ -3709,7 +3762,9 @@ class Api:
         self.store = Store(cfg.watch_history, initial)
         self.types = {}  # (group, version, plural) -> ResourceType
         self.type_list = []
-        self.register(make_resourceslice_type(cfg))
+        slices = make_resourceslice_type(cfg)
+        slices.slice_validator.stored = lambda: self.store.tables[slices.type_key]
+        self.register(slices)
         self.register(make_resourceclaim_type(cfg))
         self.register(make_deviceclass_type(cfg))
         self.register(make_node_type())
@@ -4823,6 +4878,11 @@ def parse_args(argv):
     p.add_argument("--device-taints", choices=("drop", "accept"), default="accept",
                    help="spec.devices[].taints of ResourceSlices: accept (validated, timeAdded "
                         "defaulted) or drop (silently, like a server with DRADeviceTaints off)")
+    p.add_argument("--pool-checks", choices=("accept", "reject"), default="accept",
+                   help="a device or shared counter set name used in two slices of one pool "
+                        "(same driver, pool name and generation): accept (default; the real "
+                        "API server stores it and the scheduler ignores the pool) or reject "
+                        "(422 Invalid naming the other slice)")
     p.add_argument("--crd", action="append", default=[], metavar="FILE",
                    help="serve the CustomResourceDefinition(s) in this YAML file (repeatable; "
                         "needs PyYAML)")

@@ -636,9 +636,12 @@ class ValidationTest(ServerTestCase):
             ("attribute key", lambda o: _set(o, ("spec", "devices", 0, "attributes"),
                                              {"9bad": {"int": 1}}),
              "spec.devices[0].attributes", "a valid C identifier"),
-            ("attribute key two slashes", lambda o: _set(o, ("spec", "devices", 0, "attributes"),
-                                                         {"a/b/c": {"int": 1}}),
-             "spec.devices[0].attributes", "must not contain more than one slash"),
+            ("attribute key empty", lambda o: _set(o, ("spec", "devices", 0, "attributes"),
+                                                   {"": {"int": 1}}),
+             "spec.devices[0].attributes", "Required value: name required"),
+            ("attribute name empty", lambda o: _set(o, ("spec", "devices", 0, "attributes"),
+                                                    {"x.io/": {"int": 1}}),
+             "spec.devices[0].attributes", "Required value: the name must not be empty"),
             ("attribute domain", lambda o: _set(o, ("spec", "devices", 0, "attributes"),
                                                 {"Bad_Domain/x": {"int": 1}}),
              "spec.devices[0].attributes", "RFC 1123 subdomain"),
@@ -2678,6 +2681,268 @@ class TlsTest(unittest.TestCase):
         self.assertEqual(Client(self.mtls.port, ctx).get(SLICES).code, 200)
 
 
+class PoolChecksTest(ServerTestCase):
+    """--pool-checks reject: device and shared counter set names are unique across the slices
+    of one pool (driver, pool name, generation), k8s-api-cdi.md §1.3/§1.4."""
+    ARGS = ServerTestCase.ARGS + ("--pool-checks", "reject")
+
+    def test_device_name_used_in_another_slice_of_the_pool(self):
+        self.create(make_slice("s0", devices=[make_device("cpu-0"), make_device("cpu-1")]))
+        dup = make_slice("s1", devices=[make_device("cpu-2"), make_device("cpu-1")])
+        r = self.client.post(SLICES, dup)
+        self.assertInvalid(r, "spec.devices[1].name",
+                           'Invalid value: "cpu-1": device name already used by ResourceSlice '
+                           '"s0" of the same pool and generation')
+        self.assertEqual(len(r.json["details"]["causes"]), 1)
+        # Dry run refuses it too; an update that adds the name is refused as well.
+        self.assertInvalid(self.client.post(SLICES + "?dryRun=All", dup),
+                           "spec.devices[1].name", "must be unique in the pool")
+        ok = self.create(make_slice("s1", devices=[make_device("cpu-2")]))
+        ok["spec"]["devices"].append(make_device("cpu-0"))
+        self.assertInvalid(self.client.put(SLICES + "/s1", ok), "spec.devices[1].name",
+                           'already used by ResourceSlice "s0"')
+
+    def test_what_is_not_a_duplicate(self):
+        self.create(make_slice("s0", devices=[make_device("cpu-0")]))
+        # Another generation of the pool (a publisher rewriting it), another pool, another
+        # driver, and the slice itself on update.
+        newer = make_slice("s1", devices=[make_device("cpu-0")])
+        newer["spec"]["pool"]["generation"] = 2
+        self.create(newer)
+        self.create(make_slice("s2", pool="node-a/other", devices=[make_device("cpu-0")]))
+        self.create(make_slice("s3", driver="gpu.topodra.io", devices=[make_device("cpu-0")]))
+        same = self.client.get(SLICES + "/s0").json
+        same["spec"]["devices"].append(make_device("cpu-1"))
+        self.assertEqual(self.client.put(SLICES + "/s0", same).code, 200)
+
+    def test_shared_counter_set_name_used_in_another_slice(self):
+        def counters(name, sets):
+            obj = make_slice(name)
+            del obj["spec"]["devices"]
+            obj["spec"]["sharedCounters"] = [{"name": n, "counters": {"c": {"value": "1"}}}
+                                             for n in sets]
+            return obj
+        self.create(counters("c0", ["gpu-0"]))
+        self.assertInvalid(self.client.post(SLICES, counters("c1", ["gpu-1", "gpu-0"])),
+                           "spec.sharedCounters[1].name",
+                           'counter set name already used by ResourceSlice "c0"')
+        self.create(counters("c1", ["gpu-1"]))
+
+    def test_default_accepts_like_the_real_server(self):
+        server = ServerProcess()
+        try:
+            client = Client(server.port)
+            self.assertEqual(client.post(SLICES, make_slice("s0")).code, 201)
+            self.assertEqual(client.post(SLICES, make_slice("s1")).code, 201)
+        finally:
+            server.stop()
+
+
+class SpecRulesTest(ServerTestCase):
+    """Each rule of k8s-api-cdi.md §1.5-§1.8 not covered by ValidationTest: a payload that breaks
+    it (422 Invalid with the field) and the boundary that passes."""
+    ARGS = ServerTestCase.ARGS + ("--list-attributes", "accept")
+
+    def breaks_and_passes(self, cases):
+        for name, bad, good, field, message in cases:
+            with self.subTest(name):
+                obj = make_slice("bad")
+                bad(obj)
+                self.assertInvalid(self.client.post(SLICES, obj), field, message)
+                obj = make_slice("good")
+                good(obj)
+                r = self.client.post(SLICES, obj)
+                self.assertEqual(r.code, 201, r.data)
+                self.assertEqual(self.client.delete(SLICES + "/good").code, 200)
+
+    @staticmethod
+    def policy(pol, value):
+        def mutate(o):
+            dev = o["spec"]["devices"][0]
+            dev["allowMultipleAllocations"] = True
+            dev["capacity"] = {"dra.cpu/cpu": {"value": value, "requestPolicy": pol}}
+        return mutate
+
+    def test_request_policies(self):
+        rp = "spec.devices[0].capacity[dra.cpu/cpu].requestPolicy"
+        pol = self.policy
+        self.breaks_and_passes([
+            # The one-CPU group of issue 14: min + step must not exceed the value.
+            ("min + step above a value of 1",
+             pol({"default": "1", "validRange": {"min": "1", "step": "1"}}, "1"),
+             pol({"default": "1", "validRange": {"min": "1", "step": "1"}}, "2"),
+             rp + ".validRange.step", "one step 2 is larger than capacity value: 1"),
+            ("the same meaning for a value of 1: validValues",
+             pol({"default": "1", "validValues": ["1", "2"]}, "1"),
+             pol({"default": "1", "validValues": ["1"]}, "1"),
+             rp + ".validValues[1]", "option is larger than capacity value: 1"),
+            ("duplicate validValues", pol({"default": "1", "validValues": ["1", "1"]}, "4"),
+             pol({"default": "1", "validValues": ["1", "2"]}, "4"),
+             rp + ".validValues[1]", 'Duplicate value: "1"'),
+            ("11 validValues", pol({"default": "1", "validValues": [str(i) for i in
+                                                                    range(1, 12)]}, "16"),
+             pol({"default": "1", "validValues": [str(i) for i in range(1, 11)]}, "16"),
+             rp + ".validValues", "Too many: 11: must have at most 10 items"),
+            ("min above value", pol({"default": "5", "validRange": {"min": "5"}}, "4"),
+             pol({"default": "4", "validRange": {"min": "4"}}, "4"),
+             rp + ".validRange.min", "min is larger than capacity value: 4"),
+            ("min above max", pol({"default": "3", "validRange": {"min": "3", "max": "2"}}, "4"),
+             pol({"default": "2", "validRange": {"min": "2", "max": "2"}}, "4"),
+             rp + ".validRange.max", "min is larger than max: 2"),
+            ("default above max",
+             pol({"default": "3", "validRange": {"min": "1", "max": "2"}}, "4"),
+             pol({"default": "2", "validRange": {"min": "1", "max": "2"}}, "4"),
+             rp + ".validRange.default", "default is more than max: 2"),
+            ("max off step",
+             pol({"default": "1", "validRange": {"min": "1", "max": "4", "step": "2"}}, "8"),
+             pol({"default": "1", "validRange": {"min": "1", "max": "5", "step": "2"}}, "8"),
+             rp + ".validRange.step", "value is not a multiple of a given step (2) from (1)"),
+            ("negative step", pol({"default": "1", "validRange": {"min": "1", "step": "-1"}}, "8"),
+             pol({"default": "1", "validRange": {"min": "1", "step": "7"}}, "8"),
+             rp + ".validRange.step", "must be greater than zero"),
+            ("negative min", pol({"default": "0", "validRange": {"min": "-2", "step": "2"}}, "8"),
+             pol({"default": "0", "validRange": {"min": "0", "step": "2"}}, "8"),
+             rp + ".validRange.min", "must be greater than or equal to 0"),
+        ])
+
+    def test_attribute_values(self):
+        def attrs(a):
+            return lambda o: _set(o, ("spec", "devices", 0, "attributes"), a)
+        at = "spec.devices[0].attributes"
+        self.breaks_and_passes([
+            ("string of 65 bytes", attrs({"x": {"string": "é" * 32 + "a"}}),
+             attrs({"x": {"string": "é" * 32}}), at + "[x].string",
+             "Too long: may not be more than 64 bytes"),
+            ("version of 65", attrs({"x": {"version": "1.0.0-" + "a" * 59}}),
+             attrs({"x": {"version": "1.0.0-" + "a" * 58}}), at + "[x].version", "Too long"),
+            ("version with leading zero", attrs({"x": {"version": "01.0.0"}}),
+             attrs({"x": {"version": "10.0.0"}}), at + "[x].version", "semver.org"),
+            ("empty list", attrs({"x": {"ints": []}}), attrs({"x": {"ints": [0]}}),
+             at + "[x].ints", "must not be empty if specified"),
+            ("list string of 65", attrs({"x": {"strings": ["a" * 65]}}),
+             attrs({"x": {"strings": ["a" * 64]}}), at + "[x].strings[0]", "Too long"),
+            ("49 attribute values", attrs({"x": {"ints": list(range(48))}, "y": {"int": 1}}),
+             attrs({"x": {"ints": list(range(47))}, "y": {"int": 1}}), "spec.devices[0]",
+             "the total number of attribute values must not exceed 48"),
+        ])
+
+    def test_names(self):
+        def dev(field, value):
+            return lambda o: _set(o, ("spec", "devices", 0, field), value)
+        self.breaks_and_passes([
+            # 1.36 does not look at a key with two slashes (§1.7); its first part still is.
+            ("attribute domain empty", dev("attributes", {"/x": {"int": 1}}),
+             dev("attributes", {"a/b/c": {"int": 1}}), "spec.devices[0].attributes",
+             "Required value: the domain must not be empty"),
+            ("device name of 64", dev("name", "a" * 64), dev("name", "a" * 63),
+             "spec.devices[0].name", "must be no more than 63 characters"),
+            ("device name ending in -", dev("name", "cpu-"), dev("name", "0cpu-0"),
+             "spec.devices[0].name", "RFC 1123 label"),
+            ("capacity key of 33", dev("capacity", {"c" * 33: {"value": "1"}}),
+             dev("capacity", {"c" * 32: {"value": "1"}}), "spec.devices[0].capacity",
+             "Too long: may not be more than 32"),
+            ("attribute domain of 64", dev("attributes", {"a" * 60 + ".com/x": {"int": 1}}),
+             dev("attributes", {"a" * 59 + ".com/x": {"int": 1}}), "spec.devices[0].attributes",
+             "Too long: may not be more than 63"),
+            ("taint value of 64", dev("taints", [{"key": "k", "value": "v" * 64,
+                                                  "effect": "None"}]),
+             dev("taints", [{"key": "k", "value": "v" * 63, "effect": "None"}]),
+             "spec.devices[0].taints[0].value", "must be no more than 63 characters"),
+            ("taint key name of 64", dev("taints", [{"key": "x.io/" + "k" * 64,
+                                                     "effect": "None"}]),
+             dev("taints", [{"key": "x.io/" + "k" * 63, "effect": "None"}]),
+             "spec.devices[0].taints[0].key", "name part must be no more than 63 characters"),
+            ("binding condition format", lambda o: (
+                dev("bindingConditions", ["not ok"])(o),
+                dev("bindingFailureConditions", ["failed"])(o)),
+             lambda o: (dev("bindingConditions", ["x.io/ready"])(o),
+                        dev("bindingFailureConditions", ["failed"])(o)),
+             "spec.devices[0].bindingConditions[0]", "name part must consist of"),
+            ("counter name", dev("consumesCounters", [{"counterSet": "s", "counters": {
+                "Mem": {"value": "1"}}}]),
+             dev("consumesCounters", [{"counterSet": "s", "counters": {"mem": {"value": "1"}}}]),
+             "spec.devices[0].consumesCounters[0].counters", "RFC 1123 label"),
+            ("counter set name", dev("consumesCounters", [{"counterSet": "S", "counters": {
+                "mem": {"value": "1"}}}]),
+             dev("consumesCounters", [{"counterSet": "s", "counters": {"mem": {"value": "1"}}}]),
+             "spec.devices[0].consumesCounters[0].counterSet", "RFC 1123 label"),
+        ])
+
+    def test_limits(self):
+        def dev(field, value):
+            return lambda o: _set(o, ("spec", "devices", 0, field), value)
+
+        def taints(n):
+            return [{"key": "k%d" % i, "effect": "NoSchedule"} for i in range(n)]
+
+        def conditions(n, prefix):
+            return ["%s%d" % (prefix, i) for i in range(n)]
+
+        def consumption(n):
+            return [{"counterSet": "s", "counters": {"c%d" % i: {"value": "1"}
+                                                     for i in range(n)}}]
+        listy = [make_device("d%d" % i) for i in range(65)]
+        listy[0]["attributes"] = {"cores": {"ints": [0]}}
+        self.breaks_and_passes([
+            ("17 taints", dev("taints", taints(17)), dev("taints", taints(16)),
+             "spec.devices[0].taints", "Too many: 17: must have at most 16 items"),
+            ("5 binding conditions", lambda o: (
+                dev("bindingConditions", conditions(5, "ok"))(o),
+                dev("bindingFailureConditions", ["failed"])(o)),
+             lambda o: (dev("bindingConditions", conditions(4, "ok"))(o),
+                        dev("bindingFailureConditions", conditions(4, "failed"))(o)),
+             "spec.devices[0].bindingConditions", "Too many: 5: must have at most 4 items"),
+            ("binding condition in both lists", lambda o: (
+                dev("bindingConditions", ["x"])(o), dev("bindingFailureConditions", ["x"])(o)),
+             lambda o: (dev("bindingConditions", ["x"])(o),
+                        dev("bindingFailureConditions", ["y"])(o)),
+             "spec.devices[0].bindingFailureConditions[0]", "must not overlap"),
+            ("33 counters consumed", dev("consumesCounters", consumption(33)),
+             dev("consumesCounters", consumption(32)),
+             "spec.devices[0].consumesCounters[0].counters",
+             "Too many: 33: must have at most 32 items"),
+            ("a counter set consumed twice", dev("consumesCounters", consumption(1) * 2),
+             dev("consumesCounters", consumption(1)), "spec.devices[0].consumesCounters[1]",
+             'Duplicate value: "s"'),
+            ("65 devices with a list attribute", lambda o: _set(o, ("spec", "devices"), listy),
+             lambda o: _set(o, ("spec", "devices"), listy[:64]), "spec.devices",
+             "Too many: 65: must have at most 64 items"),
+        ])
+
+    def test_one_of_node_selection(self):
+        selector = {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": ["node-a"]}]}]}
+        self.breaks_and_passes([
+            ("nodeName and nodeSelector", lambda o: _set(o, ("spec", "nodeSelector"), selector),
+             lambda o: (_del(o, ("spec", "nodeName")), _set(o, ("spec", "nodeSelector"),
+                                                            selector)),
+             "spec", "multiple fields are set"),
+            ("perDeviceNodeSelection false", lambda o: (
+                _del(o, ("spec", "nodeName")), _set(o, ("spec", "perDeviceNodeSelection"),
+                                                    False)),
+             lambda o: (_del(o, ("spec", "nodeName")),
+                        _set(o, ("spec", "perDeviceNodeSelection"), True),
+                        _set(o, ("spec", "devices", 0, "allNodes"), True)),
+             "spec.perDeviceNodeSelection", "must be either unset or set to true"),
+            ("two device node fields", lambda o: (
+                _del(o, ("spec", "nodeName")), _set(o, ("spec", "perDeviceNodeSelection"), True),
+                _set(o, ("spec", "devices", 0, "allNodes"), True),
+                _set(o, ("spec", "devices", 0, "nodeName"), "node-a")),
+             lambda o: (_del(o, ("spec", "nodeName")),
+                        _set(o, ("spec", "perDeviceNodeSelection"), True),
+                        _set(o, ("spec", "devices", 0, "nodeName"), "node-a")),
+             "spec.devices[0]", "exactly one of `nodeName`, `nodeSelector`, or `allNodes`"),
+            ("matchFields on another field", lambda o: (
+                _del(o, ("spec", "nodeName")), _set(o, ("spec", "nodeSelector"), {
+                    "nodeSelectorTerms": [{"matchFields": [
+                        {"key": "metadata.uid", "operator": "In", "values": ["x"]}]}]})),
+             lambda o: (_del(o, ("spec", "nodeName")), _set(o, ("spec", "nodeSelector"),
+                                                            selector)),
+             "spec.nodeSelector.nodeSelectorTerms[0].matchFields[0].key",
+             "not a valid field selector key"),
+        ])
+
+
 class CommandLineTest(unittest.TestCase):
     def test_port_file_and_banner(self):
         server = ServerProcess()
@@ -2690,7 +2955,8 @@ class CommandLineTest(unittest.TestCase):
 
     def test_bad_flags_exit_2(self):
         for args in (["--versions", "v1beta1"], ["--node", "bad"], ["--mixins", "maybe"],
-                     ["--watch-history", "0"], ["--device-taints", "maybe"]):
+                     ["--watch-history", "0"], ["--device-taints", "maybe"],
+                     ["--pool-checks", "maybe"]):
             with self.subTest(args):
                 p = subprocess.run([PYTHON, SERVER] + args, capture_output=True, text=True,
                                    timeout=10)
