@@ -65,6 +65,27 @@ struct ResultCpus {
   CpuSet cpus;
 };
 
+// An environment variable name (part) any shell keeps: letters, digits and '_'. PCI ids have
+// ':' and '.', claim UIDs and request names '-'.
+std::string EnvSafe(std::string text) {
+  for (char& c : text) {
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) c = '_';
+  }
+  return text;
+}
+
+// Adds name=value, and the same value under the name with every character a shell may not keep
+// replaced by '_' when that differs: dash and busybox sh drop variables whose name has a '-' (a
+// claim UID's) from the environment of what they start, so a container whose command is
+// `sh -c ...` would lose DRA_CPUSET_<uid>. The first name stays for dra-driver-cpu compatibility.
+void AddEnvWithShellSafeName(std::vector<std::string>* env, const std::string& name,
+                             const std::string& value) {
+  env->push_back(absl::StrCat(name, "=", value));
+  if (const std::string safe = EnvSafe(name); safe != name) {
+    env->push_back(absl::StrCat(safe, "=", value));
+  }
+}
+
 absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setup,
                              const topology::Topology& topo, const state::State& held,
                              const std::string& owner) {
@@ -159,8 +180,8 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
   plan.cdi_file = CdiFileName(setup.driver, uid);
   plan.cdi_spec.kind = CdiKind(setup.driver);
   // dra-driver-cpu's variable: the claim's CPUs, whatever request a container names.
-  plan.cdi_spec.container_edits.env.push_back(
-      absl::StrCat("DRA_CPUSET_", uid, "=", taken.ToString()));
+  AddEnvWithShellSafeName(&plan.cdi_spec.container_edits.env, absl::StrCat("DRA_CPUSET_", uid),
+                          taken.ToString());
   // Whatever device of the claim a container gets, it runs on all of the claim's CPUs.
   if (setup.cpuset_hook) {
     plan.cdi_spec.container_edits.hooks.push_back(CpusetHookFor(*setup.cpuset_hook, uid, taken));
@@ -170,8 +191,9 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
     const claims::CpuAssignment& a = *r.assignment;
     cdi::Device device;
     device.name = UniqueName(absl::StrCat(uid, "-", a.device), &names);
-    device.container_edits.env.push_back(absl::StrCat("DRA_CPUSET_", uid, "_", a.base_request, "=",
-                                                      by_request[a.base_request].ToString()));
+    AddEnvWithShellSafeName(&device.container_edits.env,
+                            absl::StrCat("DRA_CPUSET_", uid, "_", a.base_request),
+                            by_request[a.base_request].ToString());
     PreparedDevice out;
     out.request_names = {a.base_request};
     out.pool = a.pool;
@@ -182,14 +204,6 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
     plan.cdi_spec.devices.push_back(std::move(device));
   }
   return plan;
-}
-
-// The environment variable name part for a GPU: PCI ids have ':' and '.', not allowed there.
-std::string EnvSafe(std::string text) {
-  for (char& c : text) {
-    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) c = '_';
-  }
-  return text;
 }
 
 absl::StatusOr<Plan> PlanGpu(const claims::Claim& claim, const DriverSetup& setup,
