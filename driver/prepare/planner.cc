@@ -156,8 +156,9 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
   }
 
   if (setup.cpuset_hook && !taken.Empty()) {
-    if (absl::Status st = KeepSharedPool(absl::StrCat("claim ", claim.Ref()), topo, node.reserved,
-                                         node.held_by_others, taken);
+    if (absl::Status st =
+            KeepSharedPool(absl::StrCat("claim ", claim.Ref()), topo, node.reserved,
+                           setup.cpuset_hook->strict_cpu_reservation, node.held_by_others, taken);
         !st.ok()) {
       return st;
     }
@@ -305,16 +306,29 @@ cdi::Hook CpusetHookFor(const CpusetHook& hook, const std::string& claim_id, con
   return h;
 }
 
+CpuSet SharedPool(const CpuSet& online, const CpuSet& reserved, bool strict, const CpuSet& held) {
+  return strict ? online - reserved - held : online - held;
+}
+
 absl::Status KeepSharedPool(const std::string& what, const topology::Topology& topo,
-                            const CpuSet& reserved, const CpuSet& held, const CpuSet& taking) {
-  const CpuSet left = topo.online - reserved - held - taking;
-  if (!left.Empty()) return absl::OkStatus();
+                            const CpuSet& reserved, bool strict, const CpuSet& held,
+                            const CpuSet& taking) {
+  if (!SharedPool(topo.online, reserved, strict, held | taking).Empty()) {
+    return absl::OkStatus();
+  }
   auto text = [](const CpuSet& s) { return s.Empty() ? std::string("none") : s.ToString(); };
+  // Without --strict-cpu-reservation, only a node whose reserved CPUs are all offline (or none)
+  // gets here: say what would have kept the pool.
+  const std::string why =
+      strict ? absl::StrCat("reserved ", text(reserved),
+                            ", kept out of it by --strict-cpu-reservation")
+             : absl::StrCat("reserved ", text(reserved & topo.online),
+                            " online: the reserved CPUs (--reserved-cpus) stay in it");
   return absl::FailedPreconditionError(
       absl::StrCat(what, ": taking CPUs ", text(taking),
                    " would leave no CPU for the containers without a CPU claim (online ",
-                   text(topo.online), ", reserved ", text(reserved), ", held by other claims ",
-                   text(held & topo.online), "); the shared pool must keep at least one CPU"));
+                   text(topo.online), ", held by other claims ", text(held & topo.online), ", ",
+                   why, "); the shared pool must keep at least one CPU"));
 }
 
 std::string CdiKind(const std::string& driver) { return driver + "/claim"; }

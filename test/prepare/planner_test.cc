@@ -615,6 +615,63 @@ TEST(PlanClaimTest, CdiSpecAndAnswerExactly) {
   EXPECT_EQ(a.cdi, (json{{"file", "dra.cpu-claim_" + uid + ".json"}, {"spec", cdi::ToJson(want)}}));
 }
 
+// --enforce=cgroup on the 16-CPU machine with CPU 0 reserved. By default (the kubelet's static
+// CPU manager) the reserved CPU stays in the shared pool, so the 15 unreserved CPUs can all be
+// claimed; with --strict-cpu-reservation the pool would be empty and the claim is refused.
+// Without any reserved CPU the last one is refused in both modes: the pool is never emptied.
+TEST(PlanClaimTest, SharedPoolKeepsTheReservedCpusUnlessStrict) {
+  const topology::Topology& topo = Load(k16);
+  const claims::Claim all =
+      Parse(ClaimJson("uid-all", "ns", "all", {Result("cpus", "cpudevmachine", "15")},
+                      {Config({"cpus"}, Cpuset("1-15"))}));
+  const CpusetHook hook{"/opt/topodra/bin/topodra-cpuset-hook", "/records", "/sys/fs/cgroup"};
+  {
+    DriverSetup setup = CpuSetup(topo, Mode::kMachine, Cpus("0"));
+    setup.cpuset_hook = hook;
+    absl::StatusOr<Plan> plan = PlanClaim(all, setup, topo, state::State{});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->allocation.cpus.ToString(), "1-15");
+  }
+  {
+    DriverSetup setup = CpuSetup(topo, Mode::kMachine, Cpus("0"));
+    setup.cpuset_hook = hook;
+    setup.cpuset_hook->strict_cpu_reservation = true;
+    absl::StatusOr<Plan> plan = PlanClaim(all, setup, topo, state::State{});
+    ASSERT_FALSE(plan.ok());
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(plan.status().message(),
+              "claim ns/all: taking CPUs 1-15 would leave no CPU for the containers without a "
+              "CPU claim (online 0-15, held by other claims none, reserved 0, kept out of it by "
+              "--strict-cpu-reservation); the shared pool must keep at least one CPU");
+  }
+  for (const bool strict : {false, true}) {
+    SCOPED_TRACE(strict);
+    DriverSetup setup = CpuSetup(topo, Mode::kMachine);
+    setup.cpuset_hook = hook;
+    setup.cpuset_hook->strict_cpu_reservation = strict;
+    state::State held;
+    ASSERT_TRUE(held.Add(HeldBy(kCpuDriver, "other", "ns", "other", Cpus("0-13"))).ok());
+    absl::StatusOr<Plan> plan =
+        PlanClaim(Parse(ClaimJson("uid-1", "ns", "one", {Result("cpus", "cpudevmachine", "1")},
+                                  {Config({"cpus"}, Cpuset("14"))})),
+                  setup, topo, held);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_TRUE(held.Add(plan->allocation).ok());
+    plan = PlanClaim(Parse(ClaimJson("uid-2", "ns", "last", {Result("cpus", "cpudevmachine", "1")},
+                                     {Config({"cpus"}, Cpuset("15"))})),
+                     setup, topo, held);
+    ASSERT_FALSE(plan.ok());
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(plan.status().message(),
+              std::string("claim ns/last: taking CPUs 15 would leave no CPU for the containers "
+                          "without a CPU claim (online 0-15, held by other claims 0-14, ") +
+                  (strict ? "reserved none, kept out of it by --strict-cpu-reservation"
+                          : "reserved none online: the reserved CPUs (--reserved-cpus) stay in "
+                            "it") +
+                  "); the shared pool must keep at least one CPU");
+  }
+}
+
 TEST(PlanClaimTest, CdiVersionFollowsTheUid) {
   const topology::Topology& topo = Load(k16);
   const DriverSetup setup = CpuSetup(topo, Mode::kNuma);
