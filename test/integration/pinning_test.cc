@@ -150,7 +150,7 @@ TEST_F(PinningTest, RecordsOfGoneContainersAreRemovedSoACrashLoopKeepsFewRecords
     const std::string id = absl::StrCat("loop", k);
     const std::string cgroup = Container(kPodA, id);
     MakeCgroup(cgroup, "");
-    if (k > 0) fs::remove(cgroups_ + "/" + Container(kPodA, absl::StrCat("loop", k - 1)));
+    if (k > 0) fs::remove_all(cgroups_ + "/" + Container(kPodA, absl::StrCat("loop", k - 1)));
     // Written aside, dated, then renamed in: the daemon sees each as the hook would leave it.
     const std::string tmp = dirs_.root + "/" + file_of(k);
     std::ofstream(tmp) << "{\"container\":\"" << id << "\",\"claim\":\"" << claim.uid
