@@ -92,6 +92,9 @@ struct RunCommand {
   // CPU pinning: "cgroup" (the OCI hook and the shared-pool reconciler) or "none" (CDI env only).
   std::string enforce = "cgroup";
   std::string cgroup_root = "/sys/fs/cgroup";
+  // --strict-cpu-reservation: --reserved-cpus are kept out of the shared pool too (the kubelet's
+  // strict-cpu-reservation option); off, they stay in it, as the kubelet's static policy has it.
+  bool strict_cpu_reservation = false;
   // Where the hook binary is installed on the host (the same path inside the daemon's pod).
   std::string hook_dir = "/opt/topodra/bin";
   // /metrics, /healthz and /readyz: ":port", "host:port", or "" / "none" for no endpoints.

@@ -235,6 +235,10 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   run->add_option("--cgroup-root", run_cmd.cgroup_root, "The host's cgroup mount")
       ->capture_default_str();
+  run->add_flag("--strict-cpu-reservation", run_cmd.strict_cpu_reservation,
+                "Keep --reserved-cpus out of the shared pool too (the kubelet's "
+                "strict-cpu-reservation); by default they are never handed out exclusively but "
+                "containers without a CPU claim run on them");
   run->add_option("--hook-dir", run_cmd.hook_dir,
                   "Host directory the CPU pinning hook is installed in (same path in the pod)")
       ->capture_default_str();

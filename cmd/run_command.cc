@@ -337,10 +337,12 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
       return kExitFailure;
     }
     hierarchy = *h;
-    cpuset_hook = prepare::CpusetHook{*hook, records_dir, cmd.cgroup_root};
+    cpuset_hook =
+        prepare::CpusetHook{*hook, records_dir, cmd.cgroup_root, cmd.strict_cpu_reservation};
     WarnAboutCpuManager(cmd.kubelet_root_dir);
-    spdlog::info("CPU pinning: cgroup {} at {}, hook {}",
-                 h->version == cgroup::Version::kV2 ? "v2" : "v1", h->root, *hook);
+    spdlog::info("CPU pinning: cgroup {} at {}, hook {}; reserved CPUs {} the shared pool",
+                 h->version == cgroup::Version::kV2 ? "v2" : "v1", h->root, *hook,
+                 cmd.strict_cpu_reservation ? "kept out of (--strict-cpu-reservation)" : "in");
   }
 
   // The shared pool follows every change of the allocations (prepare, unprepare, device plugin)
@@ -365,13 +367,15 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
     reconciler =
         std::make_unique<cgroup::Reconciler>(cgroup::NewCgroupFs(*hierarchy), hierarchy->root);
     auto target_now = [&]() {
-      const std::vector<cgroup::HookRecord> records = cgroup::ReadRecords(records_dir);
+      const std::vector<cgroup::HookRecord> records =
+          cgroup::ReadLiveRecords(records_dir, hierarchy->root, absl::Now());
       std::vector<std::string> stale;
       cgroup::Target t;
       {
         std::lock_guard<std::mutex> lock(node.mu);
         std::lock_guard<std::mutex> lock2(online_mu);
-        t = cgroup::BuildTarget(online, opts->reserved_cpus, node.state, records, &stale);
+        t = cgroup::BuildTarget(online, opts->reserved_cpus, cmd.strict_cpu_reservation, node.state,
+                                records, &stale);
       }
       for (const std::string& f : stale) ::unlink((records_dir + "/" + f).c_str());
       return t;
@@ -623,6 +627,9 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
       s.cpus_allocated = held.Size();
       s.cpus_reserved = opts->reserved_cpus.Size();
       s.cpus_available = (now_online - opts->reserved_cpus - held).Size();
+      s.cpus_shared =
+          prepare::SharedPool(now_online, opts->reserved_cpus, cmd.strict_cpu_reservation, held)
+              .Size();
       for (size_t i = 0; i < publishers.size(); ++i) {
         s.slice_publish_errors[publisher_drivers[i]] = publishers[i]->status().errors;
       }

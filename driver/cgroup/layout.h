@@ -63,7 +63,9 @@ struct Write {
 
 struct Target {
   CpuSet online;  // every online CPU: kubepods and the QoS cgroups get these
-  CpuSet shared;  // online - reserved - every prepared claim: every other container's CPUs
+  // online - every prepared claim (- reserved with --strict-cpu-reservation): every other
+  // container's CPUs
+  CpuSet shared;
   // Containers that hold a claim, by container id: exactly these CPUs.
   std::map<std::string, CpuSet> exclusive;
 };

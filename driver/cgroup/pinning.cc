@@ -1,5 +1,8 @@
 #include "driver/cgroup/pinning.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <map>
 
@@ -29,18 +32,60 @@ std::vector<HookRecord> ReadRecords(const std::string& dir) {
       return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
     };
     absl::StatusOr<CpuSet> cpus = CpuSet::Parse(str("cpus"));
-    HookRecord r{name, str("container"), str("claim"), cpus.ok() ? *cpus : CpuSet{}};
+    HookRecord r{name, str("container"), str("claim"), cpus.ok() ? *cpus : CpuSet{}, str("cgroup")};
     if (r.container.empty() || r.claim.empty() || !cpus.ok()) continue;
+    struct stat st {};
+    if (::stat((dir + "/" + name).c_str(), &st) == 0)
+      r.written = absl::TimeFromTimespec(st.st_mtim);
     out.push_back(std::move(r));
   }
   return out;
 }
 
-Target BuildTarget(const CpuSet& online, const CpuSet& reserved, const state::State& held,
-                   const std::vector<HookRecord>& records, std::vector<std::string>* stale) {
+std::vector<std::string> GoneContainerRecords(
+    const std::vector<HookRecord>& records,
+    const std::function<bool(const std::string& cgroup)>& cgroup_exists, absl::Time now,
+    absl::Duration grace) {
+  std::vector<std::string> gone;
+  for (const HookRecord& r : records) {
+    if (r.cgroup.empty() || r.cgroup.front() == '/' || absl::StrContains(r.cgroup, "..")) continue;
+    if (now - r.written < grace) continue;
+    if (!cgroup_exists(r.cgroup)) gone.push_back(r.file);
+  }
+  return gone;
+}
+
+namespace {
+
+bool IsDirectory(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+}  // namespace
+
+std::vector<HookRecord> ReadLiveRecords(const std::string& dir, const std::string& hierarchy_root,
+                                        absl::Time now) {
+  std::vector<HookRecord> records = ReadRecords(dir);
+  if (!IsDirectory(hierarchy_root)) return records;
+  const std::vector<std::string> gone = GoneContainerRecords(
+      records,
+      [&](const std::string& cgroup) { return IsDirectory(hierarchy_root + "/" + cgroup); }, now);
+  if (gone.empty()) return records;
+  for (const std::string& file : gone) ::unlink((dir + "/" + file).c_str());
+  std::erase_if(records, [&](const HookRecord& r) {
+    return std::find(gone.begin(), gone.end(), r.file) != gone.end();
+  });
+  return records;
+}
+
+Target BuildTarget(const CpuSet& online, const CpuSet& reserved, bool strict_reservation,
+                   const state::State& held, const std::vector<HookRecord>& records,
+                   std::vector<std::string>* stale) {
   Target t;
   t.online = online;
-  t.shared = online - reserved - held.HeldCpus();
+  t.shared = online - held.HeldCpus();
+  if (strict_reservation) t.shared -= reserved;
   // Claim id -> the CPUs it holds now.
   std::map<std::string, CpuSet> claims;
   for (const auto& [owner, a] : held.allocations()) {

@@ -2,8 +2,11 @@
 // shared pool has and which container holds which claim's CPUs.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "absl/time/time.h"
 
 #include "driver/cgroup/layout.h"
 #include "driver/state/state.h"
@@ -17,6 +20,10 @@ struct HookRecord {
   std::string file;  // name in the records directory
   std::string container, claim;
   CpuSet cpus;
+  // The container's cgroup relative to the cpuset hierarchy, as the hook found it in
+  // /proc/<pid>/cgroup; empty if the record has none.
+  std::string cgroup;
+  absl::Time written = absl::InfinitePast();  // the file's modification time
   bool operator==(const HookRecord&) const = default;
 };
 
@@ -24,11 +31,39 @@ struct HookRecord {
 // A missing directory has none.
 std::vector<HookRecord> ReadRecords(const std::string& dir);
 
-// Pure. shared = online - reserved - every allocation's CPUs. A record counts while its claim
+// How long a record whose container cgroup is not there is kept. The hook writes the record
+// while the runtime is still creating the container (the hook may take up to its 10 s timeout,
+// and the daemon may look at the tree in the middle of it), so a young record without its cgroup
+// may be a container about to run: 3x the hook's timeout covers that. It is also well under the
+// kubelet's crash-loop back-off (10 s, doubling up to 5 min), so a container that keeps
+// restarting leaves at most 3 records of gone containers (those of the last 30 s) instead of one
+// more per restart for as long as its claim lives.
+inline constexpr absl::Duration kGoneContainerGrace = absl::Seconds(30);
+
+// Pure. The files of the records whose container is gone: the record names its cgroup,
+// `cgroup_exists(cgroup)` is false, and it was written at least `grace` before `now`. Records
+// without a cgroup (or with one that is not a plain relative path) are never reported: nothing
+// says their container is gone.
+std::vector<std::string> GoneContainerRecords(
+    const std::vector<HookRecord>& records,
+    const std::function<bool(const std::string& cgroup)>& cgroup_exists, absl::Time now,
+    absl::Duration grace = kGoneContainerGrace);
+
+// ReadRecords(dir) without the records of containers that are gone (GoneContainerRecords, with
+// the cgroups looked up under `hierarchy_root`, the cpuset hierarchy's absolute directory), whose
+// files are deleted. With no directory at `hierarchy_root` nothing is deleted: a cgroup mount
+// that went away says nothing about the containers.
+std::vector<HookRecord> ReadLiveRecords(const std::string& dir, const std::string& hierarchy_root,
+                                        absl::Time now);
+
+// Pure. shared = online - every allocation's CPUs, and - reserved only when `strict_reservation`
+// (--strict-cpu-reservation; as prepare::SharedPool, which the fail-closed check uses: the
+// kubelet's static CPU manager keeps reserved CPUs shared). A record counts while its claim
 // holds CPUs (a prepared DRA claim with that UID, or a device-plugin allocation with that id),
 // with the CPUs the claim holds now; the files of the others are returned in `stale` (their
 // claim was unprepared: the container is gone or about to be).
-Target BuildTarget(const CpuSet& online, const CpuSet& reserved, const state::State& held,
-                   const std::vector<HookRecord>& records, std::vector<std::string>* stale);
+Target BuildTarget(const CpuSet& online, const CpuSet& reserved, bool strict_reservation,
+                   const state::State& held, const std::vector<HookRecord>& records,
+                   std::vector<std::string>* stale);
 
 }  // namespace topodra::cgroup

@@ -394,6 +394,7 @@ absl::StatusOr<AllocatePlan> PlanAllocate(const ResourceSetup& setup,
     device.container_edits.env.push_back(absl::StrCat(env, "SET=", cpus));
     if (setup.cpuset_hook) {
       if (absl::Status st = prepare::KeepSharedPool(setup.resource, topo, setup.reserved,
+                                                    setup.cpuset_hook->strict_cpu_reservation,
                                                     held.HeldCpus() - a.cpus, a.cpus);
           !st.ok()) {
         return st;

@@ -59,12 +59,25 @@ struct Metrics::Families {
   prometheus::Family<prometheus::Gauge>& cpus_available =
       prometheus::BuildGauge()
           .Name("topodra_cpus_available")
-          .Help("Online CPUs neither reserved (--reserved-cpus) nor allocated")
+          .Help(
+              "Online CPUs a claim can still get exclusively: not in --reserved-cpus and not held "
+              "by a DRA claim or device-plugin allocation (with --enforce=cgroup a claim that "
+              "would empty the shared pool is refused)")
+          .Register(*registry);
+  prometheus::Family<prometheus::Gauge>& cpus_shared =
+      prometheus::BuildGauge()
+          .Name("topodra_cpus_shared")
+          .Help(
+              "CPUs of the shared pool, where containers without a CPU claim run: online CPUs "
+              "not held by a DRA claim or device-plugin allocation; --reserved-cpus are part of "
+              "it unless --strict-cpu-reservation")
           .Register(*registry);
   prometheus::Family<prometheus::Gauge>& cpus_reserved =
       prometheus::BuildGauge()
           .Name("topodra_cpus_reserved")
-          .Help("CPUs reserved for the system (--reserved-cpus), never allocated")
+          .Help(
+              "CPUs reserved for the system (--reserved-cpus): never handed out exclusively, in "
+              "the shared pool unless --strict-cpu-reservation")
           .Register(*registry);
   prometheus::Family<prometheus::Gauge>& gpus_allocated =
       prometheus::BuildGauge()
@@ -96,6 +109,7 @@ Metrics::Metrics(const MetricsOptions& options) : f_(std::make_unique<Families>(
   f_->build_info.Add({{"version", options.version}}).Set(1);
   f_->cpus_allocated.Add({});
   f_->cpus_available.Add({});
+  f_->cpus_shared.Add({});
   f_->cpus_reserved.Add({});
   f_->gpus_allocated.Add({});
   for (const std::string& driver : options.drivers) {
@@ -143,6 +157,7 @@ std::string Metrics::Render() {
     const NodeSnapshot s = source_();
     f_->cpus_allocated.Add({}).Set(s.cpus_allocated);
     f_->cpus_available.Add({}).Set(s.cpus_available);
+    f_->cpus_shared.Add({}).Set(s.cpus_shared);
     f_->cpus_reserved.Add({}).Set(s.cpus_reserved);
     f_->gpus_allocated.Add({}).Set(s.gpus_allocated);
     for (const auto& [driver, total] : s.slice_publish_errors) {

@@ -18,7 +18,8 @@ namespace topodra::metrics {
 // The node as a scrape sees it.
 struct NodeSnapshot {
   int cpus_allocated = 0;  // held by DRA claims and device-plugin allocations
-  int cpus_available = 0;  // online, not reserved and not allocated
+  int cpus_available = 0;  // online, not reserved and not allocated: what a claim can still get
+  int cpus_shared = 0;     // the shared pool: online, not allocated (not reserved when strict)
   int cpus_reserved = 0;   // --reserved-cpus
   int gpus_allocated = 0;
   // DRA driver -> failed publishing attempts since start (publish::PublisherStatus::errors).

@@ -65,6 +65,27 @@ struct ResultCpus {
   CpuSet cpus;
 };
 
+// An environment variable name (part) any shell keeps: letters, digits and '_'. PCI ids have
+// ':' and '.', claim UIDs and request names '-'.
+std::string EnvSafe(std::string text) {
+  for (char& c : text) {
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) c = '_';
+  }
+  return text;
+}
+
+// Adds name=value, and the same value under the name with every character a shell may not keep
+// replaced by '_' when that differs: dash and busybox sh drop variables whose name has a '-' (a
+// claim UID's) from the environment of what they start, so a container whose command is
+// `sh -c ...` would lose DRA_CPUSET_<uid>. The first name stays for dra-driver-cpu compatibility.
+void AddEnvWithShellSafeName(std::vector<std::string>* env, const std::string& name,
+                             const std::string& value) {
+  env->push_back(absl::StrCat(name, "=", value));
+  if (const std::string safe = EnvSafe(name); safe != name) {
+    env->push_back(absl::StrCat(safe, "=", value));
+  }
+}
+
 absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setup,
                              const topology::Topology& topo, const state::State& held,
                              const std::string& owner) {
@@ -135,8 +156,9 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
   }
 
   if (setup.cpuset_hook && !taken.Empty()) {
-    if (absl::Status st = KeepSharedPool(absl::StrCat("claim ", claim.Ref()), topo, node.reserved,
-                                         node.held_by_others, taken);
+    if (absl::Status st =
+            KeepSharedPool(absl::StrCat("claim ", claim.Ref()), topo, node.reserved,
+                           setup.cpuset_hook->strict_cpu_reservation, node.held_by_others, taken);
         !st.ok()) {
       return st;
     }
@@ -159,8 +181,8 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
   plan.cdi_file = CdiFileName(setup.driver, uid);
   plan.cdi_spec.kind = CdiKind(setup.driver);
   // dra-driver-cpu's variable: the claim's CPUs, whatever request a container names.
-  plan.cdi_spec.container_edits.env.push_back(
-      absl::StrCat("DRA_CPUSET_", uid, "=", taken.ToString()));
+  AddEnvWithShellSafeName(&plan.cdi_spec.container_edits.env, absl::StrCat("DRA_CPUSET_", uid),
+                          taken.ToString());
   // Whatever device of the claim a container gets, it runs on all of the claim's CPUs.
   if (setup.cpuset_hook) {
     plan.cdi_spec.container_edits.hooks.push_back(CpusetHookFor(*setup.cpuset_hook, uid, taken));
@@ -170,8 +192,9 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
     const claims::CpuAssignment& a = *r.assignment;
     cdi::Device device;
     device.name = UniqueName(absl::StrCat(uid, "-", a.device), &names);
-    device.container_edits.env.push_back(absl::StrCat("DRA_CPUSET_", uid, "_", a.base_request, "=",
-                                                      by_request[a.base_request].ToString()));
+    AddEnvWithShellSafeName(&device.container_edits.env,
+                            absl::StrCat("DRA_CPUSET_", uid, "_", a.base_request),
+                            by_request[a.base_request].ToString());
     PreparedDevice out;
     out.request_names = {a.base_request};
     out.pool = a.pool;
@@ -182,14 +205,6 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
     plan.cdi_spec.devices.push_back(std::move(device));
   }
   return plan;
-}
-
-// The environment variable name part for a GPU: PCI ids have ':' and '.', not allowed there.
-std::string EnvSafe(std::string text) {
-  for (char& c : text) {
-    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) c = '_';
-  }
-  return text;
 }
 
 absl::StatusOr<Plan> PlanGpu(const claims::Claim& claim, const DriverSetup& setup,
@@ -291,16 +306,29 @@ cdi::Hook CpusetHookFor(const CpusetHook& hook, const std::string& claim_id, con
   return h;
 }
 
+CpuSet SharedPool(const CpuSet& online, const CpuSet& reserved, bool strict, const CpuSet& held) {
+  return strict ? online - reserved - held : online - held;
+}
+
 absl::Status KeepSharedPool(const std::string& what, const topology::Topology& topo,
-                            const CpuSet& reserved, const CpuSet& held, const CpuSet& taking) {
-  const CpuSet left = topo.online - reserved - held - taking;
-  if (!left.Empty()) return absl::OkStatus();
+                            const CpuSet& reserved, bool strict, const CpuSet& held,
+                            const CpuSet& taking) {
+  if (!SharedPool(topo.online, reserved, strict, held | taking).Empty()) {
+    return absl::OkStatus();
+  }
   auto text = [](const CpuSet& s) { return s.Empty() ? std::string("none") : s.ToString(); };
+  // Without --strict-cpu-reservation, only a node whose reserved CPUs are all offline (or none)
+  // gets here: say what would have kept the pool.
+  const std::string why =
+      strict ? absl::StrCat("reserved ", text(reserved),
+                            ", kept out of it by --strict-cpu-reservation")
+             : absl::StrCat("reserved ", text(reserved & topo.online),
+                            " online: the reserved CPUs (--reserved-cpus) stay in it");
   return absl::FailedPreconditionError(
       absl::StrCat(what, ": taking CPUs ", text(taking),
                    " would leave no CPU for the containers without a CPU claim (online ",
-                   text(topo.online), ", reserved ", text(reserved), ", held by other claims ",
-                   text(held & topo.online), "); the shared pool must keep at least one CPU"));
+                   text(topo.online), ", held by other claims ", text(held & topo.online), ", ",
+                   why, "); the shared pool must keep at least one CPU"));
 }
 
 std::string CdiKind(const std::string& driver) { return driver + "/claim"; }

@@ -33,16 +33,25 @@ struct CpusetHook {
   std::string path;         // the hook binary, as the host (the runtime) sees it
   std::string records_dir;  // where it records which container holds which claim
   std::string cgroup_root;  // the host's cgroup mount
+  // --strict-cpu-reservation: the reserved CPUs are kept out of the shared pool too. Off (the
+  // kubelet's default), they stay in it: never handed out exclusively, but shared.
+  bool strict_cpu_reservation = false;
   bool operator==(const CpusetHook&) const = default;
 };
 // The createRuntime hook for the containers of `claim_id` (a claim UID, or a device-plugin
 // allocation id) holding `cpus`.
 cdi::Hook CpusetHookFor(const CpusetHook& hook, const std::string& claim_id, const CpuSet& cpus);
-// With enforcement on, a claim may not take the last CPUs of the shared pool (online - reserved
-// - every prepared claim): every container without a claim runs there. FailedPrecondition
-// naming the values when `taking` would empty it; `what` starts the message.
+// The CPUs every container without a CPU claim runs on: online - every prepared claim and
+// device-plugin allocation, and - reserved only with `strict` (--strict-cpu-reservation). As
+// with the kubelet's static CPU manager, reserved CPUs are never handed out exclusively but stay
+// shared unless the reservation is strict.
+CpuSet SharedPool(const CpuSet& online, const CpuSet& reserved, bool strict, const CpuSet& held);
+// With enforcement on, a claim may not take the last CPUs of the shared pool: every container
+// without a claim runs there. FailedPrecondition naming the values when `taking` would empty it;
+// `what` starts the message.
 absl::Status KeepSharedPool(const std::string& what, const topology::Topology& topo,
-                            const CpuSet& reserved, const CpuSet& held, const CpuSet& taking);
+                            const CpuSet& reserved, bool strict, const CpuSet& held,
+                            const CpuSet& taking);
 
 // One DRA driver of this node and the devices it published.
 struct DriverSetup {

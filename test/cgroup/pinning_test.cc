@@ -2,10 +2,15 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
-#include <filesystem>
 
+#include <filesystem>
 #include <fstream>
+#include <set>
+
+#include "absl/strings/str_cat.h"
 
 namespace topodra::cgroup {
 namespace {
@@ -31,11 +36,33 @@ state::State Held() {
   return s;
 }
 
-TEST(PinningTest, SharedPoolIsOnlineMinusReservedMinusEveryAllocation) {
-  const Target t = BuildTarget(Cpus("0-15"), Cpus("0"), Held(), {}, nullptr);
+// The kubelet's static CPU manager: reserved CPUs are never exclusive but stay shared.
+TEST(PinningTest, SharedPoolIsOnlineMinusEveryAllocationAndKeepsTheReservedCpus) {
+  const Target t = BuildTarget(Cpus("0-15"), Cpus("0"), false, Held(), {}, nullptr);
+  EXPECT_EQ(t.online, Cpus("0-15"));
+  EXPECT_EQ(t.shared, Cpus("0-3,8-9,12-15"));
+  EXPECT_TRUE(t.exclusive.empty());
+}
+
+TEST(PinningTest, StrictReservationKeepsTheReservedCpusOutOfTheSharedPool) {
+  const Target t = BuildTarget(Cpus("0-15"), Cpus("0"), true, Held(), {}, nullptr);
   EXPECT_EQ(t.online, Cpus("0-15"));
   EXPECT_EQ(t.shared, Cpus("1-3,8-9,12-15"));
-  EXPECT_TRUE(t.exclusive.empty());
+}
+
+// Every unreserved CPU held: the reserved ones are the whole shared pool (empty when strict).
+TEST(PinningTest, WhenClaimsHoldEveryUnreservedCpuTheReservedOnesAreTheSharedPool) {
+  state::State s = Held();
+  state::Allocation rest;
+  rest.owner = state::DraOwner("dra.cpu", "uid-2");
+  rest.driver = "dra.cpu";
+  rest.claim_namespace = "ns";
+  rest.claim_name = "rest";
+  rest.cpus = Cpus("1-3,8-9,12-15");
+  rest.phase = state::Phase::kPrepared;
+  ASSERT_TRUE(s.Add(rest).ok());
+  EXPECT_EQ(BuildTarget(Cpus("0-15"), Cpus("0"), false, s, {}, nullptr).shared, Cpus("0"));
+  EXPECT_EQ(BuildTarget(Cpus("0-15"), Cpus("0"), true, s, {}, nullptr).shared, CpuSet{});
 }
 
 TEST(PinningTest, RecordsOfLiveClaimsPinTheirContainersAndStaleOnesAreReported) {
@@ -47,7 +74,7 @@ TEST(PinningTest, RecordsOfLiveClaimsPinTheirContainersAndStaleOnesAreReported) 
       {"c3_uid-gone.json", "c3", "uid-gone", Cpus("1")},
   };
   std::vector<std::string> stale;
-  const Target t = BuildTarget(Cpus("0-15"), {}, Held(), records, &stale);
+  const Target t = BuildTarget(Cpus("0-15"), {}, false, Held(), records, &stale);
   EXPECT_EQ(t.exclusive.at("c1"), Cpus("4-7"));
   EXPECT_EQ(t.exclusive.at("c2"), Cpus("4-7,10-11"));
   EXPECT_FALSE(t.exclusive.contains("c3"));
@@ -63,11 +90,82 @@ TEST(PinningTest, ReadRecordsSkipsWhatIsNotARecord) {
   std::ofstream(dir + "/nocpus.json") << R"({"container":"c","claim":"u","cpus":"x"})";
   std::ofstream(dir + "/.c9_u9.json.tmp") << R"({"container":"c9","claim":"u9","cpus":"1"})";
   std::ofstream(dir + "/notes.txt") << "hello";
+  const absl::Time written = absl::FromUnixSeconds(1700000000);
+  const timespec times[2] = {absl::ToTimespec(written), absl::ToTimespec(written)};
+  ASSERT_EQ(::utimensat(AT_FDCWD, (dir + "/c1_u1.json").c_str(), times, 0), 0);
   const std::vector<HookRecord> got = ReadRecords(dir);
   ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0], (HookRecord{"c1_u1.json", "c1", "u1", Cpus("2-3")}));
+  EXPECT_EQ(got[0], (HookRecord{"c1_u1.json", "c1", "u1", Cpus("2-3"), "k/p/c1", written}));
   EXPECT_TRUE(ReadRecords(dir + "/missing").empty());
   std::filesystem::remove_all(dir);
+}
+
+HookRecord Record(const std::string& container, const std::string& cgroup, absl::Time written) {
+  return {container + "_uid-1.json", container, "uid-1", Cpus("4-7"), cgroup, written};
+}
+
+TEST(GoneContainerRecordsTest, OnlyOldRecordsWhoseCgroupIsGone) {
+  const absl::Time now = absl::FromUnixSeconds(1700000000);
+  const std::set<std::string> present = {"k/p/live"};
+  const std::vector<HookRecord> records = {
+      Record("live", "k/p/live", now - absl::Hours(1)),       // its cgroup is there
+      Record("dead", "k/p/dead", now - absl::Hours(1)),       // gone for long
+      Record("young", "k/p/young", now - absl::Seconds(29)),  // may still be being created
+      Record("edge", "k/p/edge", now - kGoneContainerGrace),  // exactly the grace: gone
+      Record("nocgroup", "", now - absl::Hours(1)),  // an older hook's record: nothing says
+      Record("absolute", "/k/p/x", now - absl::Hours(1)),
+      Record("dots", "k/../x", now - absl::Hours(1)),
+      Record("future", "k/p/future", now + absl::Hours(1)),  // the clock went back
+  };
+  EXPECT_EQ(GoneContainerRecords(
+                records, [&](const std::string& cg) { return present.contains(cg); }, now),
+            (std::vector<std::string>{"dead_uid-1.json", "edge_uid-1.json"}));
+  EXPECT_EQ(kGoneContainerGrace, absl::Seconds(30));
+}
+
+// A container of a claim that lives on crash-loops: every restart is a new container id, a new
+// cgroup and a new hook record, and the old cgroup goes. The records of the gone containers are
+// removed once they are older than the grace, so the count stays at what the last 30 s wrote
+// (restarts every 10 s, the kubelet's shortest back-off) plus the container that never restarts,
+// instead of one more per restart. The clock is the `now` given, the records' mtimes set to it.
+TEST(GoneContainerRecordsTest, CrashLoopingContainerKeepsTheRecordCountBounded) {
+  const std::string base = ::testing::TempDir() + "/crashloop-" + std::to_string(::getpid());
+  const std::string records = base + "/records", root = base + "/cgroup";
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(records);
+  const std::string pod = "kubepods.slice/kubepods-pod1.slice";
+  const absl::Time start = absl::FromUnixSeconds(1700000000);
+  auto write = [&](const std::string& id, absl::Time at) {
+    std::filesystem::create_directories(root + "/" + pod + "/cri-containerd-" + id + ".scope");
+    const std::string file = records + "/" + id + "_uid-1.json";
+    std::ofstream(file) << R"({"container":")" << id << R"(","claim":"uid-1","cpus":"4-7",)"
+                        << R"("cgroup":")" << pod << "/cri-containerd-" << id << R"(.scope"})";
+    const timespec times[2] = {absl::ToTimespec(at), absl::ToTimespec(at)};
+    ASSERT_EQ(::utimensat(AT_FDCWD, file.c_str(), times, 0), 0);
+  };
+  write("steady", start);
+  for (int i = 0; i < 100; ++i) {
+    const absl::Time now = start + absl::Seconds(10 * i);
+    if (i > 0) {
+      std::filesystem::remove(root + "/" + pod + "/cri-containerd-c" + std::to_string(i - 1) +
+                              ".scope");
+    }
+    write("c" + std::to_string(i), now);
+    const std::vector<HookRecord> live = ReadLiveRecords(records, root, now);
+    std::set<std::string> files;
+    for (const auto& e : std::filesystem::directory_iterator(records)) {
+      files.insert(e.path().filename().string());
+    }
+    std::set<std::string> want = {"steady_uid-1.json"};
+    for (int k = std::max(0, i - 2); k <= i; ++k) want.insert(absl::StrCat("c", k, "_uid-1.json"));
+    ASSERT_EQ(files, want) << "restart " << i;
+    ASSERT_EQ(live.size(), want.size()) << "restart " << i;
+  }
+  // The cgroup mount gone: nothing is removed.
+  std::filesystem::remove_all(root);
+  EXPECT_EQ(ReadLiveRecords(records, root, start + absl::Hours(1)).size(), 4u);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(records), {}), 4);
+  std::filesystem::remove_all(base);
 }
 
 }  // namespace

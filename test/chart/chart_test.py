@@ -35,6 +35,7 @@ VARIANTS = {
                              "devicePlugin.podResourcesSocket=/var/lib/kubelet/pr/kubelet.sock"],
     "enforce-none": ["cpuPinning.enforce=none"],
     "individual": ["publish.cpuDeviceMode=individual", "publish.reservedCpus=0-1",
+                   "cpuPinning.strictCpuReservation=true",
                    "publish.gpus=none", "logging.verbosity=2", "logging.format=json"],
     "testing": ["topology.file=/etc/topo.xml", "kubeconfig=/etc/kube/config",
                 "logging.verbosity=1", "config.group-by=socket", "hostNetwork=false",
@@ -151,7 +152,8 @@ class ChartTest(unittest.TestCase):
         bad = [("publish", "cpuDeviceMode", "pinned"), ("publish", "groupBy", "l3"),
                ("cpuPinning", "enforce", "nri"), ("devicePlugin", "mode", "cpu,gpu"),
                ("logging", "format", "xml"), ("publish", "topologyRefresh", "30"),
-               ("publish", "reservedCpus", "0-"), ("publish", "unknownKey", 1)]
+               ("publish", "reservedCpus", "0-"),
+               ("cpuPinning", "strictCpuReservation", "yes"), ("publish", "unknownKey", 1)]
         for group, key, value in bad:
             v = copy.deepcopy(self.values)
             v[group][key] = value
@@ -208,6 +210,8 @@ class ChartTest(unittest.TestCase):
                     self.assertFalse(mounts[p].get("readOnly", False))
                 else:
                     self.assertNotIn(p, mounts, f"{name}: {p} mounted without enforce=cgroup")
+            self.assertEqual("--strict-cpu-reservation" in c["args"],
+                             cgroup and vals["cpuPinning"]["strictCpuReservation"], name)
             dp = vals["devicePlugin"]["mode"] != "none"
             self.assertEqual(root + "/device-plugins" in mounts, dp, name)
             sock = vals["devicePlugin"]["podResourcesSocket"] or root + "/pod-resources/kubelet.sock"

@@ -651,6 +651,30 @@ TEST(PlanAllocateTest, CpuGrant) {
             (std::vector<std::string>{"0", "1", "2", "3", "8"}));
 }
 
+// --enforce=cgroup on 32 CPUs with 0 and 16 reserved: the 30 others can all be allocated, the
+// reserved CPUs staying the shared pool, unless --strict-cpu-reservation keeps them out of it.
+TEST(PlanAllocateTest, EveryUnreservedCpuUnlessTheReservationIsStrict) {
+  const Topology& t = Load(k32);
+  const std::vector<std::string> ids = CpuIds("1-15,17-31");
+  ResourceSetup setup = CpuSetup(Cpus("0,16"));
+  setup.cpuset_hook = prepare::CpusetHook{"/hook", "/records", "/sys/fs/cgroup"};
+  absl::StatusOr<AllocatePlan> plan = PlanAllocate(setup, t, state::State(), ids);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->allocation.cpus, Cpus("1-15,17-31"));
+
+  setup.cpuset_hook->strict_cpu_reservation = true;
+  plan = PlanAllocate(setup, t, state::State(), ids);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(plan.status().message(),
+            "topodra.io/cpu: taking CPUs 1-15,17-31 would leave no CPU for the containers "
+            "without a CPU claim (online 0-31, held by other claims none, reserved 0,16, kept out "
+            "of it by --strict-cpu-reservation); the shared pool must keep at least one CPU");
+  // One CPU fewer is fine in strict mode too.
+  plan = PlanAllocate(setup, t, state::State(), CpuIds("1-15,17-30"));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+}
+
 struct PlanErrorCase {
   const char* name;
   const char* fixture;

@@ -137,6 +137,8 @@ TEST_F(MetricsEndpointTest, ReadinessCountersGaugesAndPromtool) {
   EXPECT_EQ(Value(t, "topodra_cpus_allocated"), "4");
   EXPECT_EQ(Value(t, "topodra_cpus_reserved"), "2");
   EXPECT_EQ(Value(t, "topodra_cpus_available"), "26");
+  // The reserved CPUs stay in the shared pool (no --strict-cpu-reservation): 32 - 4.
+  EXPECT_EQ(Value(t, "topodra_cpus_shared"), "28");
   EXPECT_EQ(Value(t, "topodra_gpus_allocated"), "0");
   EXPECT_EQ(Value(t, R"(topodra_slice_publish_errors_total{driver="dra.cpu"})"), "0");
   EXPECT_EQ(Value(t, R"(topodra_slice_publish_errors_total{driver="gpu.topodra.io"})"), "0");
@@ -152,6 +154,7 @@ TEST_F(MetricsEndpointTest, ReadinessCountersGaugesAndPromtool) {
   EXPECT_EQ(Value(scrape.body, R"(topodra_unprepare_total{driver="dra.cpu",result="ok"})"), "1");
   EXPECT_EQ(Value(scrape.body, "topodra_cpus_allocated"), "0");
   EXPECT_EQ(Value(scrape.body, "topodra_cpus_available"), "30");
+  EXPECT_EQ(Value(scrape.body, "topodra_cpus_shared"), "32");
 
   // --log-format=json: every line of the log is one JSON object, the refused claim's error (with
   // its quotes) included.

@@ -1,7 +1,9 @@
 // CPU pinning end to end: the real daemon with --enforce=cgroup on a fake cgroup v2 tree (systemd
 // layout) in a temporary directory. Claims shrink the shared pool of every other container at
 // once and widen it again on unprepare, the hook's records keep a claim's container on its CPUs,
-// new containers are fixed as they appear, and the last CPUs of the shared pool cannot be taken.
+// new containers are fixed as they appear, the reserved CPUs stay in the shared pool (unless
+// --strict-cpu-reservation), and the last CPUs of the shared pool cannot be taken.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -9,6 +11,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include "test/integration/node_fixture.h"
@@ -132,6 +135,44 @@ TEST_F(PinningTest, SharedPoolFollowsClaimsAndHookRecordsKeepContainersOnTheirCp
   EXPECT_FALSE(fs::exists(absl::StrCat(dirs_.state, "/containers/aaaa1_", claim.uid, ".json")));
 }
 
+// A container of a prepared claim crash-loops: each restart is a new container (cgroup and hook
+// record) and the previous cgroup goes. Twenty restarts, 10 s apart, ending now (the records'
+// mtimes say when the hook wrote them): the daemon removes the records of the gone containers
+// older than 30 s and keeps the last three, the running container still pinned.
+TEST_F(PinningTest, RecordsOfGoneContainersAreRemovedSoACrashLoopKeepsFewRecords) {
+  StartPinnedNode();
+  PrepareClaim claim = CpuClaim("looping", "cpudevnuma000", "4", Cpuset("4-7"));
+  ASSERT_EQ(PrepareOne(claim).error, "");
+  const std::string records = dirs_.state + "/containers";
+  const absl::Time now = absl::Now();
+  auto file_of = [&](int k) { return absl::StrCat("loop", k, "_", claim.uid, ".json"); };
+  for (int k = 0; k < 20; ++k) {
+    const std::string id = absl::StrCat("loop", k);
+    const std::string cgroup = Container(kPodA, id);
+    MakeCgroup(cgroup, "");
+    if (k > 0) fs::remove_all(cgroups_ + "/" + Container(kPodA, absl::StrCat("loop", k - 1)));
+    // Written aside, dated, then renamed in: the daemon sees each as the hook would leave it.
+    const std::string tmp = dirs_.root + "/" + file_of(k);
+    std::ofstream(tmp) << "{\"container\":\"" << id << "\",\"claim\":\"" << claim.uid
+                       << "\",\"cpus\":\"4-7\",\"cgroup\":\"" << cgroup << "\"}\n";
+    const absl::Time at = now - absl::Seconds(10 * (19 - k));
+    const timespec times[2] = {absl::ToTimespec(at), absl::ToTimespec(at)};
+    ASSERT_EQ(::utimensat(AT_FDCWD, tmp.c_str(), times, 0), 0);
+    fs::rename(tmp, records + "/" + file_of(k));
+  }
+  auto files = [&] {
+    std::set<std::string> out;
+    for (const auto& e : fs::directory_iterator(records)) out.insert(e.path().filename());
+    return out;
+  };
+  const std::set<std::string> want = {file_of(17), file_of(18), file_of(19)};
+  for (int i = 0; i < 200 && files() != want; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  EXPECT_EQ(files(), want) << daemon_.Log();
+  EXPECT_TRUE(WaitCpus(Container(kPodA, "loop19"), "4-7")) << Cpus(Container(kPodA, "loop19"));
+}
+
 TEST_F(PinningTest, ContainersCreatedWhileTheDaemonWasDownAreFixedAtStart) {
   StartPinnedNode();
   PrepareClaim claim = CpuClaim("held", "cpudevnuma000", "2", Cpuset("2-3"));
@@ -146,20 +187,55 @@ TEST_F(PinningTest, ContainersCreatedWhileTheDaemonWasDownAreFixedAtStart) {
   EXPECT_TRUE(WaitCpus(created, "0-1,4-31")) << Cpus(created) << "\n" << daemon_.Log();
 }
 
-TEST_F(PinningTest, TheLastCpusOfTheSharedPoolCannotBeTaken) {
+// The kubelet's static CPU manager: reserved CPUs are never exclusive but stay shared. With
+// CPU 0 reserved, all 31 others can be claimed and every other container runs on CPU 0.
+TEST_F(PinningTest, ReservedCpusStayInTheSharedPoolSoEveryOtherCpuCanBeClaimed) {
+  StartPinnedNode({"--reserved-cpus", "0"});
+  const std::string b1 = Container(kPodB, "bbbb1");
+  ASSERT_TRUE(WaitCpus(b1, "0-31")) << Cpus(b1) << "\n" << daemon_.Log();
+  EXPECT_THAT(daemon_.Log(), HasSubstr("reserved CPUs in the shared pool"));
+  PrepareClaim node0 = CpuClaim("node0", "cpudevnuma000", "15");
+  ASSERT_EQ(PrepareOne(node0).error, "");
+  PrepareClaim node1 = CpuClaim("node1", "cpudevnuma001", "16");
+  ASSERT_EQ(PrepareOne(node1).error, "");
+  EXPECT_TRUE(WaitCpus(b1, "0")) << Cpus(b1);
+  // Still never an empty pool: nothing is left to claim, CPU 0 is not published.
+  ASSERT_EQ(UnprepareOne(node1), "");
+  EXPECT_TRUE(WaitCpus(b1, "0,8-15,24-31")) << Cpus(b1);
+}
+
+TEST_F(PinningTest, WithoutReservedCpusTheLastCpuCannotBeTaken) {
+  StartPinnedNode();
+  PrepareClaim node0 = CpuClaim("node0", "cpudevnuma000", "16");
+  ASSERT_EQ(PrepareOne(node0).error, "");
+  PrepareClaim most = CpuClaim("most", "cpudevnuma001", "15");
+  ASSERT_EQ(PrepareOne(most).error, "");
+  PrepareClaim last = CpuClaim("last", "cpudevnuma001", "1");
+  const std::string error = PrepareOne(last).error;
+  EXPECT_THAT(error, HasSubstr("claim default/last: taking CPUs "));
+  EXPECT_THAT(error, HasSubstr("would leave no CPU for the containers without a CPU claim"));
+  EXPECT_THAT(error, HasSubstr("reserved none online: the reserved CPUs (--reserved-cpus) stay"));
+}
+
+TEST_F(PinningTest, StrictReservationKeepsReservedCpusOutAndTheLastCpusCannotBeTaken) {
   // The kubelet's static CPU manager would fight the pinning: the daemon says so.
   fs::create_directories(dirs_.kubelet_root);
   std::ofstream(dirs_.kubelet_root + "/cpu_manager_state")
       << R"({"policyName":"static","defaultCpuSet":"0-31","checksum":1})";
-  // NUMA node 1 reserved: NUMA node 0 (0-7,16-23) is the whole shared pool.
-  StartPinnedNode({"--reserved-cpus", "8-15,24-31"});
+  // NUMA node 1 reserved and kept out: NUMA node 0 (0-7,16-23) is the whole shared pool.
+  StartPinnedNode({"--reserved-cpus", "8-15,24-31", "--strict-cpu-reservation"});
   EXPECT_THAT(daemon_.Log(), HasSubstr("the kubelet's CPU manager policy is \"static\""));
+  EXPECT_THAT(daemon_.Log(),
+              HasSubstr("reserved CPUs kept out of (--strict-cpu-reservation) the shared pool"));
+  const std::string b1 = Container(kPodB, "bbbb1");
+  EXPECT_TRUE(WaitCpus(b1, "0-7,16-23")) << Cpus(b1);
   PrepareClaim most = CpuClaim("most", "cpudevnuma000", "15");
   ASSERT_EQ(PrepareOne(most).error, "");
   PrepareClaim last = CpuClaim("last", "cpudevnuma000", "1");
   const std::string error = PrepareOne(last).error;
   EXPECT_THAT(error, HasSubstr("claim default/last: taking CPUs "));
   EXPECT_THAT(error, HasSubstr("would leave no CPU for the containers without a CPU claim"));
+  EXPECT_THAT(error, HasSubstr("reserved 8-15,24-31, kept out of it by --strict-cpu-reservation"));
   // Once the big claim is given back, the same claim is fine.
   ASSERT_EQ(UnprepareOne(most), "");
   EXPECT_EQ(PrepareOne(last).error, "");

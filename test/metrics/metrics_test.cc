@@ -46,7 +46,10 @@ TEST(MetricsTest, SeriesExistAtZeroBeforeAnyEvent) {
       "0");
   EXPECT_EQ(Value(text, "topodra_cpus_allocated"), "0");
   EXPECT_THAT(text, HasSubstr("# TYPE topodra_prepare_duration_seconds histogram"));
-  EXPECT_THAT(text, HasSubstr("# HELP topodra_cpus_available Online CPUs"));
+  EXPECT_THAT(text, HasSubstr("# HELP topodra_cpus_available Online CPUs a claim can still get "
+                              "exclusively: not in --reserved-cpus"));
+  EXPECT_THAT(text, HasSubstr("# HELP topodra_cpus_shared CPUs of the shared pool"));
+  EXPECT_EQ(Value(text, "topodra_cpus_shared"), "0");
 }
 
 TEST(MetricsTest, CountsAndTimesClaimsByDriverAndResult) {
@@ -118,6 +121,7 @@ TEST(MetricsTest, GaugesAndPublishErrorsComeFromTheSnapshotAtEachScrape) {
   NodeSnapshot snap;
   snap.cpus_allocated = 6;
   snap.cpus_available = 24;
+  snap.cpus_shared = 27;
   snap.cpus_reserved = 2;
   snap.gpus_allocated = 1;
   snap.slice_publish_errors = {{"dra.cpu", 3}, {"gpu.topodra.io", 0}};
@@ -125,6 +129,7 @@ TEST(MetricsTest, GaugesAndPublishErrorsComeFromTheSnapshotAtEachScrape) {
   std::string text = m.Render();
   EXPECT_EQ(Value(text, "topodra_cpus_allocated"), "6");
   EXPECT_EQ(Value(text, "topodra_cpus_available"), "24");
+  EXPECT_EQ(Value(text, "topodra_cpus_shared"), "27");
   EXPECT_EQ(Value(text, "topodra_cpus_reserved"), "2");
   EXPECT_EQ(Value(text, "topodra_gpus_allocated"), "1");
   EXPECT_EQ(Value(text, R"(topodra_slice_publish_errors_total{driver="dra.cpu"})"), "3");

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -1016,8 +1017,11 @@ TEST_F(ClaimServiceTest, ConcurrentGroupedClaimsGetDisjointCpus) {
     all |= cpus;
     absl::StatusOr<cdi::Spec> spec = cdi_->Read(CdiFileName(kCpuDriver, refs[i].uid));
     ASSERT_TRUE(spec.ok()) << spec.status();
+    std::string safe_uid = refs[i].uid;
+    std::replace(safe_uid.begin(), safe_uid.end(), '-', '_');
     EXPECT_EQ(spec->container_edits.env,
-              std::vector<std::string>{"DRA_CPUSET_" + refs[i].uid + "=" + cpus.ToString()});
+              (std::vector<std::string>{"DRA_CPUSET_" + refs[i].uid + "=" + cpus.ToString(),
+                                        "DRA_CPUSET_" + safe_uid + "=" + cpus.ToString()}));
   }
   EXPECT_EQ(ok, 8);
   EXPECT_EQ(all.ToString(), "0-15");

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <string>
@@ -43,6 +44,15 @@ state::State StateOf(const std::vector<state::Allocation>& held) {
     EXPECT_TRUE(st.ok()) << st;
   }
   return s;
+}
+
+// `name`=`value` and, when `name` has a '-', the same with '_' for '-' (what a shell keeps).
+std::vector<std::string> CpusetEnv(const std::string& name, const std::string& value) {
+  std::vector<std::string> out = {name + "=" + value};
+  std::string safe = name;
+  std::replace(safe.begin(), safe.end(), '-', '_');
+  if (safe != name) out.push_back(safe + "=" + value);
+  return out;
 }
 
 // The checks every successful plan must pass, whatever the driver: the allocation, the answer and
@@ -137,9 +147,8 @@ TEST_P(PlanCpuTest, Plans) {
     EXPECT_TRUE(plan->allocation.cpus.Empty()) << plan->allocation.cpus.ToString();
     return;
   }
-  EXPECT_EQ(
-      plan->cdi_spec.container_edits.env,
-      std::vector<std::string>{"DRA_CPUSET_" + claim.uid + "=" + plan->allocation.cpus.ToString()});
+  EXPECT_EQ(plan->cdi_spec.container_edits.env,
+            CpusetEnv("DRA_CPUSET_" + claim.uid, plan->allocation.cpus.ToString()));
 
   std::map<std::string, std::vector<size_t>> by_request;
   for (size_t i = 0; i < c.want.size(); ++i) {
@@ -152,7 +161,9 @@ TEST_P(PlanCpuTest, Plans) {
     } else {
       EXPECT_EQ(d.share_id, w.share_id) << i;
     }
-    EXPECT_EQ(plan->cdi_spec.devices[i].container_edits.env.size(), 1u) << i;
+    EXPECT_EQ(plan->cdi_spec.devices[i].container_edits.env.size(),
+              CpusetEnv("DRA_CPUSET_" + claim.uid + "_" + w.request, "").size())
+        << i;
     by_request[w.request].push_back(i);
   }
 
@@ -557,13 +568,17 @@ TEST(PlanClaimTest, CdiSpecAndAnswerExactly) {
   cdi::Spec want;
   want.cdi_version = "0.5.0";  // the device names start with a digit
   want.kind = "dra.cpu/claim";
-  want.container_edits.env = {"DRA_CPUSET_" + uid + "=2,7,10"};
+  // dra-driver-cpu's names, then the same without the UID's dashes (which dash drops).
+  want.container_edits.env = {"DRA_CPUSET_8d4e5c1a-aaaa-bbbb-cccc-000000000001=2,7,10",
+                              "DRA_CPUSET_8d4e5c1a_aaaa_bbbb_cccc_000000000001=2,7,10"};
   cdi::Device main;
   main.name = uid + "-cpudevmachine";
-  main.container_edits.env = {"DRA_CPUSET_" + uid + "_main=2,10"};
+  main.container_edits.env = {"DRA_CPUSET_8d4e5c1a-aaaa-bbbb-cccc-000000000001_main=2,10",
+                              "DRA_CPUSET_8d4e5c1a_aaaa_bbbb_cccc_000000000001_main=2,10"};
   cdi::Device side;
   side.name = uid + "-cpudevmachine-2";
-  side.container_edits.env = {"DRA_CPUSET_" + uid + "_side=7"};
+  side.container_edits.env = {"DRA_CPUSET_8d4e5c1a-aaaa-bbbb-cccc-000000000001_side=7",
+                              "DRA_CPUSET_8d4e5c1a_aaaa_bbbb_cccc_000000000001_side=7"};
   want.devices = {main, side};
   EXPECT_EQ(plan->cdi_spec, want) << cdi::ToJsonText(plan->cdi_spec);
   EXPECT_EQ(cdi::MinimumVersion(plan->cdi_spec), "0.5.0");
@@ -600,6 +615,63 @@ TEST(PlanClaimTest, CdiSpecAndAnswerExactly) {
   EXPECT_EQ(a.cdi, (json{{"file", "dra.cpu-claim_" + uid + ".json"}, {"spec", cdi::ToJson(want)}}));
 }
 
+// --enforce=cgroup on the 16-CPU machine with CPU 0 reserved. By default (the kubelet's static
+// CPU manager) the reserved CPU stays in the shared pool, so the 15 unreserved CPUs can all be
+// claimed; with --strict-cpu-reservation the pool would be empty and the claim is refused.
+// Without any reserved CPU the last one is refused in both modes: the pool is never emptied.
+TEST(PlanClaimTest, SharedPoolKeepsTheReservedCpusUnlessStrict) {
+  const topology::Topology& topo = Load(k16);
+  const claims::Claim all =
+      Parse(ClaimJson("uid-all", "ns", "all", {Result("cpus", "cpudevmachine", "15")},
+                      {Config({"cpus"}, Cpuset("1-15"))}));
+  const CpusetHook hook{"/opt/topodra/bin/topodra-cpuset-hook", "/records", "/sys/fs/cgroup"};
+  {
+    DriverSetup setup = CpuSetup(topo, Mode::kMachine, Cpus("0"));
+    setup.cpuset_hook = hook;
+    absl::StatusOr<Plan> plan = PlanClaim(all, setup, topo, state::State{});
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->allocation.cpus.ToString(), "1-15");
+  }
+  {
+    DriverSetup setup = CpuSetup(topo, Mode::kMachine, Cpus("0"));
+    setup.cpuset_hook = hook;
+    setup.cpuset_hook->strict_cpu_reservation = true;
+    absl::StatusOr<Plan> plan = PlanClaim(all, setup, topo, state::State{});
+    ASSERT_FALSE(plan.ok());
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(plan.status().message(),
+              "claim ns/all: taking CPUs 1-15 would leave no CPU for the containers without a "
+              "CPU claim (online 0-15, held by other claims none, reserved 0, kept out of it by "
+              "--strict-cpu-reservation); the shared pool must keep at least one CPU");
+  }
+  for (const bool strict : {false, true}) {
+    SCOPED_TRACE(strict);
+    DriverSetup setup = CpuSetup(topo, Mode::kMachine);
+    setup.cpuset_hook = hook;
+    setup.cpuset_hook->strict_cpu_reservation = strict;
+    state::State held;
+    ASSERT_TRUE(held.Add(HeldBy(kCpuDriver, "other", "ns", "other", Cpus("0-13"))).ok());
+    absl::StatusOr<Plan> plan =
+        PlanClaim(Parse(ClaimJson("uid-1", "ns", "one", {Result("cpus", "cpudevmachine", "1")},
+                                  {Config({"cpus"}, Cpuset("14"))})),
+                  setup, topo, held);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_TRUE(held.Add(plan->allocation).ok());
+    plan = PlanClaim(Parse(ClaimJson("uid-2", "ns", "last", {Result("cpus", "cpudevmachine", "1")},
+                                     {Config({"cpus"}, Cpuset("15"))})),
+                     setup, topo, held);
+    ASSERT_FALSE(plan.ok());
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(plan.status().message(),
+              std::string("claim ns/last: taking CPUs 15 would leave no CPU for the containers "
+                          "without a CPU claim (online 0-15, held by other claims 0-14, ") +
+                  (strict ? "reserved none, kept out of it by --strict-cpu-reservation"
+                          : "reserved none online: the reserved CPUs (--reserved-cpus) stay in "
+                            "it") +
+                  "); the shared pool must keep at least one CPU");
+  }
+}
+
 TEST(PlanClaimTest, CdiVersionFollowsTheUid) {
   const topology::Topology& topo = Load(k16);
   const DriverSetup setup = CpuSetup(topo, Mode::kNuma);
@@ -616,13 +688,12 @@ TEST(PlanClaimTest, CdiVersionFollowsTheUid) {
     EXPECT_EQ(plan->cdi_spec.cdi_version, version);
     EXPECT_EQ(plan->cdi_spec.cdi_version, cdi::MinimumVersion(plan->cdi_spec));
     EXPECT_TRUE(cdi::Validate(plan->cdi_spec).ok()) << cdi::Validate(plan->cdi_spec);
-    // The UID as it is, dashes and all.
-    EXPECT_EQ(
-        plan->cdi_spec.container_edits.env,
-        std::vector<std::string>{"DRA_CPUSET_" + uid + "=" + plan->allocation.cpus.ToString()});
-    EXPECT_EQ(
-        plan->cdi_spec.devices[0].container_edits.env,
-        std::vector<std::string>{"DRA_CPUSET_" + uid + "_r=" + plan->allocation.cpus.ToString()});
+    // The UID as it is, dashes and all, and (when it has dashes) the shell-safe name too.
+    EXPECT_EQ(plan->cdi_spec.container_edits.env,
+              CpusetEnv("DRA_CPUSET_" + uid, plan->allocation.cpus.ToString()));
+    EXPECT_EQ(plan->cdi_spec.devices[0].container_edits.env,
+              CpusetEnv("DRA_CPUSET_" + uid + "_r", plan->allocation.cpus.ToString()));
+    EXPECT_EQ(plan->cdi_spec.container_edits.env.size(), uid == "9" ? 1u : 2u);
     EXPECT_EQ(plan->devices[0].cdi_device_ids,
               std::vector<std::string>{"dra.cpu/claim=" + uid + "-cpudevnuma000"});
   }

@@ -62,6 +62,9 @@ daemon's default applies. --node-name comes from the downward API.
 {{- if eq .Values.cpuPinning.enforce "cgroup" }}
 - --cgroup-root={{ .Values.cpuPinning.cgroupRoot }}
 - --hook-dir={{ .Values.cpuPinning.hookDir }}
+{{- if .Values.cpuPinning.strictCpuReservation }}
+- --strict-cpu-reservation
+{{- end }}
 {{- end }}
 - --reservations={{ if .Values.reservations.enabled }}on{{ else }}off{{ end }}
 - --reservation-taints={{ .Values.reservations.taints }}
