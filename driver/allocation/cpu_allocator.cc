@@ -30,17 +30,13 @@ constexpr int64_t kGroupUnit = 1;
 // Fragmentation: fully free cores, then fully free groups, that the answer cuts into.
 constexpr int64_t kBrokenCoreUnit = int64_t{1} << kFieldBits;
 constexpr int64_t kBrokenGroupUnit = 1;
-// Fit: free CPUs left behind in the groups, then in the NUMA nodes, the answer touches.
-constexpr int64_t kGroupLeftUnit = int64_t{1} << kFieldBits;
-constexpr int64_t kNodeLeftUnit = 1;
 
 struct Cost {
   int64_t isolation = 0;
   int64_t fragmentation = 0;
-  int64_t fit = 0;
   auto operator<=>(const Cost&) const = default;
   Cost operator+(const Cost& o) const {
-    return {isolation + o.isolation, fragmentation + o.fragmentation, fit + o.fit};
+    return {isolation + o.isolation, fragmentation + o.fragmentation};
   }
 };
 
@@ -74,14 +70,12 @@ class Table {
   }
   // Adds `c` to every answer that takes at least one CPU, and `partial` to those that take some
   // but fewer than `whole` CPUs (whole <= 0: never).
-  // `left_unit` times the CPUs of `available` not taken is added too (a fit measure).
-  void AddWhenTouched(Cost c, Cost partial, int whole, int available = 0, int64_t left_unit = 0) {
+  void AddWhenTouched(Cost c, Cost partial, int whole) {
     for (int x = 1; x <= cap_; ++x) {
       if (!Valid(x)) continue;
       Cost& mine = cost_[static_cast<size_t>(x)];
       mine = mine + c;
       if (x < whole) mine = mine + partial;
-      mine.fit += left_unit * (available - x);
     }
   }
 
@@ -275,8 +269,7 @@ class Planner {
   void AddGroupCosts(Table& t, int g) const {
     const GroupInfo& info = groups_[static_cast<size_t>(g)];
     const bool fresh = info.available == info.online;
-    t.AddWhenTouched({kGroupUnit, 0, 0}, {0, fresh ? kBrokenGroupUnit : 0, 0}, info.online,
-                     info.available, kGroupLeftUnit);
+    t.AddWhenTouched({kGroupUnit, 0}, {0, fresh ? kBrokenGroupUnit : 0}, info.online);
   }
 
   // A group spanning several NUMA nodes, each wholly inside it.
@@ -288,8 +281,7 @@ class Planner {
     int reach = 0;
     for (int n : info.nodes) {
       Table& node = Cores(g, n, kPiece);
-      node.AddWhenTouched({kNumaUnit, 0, 0}, {}, 0, node_available_[static_cast<size_t>(n)],
-                          kNodeLeftUnit);
+      node.AddWhenTouched({kNumaUnit, 0}, {}, 0);
       reach = t.Fold(node, reach);
     }
     AddGroupCosts(t, g);
@@ -307,8 +299,7 @@ class Planner {
       AddGroupCosts(group, g);
       reach = t.Fold(group, reach);
     }
-    t.AddWhenTouched({kNumaUnit, 0, 0}, {}, 0, node_available_[static_cast<size_t>(n)],
-                     kNodeLeftUnit);
+    t.AddWhenTouched({kNumaUnit, 0}, {}, 0);
     return t;
   }
 

@@ -33,12 +33,11 @@ struct CpuRequest {
 //  4. Fewest fully free cores cut (taken in part), then fewest fully free L3 groups cut: when a
 //     partial core or another group is unavoidable, the lone threads and the groups that other
 //     claims already use go first, so whole cores and whole caches stay free for later claims.
-//  5. Tightest fit: the fewest free CPUs left behind in the chosen L3 groups, then in the chosen
-//     NUMA nodes.
-//  6. Lowest CPU ids (the sorted lists compared element by element).
-// Steps 4 and 5 are there for fragmentation only: with 1-3 and 6 alone, random prepare/unprepare
-// runs leave fewer whole free cores and L3 groups than the kubelet's packed policy does (see
-// FragmentsNoMoreThanKubeletPacked); NUMA distance and package count are not part of the order.
+//  5. Lowest CPU ids (the sorted lists compared element by element).
+// Step 4 is there for fragmentation only, and both of its parts are needed: without it, random
+// prepare/unprepare runs leave fewer whole free cores and L3 groups than the kubelet's packed
+// policy does; without either part, fewer of that kind (FragmentsNoMoreThanKubeletPacked).
+// Nothing else is: NUMA distance, package count and tightest fit are not part of the order.
 // must_include CPUs are always in; their cores, caches and nodes count like any other.
 //
 // Errors: InvalidArgument for count < 1, must_include outside available (or offline), or
