@@ -42,6 +42,7 @@ bench: deps
 	cmake --preset bench
 	cmake --build --preset bench
 	./build/bench/test/bench/topology_bench test/fixtures/topologies
+	./build/bench/test/bench/allocator_bench test/fixtures/topologies
 	./build/bench/test/bench/slices_bench test/fixtures/topologies
 	./build/bench/test/bench/prepare_bench test/fixtures/topologies
 	./build/bench/test/bench/device_plugin_bench test/fixtures/topologies
