@@ -679,7 +679,7 @@ TEST(PublisherHealTest, MixOfDeletedChangedAndForeignSlices) {
   absl::StatusOr<kube::Response> cur = client->Get(absl::StrCat(prefix, 3));
   ASSERT_TRUE(cur.ok());
   json changed = cur->body;
-  changed["spec"]["devices"][0]["attributes"]["dra.cpu/numaNode"]["int"] = 7;
+  changed["spec"]["devices"][0]["attributes"]["dra.cpu/numaNodeID"]["int"] = 7;
   ASSERT_TRUE(client->Put(absl::StrCat(prefix, 3), changed).ok());
   cur = client->Get(absl::StrCat(prefix, 4));
   ASSERT_TRUE(cur.ok());
@@ -702,8 +702,12 @@ TEST(PublisherHealTest, MixOfDeletedChangedAndForeignSlices) {
 class InterferingClient : public kube::RestClient {
  public:
   using Hook = std::function<void(const std::string& name)>;
-  InterferingClient(kube::RestClient* inner, Hook before_put, Hook before_post)
-      : inner_(inner), before_put_(std::move(before_put)), before_post_(std::move(before_post)) {}
+  InterferingClient(kube::RestClient* inner, Hook before_put, Hook before_post,
+                    Hook before_delete = nullptr)
+      : inner_(inner),
+        before_put_(std::move(before_put)),
+        before_post_(std::move(before_post)),
+        before_delete_(std::move(before_delete)) {}
   absl::StatusOr<kube::Response> Get(const std::string& path) override { return inner_->Get(path); }
   absl::StatusOr<kube::Response> Post(const std::string& path, const json& body) override {
     if (path.find("dryRun=") == std::string::npos && before_post_) {
@@ -717,6 +721,7 @@ class InterferingClient : public kube::RestClient {
     return inner_->Put(path, body);
   }
   absl::StatusOr<kube::Response> Delete(const std::string& path, const json& body) override {
+    if (before_delete_) std::exchange(before_delete_, nullptr)(path.substr(path.rfind('/') + 1));
     return inner_->Delete(path, body);
   }
   absl::Status Watch(const std::string& path, const kube::WatchHandler& on_event,
@@ -726,7 +731,7 @@ class InterferingClient : public kube::RestClient {
 
  private:
   kube::RestClient* inner_;
-  Hook before_put_, before_post_;
+  Hook before_put_, before_post_, before_delete_;
 };
 
 // [method code] of the slice writes the server answered.
@@ -769,6 +774,28 @@ TEST(PublisherHealTest, UpdateOfASliceDeletedMeanwhileCreatesIt) {
   ExpectStoredEquals(*real, changed, false, 2);
   EXPECT_THAT(Writes(*server),
               ::testing::ElementsAre("DELETE 200", "PUT 404", "POST 201", "PUT 200", "PUT 200"));
+}
+
+TEST(PublisherHealTest, DeleteOfASliceGoneMeanwhileIsDone) {
+  auto server = StartServer();
+  ASSERT_NE(server, nullptr);
+  auto real = ClientFor(*server);
+  // A foreign slice of the driver on this node, which someone else deletes just before the
+  // publisher does.
+  Slice foreign =
+      BuildSlices(PoolFor(Load(k384), CpuDeviceMode::kIndividual), SliceForm::kFlat)->at(0);
+  foreign.metadata = {{"name", "node-a-dra.cpu-old"}};
+  foreign.generation = 1;
+  ASSERT_TRUE(real->Post(kSlices, SliceToJson(foreign, "resource.k8s.io/v1")).ok());
+  InterferingClient client(real.get(), nullptr, nullptr, [&](const std::string& name) {
+    ASSERT_TRUE(real->Delete(absl::StrCat(kSlices, "/", name), {}).ok());
+  });
+  const Pool pool = PoolFor(Load(k384), CpuDeviceMode::kIndividual);
+  SlicePublisher p(&client, FastOptions("dra.cpu"));
+  p.SetDesired(pool);
+  ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+  ExpectStoredEquals(*real, pool, false, 2);
+  EXPECT_EQ(p.status().errors, 0);
 }
 
 TEST(PublisherHealTest, CreateOverAStaleCacheRelists) {
