@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "driver/publish/quantity.h"
@@ -72,6 +73,17 @@ int64_t GenerationOf(const json& slice) {
 }
 
 std::string NameOf(const json& obj) { return StringField(Field(obj, "metadata"), "name"); }
+
+// Nothing listens where the API server should be (it is restarting): asking again costs it
+// nothing, while the node's devices stay unschedulable until the pool is back, so retries do not
+// back off beyond this. A server that answers, even with errors, gets the full backoff.
+constexpr std::chrono::milliseconds kRefusedMaxBackoff{1000};
+
+std::chrono::milliseconds RetryAfter(std::chrono::milliseconds backoff, const absl::Status& st) {
+  const bool refused = !kube::HttpCodeOf(st) && st.code() == absl::StatusCode::kUnavailable &&
+                       absl::StrContains(st.message(), "Couldn't connect");  // libcurl's text
+  return refused ? std::min(backoff, kRefusedMaxBackoff) : backoff;
+}
 
 }  // namespace
 
@@ -524,7 +536,7 @@ void SlicePublisher::Run() {
     }
     RecordResult(st);
     if (!st.ok()) {
-      if (!Wait(backoff, nullptr)) break;
+      if (!Wait(RetryAfter(backoff, st), nullptr)) break;
       backoff = std::min(backoff * 2, opts_.max_backoff);
       continue;
     }
@@ -536,7 +548,7 @@ void SlicePublisher::Run() {
     if (!ws.ok()) {
       need_relist_ = true;
       RecordResult(ws);
-      if (!Wait(backoff, nullptr)) break;
+      if (!Wait(RetryAfter(backoff, ws), nullptr)) break;
       backoff = std::min(backoff * 2, opts_.max_backoff);
     }
   }
