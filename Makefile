@@ -44,6 +44,7 @@ bench: deps
 	./build/bench/test/bench/topology_bench test/fixtures/topologies
 	./build/bench/test/bench/allocator_bench test/fixtures/topologies
 	./build/bench/test/bench/slices_bench test/fixtures/topologies
+	./build/bench/test/bench/heal_bench test/fixtures/topologies
 	./build/bench/test/bench/prepare_bench test/fixtures/topologies
 	./build/bench/test/bench/device_plugin_bench test/fixtures/topologies
 	./build/bench/test/bench/cgroup_bench

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "driver/publish/quantity.h"
@@ -72,6 +73,17 @@ int64_t GenerationOf(const json& slice) {
 }
 
 std::string NameOf(const json& obj) { return StringField(Field(obj, "metadata"), "name"); }
+
+// Nothing listens where the API server should be (it is restarting): asking again costs it
+// nothing, while the node's devices stay unschedulable until the pool is back, so retries do not
+// back off beyond this. A server that answers, even with errors, gets the full backoff.
+constexpr std::chrono::milliseconds kRefusedMaxBackoff{1000};
+
+std::chrono::milliseconds RetryAfter(std::chrono::milliseconds backoff, const absl::Status& st) {
+  const bool refused = !kube::HttpCodeOf(st) && st.code() == absl::StatusCode::kUnavailable &&
+                       absl::StrContains(st.message(), "Couldn't connect");  // libcurl's text
+  return refused ? std::min(backoff, kRefusedMaxBackoff) : backoff;
+}
 
 }  // namespace
 
@@ -283,6 +295,20 @@ absl::StatusOr<std::vector<json>> SlicePublisher::DesiredObjects(const std::opti
   return out;
 }
 
+absl::Status SlicePublisher::WriteFailed(const absl::Status& st) {
+  // Whatever failed, the next pass plans from what the server holds, not from a cache that may
+  // be why this write failed: the same stale plan must not be sent again and again.
+  need_relist_ = true;
+  // 409 (AlreadyExists on create, Conflict or a failed precondition on update and delete): the
+  // cache was stale, which a wipe or another writer makes normal. Re-list and go on at once, a
+  // few times in a row; a writer that keeps racing us gets the backoff.
+  if (kube::HttpCodeOf(st) == 409 && stale_retries_ < kStaleRetries) {
+    ++stale_retries_;
+    retry_now_ = true;
+  }
+  return st;
+}
+
 absl::Status SlicePublisher::Reconcile() {
   std::optional<Pool> pool;
   uint64_t version = 0;
@@ -337,8 +363,7 @@ absl::Status SlicePublisher::Reconcile() {
       if (absl::Status st = api_.Delete(it->first, StringField(meta, "uid"),
                                         StringField(meta, "resourceVersion"));
           !st.ok()) {
-        need_relist_ = true;
-        return st;
+        return WriteFailed(st);
       }
       ++writes;
       it = cache_.erase(it);
@@ -352,15 +377,22 @@ absl::Status SlicePublisher::Reconcile() {
         obj["metadata"]["resourceVersion"] =
             StringField(Field(it->second, "metadata"), "resourceVersion");
         r = api_.Update(obj);
+        if (!r.ok() && kube::HttpCodeOf(r.status()) == 404) {
+          // Deleted since we last saw it (a wipe the watch has not told us all of yet): the
+          // server cannot create on update, so create it.
+          spdlog::debug("driver={} node={}: ResourceSlice \"{}\" is gone; creating it",
+                        opts_.driver, opts_.node_name, name);
+          cache_.erase(it);
+          obj["metadata"].erase("resourceVersion");
+          r = api_.Create(obj);
+        }
       } else {
         r = api_.Create(obj);
       }
-      if (!r.ok()) {
-        // 409: someone else wrote first; start again from what the server holds.
-        if (kube::HttpCodeOf(r.status()) == 409) need_relist_ = true;
-        return r.status();
-      }
+      if (!r.ok()) return WriteFailed(r.status());
       ++writes;
+      // Consumers may have seen this generation already: never publish it again.
+      highest_generation_ = std::max(highest_generation_, generation);
       if (!Covers(obj["spec"], Field(r->body, "spec"))) {
         if (tainted && opts_.taints == TaintMode::kAuto &&
             !TaintsKept(obj["spec"], Field(r->body, "spec"))) {
@@ -396,7 +428,8 @@ absl::Status SlicePublisher::Reconcile() {
                  opts_.driver, opts_.node_name, desired->size(), generation,
                  mixin_form ? "mixin" : "flat", tainted ? ", with device taints" : "");
   }
-  highest_generation_ = generation;
+  highest_generation_ = std::max(highest_generation_, generation);
+  stale_retries_ = 0;
   std::lock_guard<std::mutex> lock(mu_);
   status_.in_sync = true;
   status_.published_once = true;
@@ -414,9 +447,9 @@ absl::Status SlicePublisher::SyncOnce() {
   retry_now_ = false;
   absl::Status st = Relist();
   if (st.ok()) st = Reconcile();
-  // A discovery that the server dropped mixins or taints asks for one more pass without them;
-  // each can happen once.
-  for (int pass = 0; pass < 2 && !st.ok() && retry_now_; ++pass) {
+  // A discovery that the server dropped mixins or taints asks for one more pass without them
+  // (each can happen once), and so does a stale cache (kStaleRetries times in a row at most).
+  for (int pass = 0; pass < 2 + kStaleRetries && !st.ok() && retry_now_; ++pass) {
     retry_now_ = false;
     st = Relist();
     if (st.ok()) st = Reconcile();
@@ -443,9 +476,18 @@ bool SlicePublisher::HandleEvent(const json& event) {
   const bool known =
       it != cache_.end() && StringField(Field(it->second, "metadata"), "resourceVersion") == rv;
   if (type == "DELETED") {
-    if (it == cache_.end()) return true;  // our own delete, already applied
+    // Our own delete, already applied; or an older object of that name, deleted before we
+    // created the one we hold (events replayed after a heal).
+    if (it == cache_.end() || StringField(Field(it->second, "metadata"), "uid") !=
+                                  StringField(Field(obj, "metadata"), "uid")) {
+      return true;
+    }
+    // Someone else deletes our slices, most likely all of them (the kubelet's wipe at its start,
+    // shared/spec kubelet-grpc.md §4.6): plan from what the server holds now, not from a cache
+    // that the rest of the wipe's events have not reached yet.
     cache_.erase(it);
     drift_ = true;
+    need_relist_ = true;
     return false;
   }
   if (type == "ADDED" || type == "MODIFIED") {
@@ -487,13 +529,14 @@ void SlicePublisher::Run() {
     if (need_relist_) st = Relist();
     if (st.ok() && (drift_ || version != synced_version_)) st = Reconcile();
     if (!st.ok() && retry_now_) {
-      // A fallback was taken (and logged): the next pass is a new attempt, not a failure.
+      // A fallback was taken (and logged), or the cache was stale and is re-listed: the next pass
+      // is a new attempt, not a failure.
       retry_now_ = false;
       continue;
     }
     RecordResult(st);
     if (!st.ok()) {
-      if (!Wait(backoff, nullptr)) break;
+      if (!Wait(RetryAfter(backoff, st), nullptr)) break;
       backoff = std::min(backoff * 2, opts_.max_backoff);
       continue;
     }
@@ -505,7 +548,7 @@ void SlicePublisher::Run() {
     if (!ws.ok()) {
       need_relist_ = true;
       RecordResult(ws);
-      if (!Wait(backoff, nullptr)) break;
+      if (!Wait(RetryAfter(backoff, ws), nullptr)) break;
       backoff = std::min(backoff * 2, opts_.max_backoff);
     }
   }

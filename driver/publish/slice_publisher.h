@@ -75,6 +75,8 @@ class SlicePublisher {
   };
   absl::Status Relist();
   absl::Status Reconcile();
+  // A create, update or delete failed with st: what the next pass must do differently.
+  absl::Status WriteFailed(const absl::Status& st);
   absl::StatusOr<bool> MixinsSupported(const std::vector<Slice>& mixed);
   absl::StatusOr<bool> TaintsSupported(const Pool& pool);
   void LogTaintDecision(bool supported) const;
@@ -104,7 +106,9 @@ class SlicePublisher {
   uint64_t synced_version_ = 0;
   std::optional<bool> mixins_supported_;  // auto mode: learned from the server
   std::optional<bool> taints_supported_;  // auto mode: learned from the server
-  bool retry_now_ = false;  // a fallback was just taken: publish again without waiting
+  bool retry_now_ = false;  // a fallback was taken or the cache was stale: publish again now
+  static constexpr int kStaleRetries = 3;
+  int stale_retries_ = 0;  // passes in a row that ended on a stale cache
   std::string node_uid_;
   int64_t highest_generation_ = 0;
 };

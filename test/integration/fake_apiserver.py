@@ -4194,19 +4194,28 @@ class Api:
                 raise bad_request("DeleteOptions must be a JSON object")
         dry_run = parse_dry_run(params, options)
         fsel, lsel = self._selectors(rt, params)
+        # As the real registry does: list, then delete each listed object as a single DELETE
+        # would (one DELETED event each; an object with finalizers only gets its
+        # deletionTimestamp, a MODIFIED event), and answer with the list as it was listed.
         deleted = []
         with self.store.lock:
             table = self.store.tables[rt.type_key]
+            rv = self.store.rv
             for k in sorted(table):
                 obj = table[k]
                 if not self._matches(rt, obj, ns, fsel, lsel):
                     continue
-                if obj["metadata"].get("finalizers"):
-                    continue
                 deleted.append(obj)
-                if not dry_run:
+                if dry_run:
+                    continue
+                meta = obj["metadata"]
+                if not meta.get("finalizers"):
                     self.store.commit(rt.type_key, "DELETED", k, obj, obj)
-            rv = self.store.rv
+                elif not meta.get("deletionTimestamp"):
+                    marked = dict(obj)
+                    marked["metadata"] = dict(meta, deletionTimestamp=now_rfc3339(),
+                                              deletionGracePeriodSeconds=0)
+                    self.store.commit(rt.type_key, "MODIFIED", k, marked, obj)
         if rt.typed_list_items:
             deleted = [rt.render(o, version) for o in deleted]
         return 200, {"kind": rt.list_kind, "apiVersion": rt.group_version(version),

@@ -1142,6 +1142,133 @@ class HistoryWindowTest(ServerTestCase):
         watch.close()
 
 
+class WipeAndRestartTest(ServerTestCase):
+    """What a node's publisher meets when its slices go (issue 14): the kubelet's node-wide wipe
+    (a DELETE of the collection by spec.nodeName), writes to objects deleted meanwhile, and an API
+    server that comes back empty."""
+
+    NODE_A = "?fieldSelector=" + urllib.parse.quote("spec.nodeName=node-a")
+
+    def test_update_of_a_deleted_object_is_404(self):
+        created = self.create(make_slice())
+        self.assertEqual(self.client.delete(SLICES + "/slice-a").code, 200)
+        # ResourceSlices cannot be created by a PUT (AllowCreateOnUpdate is false), with or
+        # without the old resourceVersion.
+        r = self.client.put(SLICES + "/slice-a", created)
+        self.assertStatus(r, 404, "NotFound")
+        self.assertEqual(r.json["message"], 'resourceslices.resource.k8s.io "slice-a" not found')
+        self.assertEqual(r.json["details"], {"name": "slice-a", "group": "resource.k8s.io",
+                                             "kind": "resourceslices"})
+        del created["metadata"]["resourceVersion"]
+        self.assertStatus(self.client.put(SLICES + "/slice-a", created), 404, "NotFound")
+        self.assertEqual(self.client.get(SLICES).json["items"], [])
+
+    def test_kubelet_wipe_deletes_every_slice_of_the_node(self):
+        mine = [self.create(make_slice("node-a-%s-%d" % (driver, i), driver=driver))
+                for driver in ("cpu.topodra.io", "gpu.topodra.io") for i in range(3)]
+        other = self.create(make_slice("node-b-cpu", node="node-b"))
+        rv0 = other["metadata"]["resourceVersion"]
+        watch = self.client.watch("resourceVersion=%s&fieldSelector=%s" % (
+            rv0, urllib.parse.quote("spec.driver=cpu.topodra.io,spec.nodeName=node-a")))
+        r = self.client.delete(SLICES + self.NODE_A, {"kind": "DeleteOptions",
+                                                      "apiVersion": "v1"})
+        self.assertEqual(r.code, 200, r.data)
+        # The answer is the list as it was before the deletions, in name order.
+        self.assertEqual(r.json["kind"], "ResourceSliceList")
+        self.assertEqual(r.json["metadata"]["resourceVersion"], rv0)
+        untyped = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in mine]
+        self.assertEqual(r.json["items"], sorted(untyped, key=lambda o: o["metadata"]["name"]))
+        self.assertEqual([i["metadata"]["name"] for i in self.client.get(SLICES).json["items"]],
+                         ["node-b-cpu"])
+        # One DELETED event per object, each with a resourceVersion of its own after the old one.
+        events = [watch.next_event() for _ in range(3)]
+        self.assertEqual([(e["type"], e["object"]["metadata"]["name"]) for e in events],
+                         [("DELETED", "node-a-cpu.topodra.io-%d" % i) for i in range(3)])
+        rvs = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
+        self.assertEqual(rvs, sorted(set(rvs)))
+        self.assertGreater(rvs[0], int(rv0))
+        for e, before in zip(events, mine):
+            self.assertEqual(e["object"]["metadata"]["uid"], before["metadata"]["uid"])
+            self.assertEqual(e["object"]["spec"], before["spec"])
+        self.assertEqual(self.client.get(SLICES).json["metadata"]["resourceVersion"],
+                         str(rvs[-1] + 3))  # the three GPU slices came after
+        watch.close()
+        # Gone for good: updates are 404, creates start afresh.
+        self.assertStatus(self.client.put(SLICES + "/" + mine[0]["metadata"]["name"], mine[0]),
+                          404, "NotFound")
+        again = self.create(make_slice(mine[0]["metadata"]["name"]))
+        self.assertNotEqual(again["metadata"]["uid"], mine[0]["metadata"]["uid"])
+        # Nothing left to delete: an empty list, no error.
+        self.client.delete(SLICES + "/" + again["metadata"]["name"])
+        r = self.client.delete(SLICES + self.NODE_A)
+        self.assertEqual((r.code, r.json["items"]), (200, []))
+
+    def test_wipe_with_finalizers_and_dry_run(self):
+        held = make_slice("held")
+        held["metadata"]["finalizers"] = ["topodra.io/test"]
+        held = self.create(held)
+        self.create(make_slice("plain"))
+        r = self.client.delete(SLICES + self.NODE_A + "&dryRun=All")
+        self.assertEqual([i["metadata"]["name"] for i in r.json["items"]], ["held", "plain"])
+        self.assertEqual(len(self.client.get(SLICES).json["items"]), 2)
+        watch = self.client.watch("resourceVersion=" + held["metadata"]["resourceVersion"])
+        self.assertEqual(watch.next_event()["object"]["metadata"]["name"], "plain")  # its ADDED
+        r = self.client.delete(SLICES + self.NODE_A)
+        self.assertEqual([i["metadata"]["name"] for i in r.json["items"]], ["held", "plain"])
+        # As a single DELETE: the object with a finalizer stays, marked for deletion.
+        ev = watch.next_event()
+        self.assertEqual((ev["type"], ev["object"]["metadata"]["name"]), ("MODIFIED", "held"))
+        self.assertIn("deletionTimestamp", ev["object"]["metadata"])
+        ev = watch.next_event()
+        self.assertEqual((ev["type"], ev["object"]["metadata"]["name"]), ("DELETED", "plain"))
+        watch.close()
+        left = self.client.get(SLICES).json["items"]
+        self.assertEqual([i["metadata"]["name"] for i in left], ["held"])
+        self.assertIn("deletionTimestamp", left[0]["metadata"])
+
+    def test_restarted_server_is_empty_and_expires_old_watches(self):
+        """A restarted server with an empty store is what an etcd restored with
+        `etcdutl snapshot restore --bump-revision --mark-compacted` looks like (etcd-io/etcd#16028,
+        the procedure for Kubernetes): resourceVersions never go back, and watches from before
+        get 410 Expired. Open watches end with the process, as with a real API server restart."""
+        self.create(make_slice())
+        rv0 = self.client.get(SLICES).json["metadata"]["resourceVersion"]
+        watch = self.client.watch("resourceVersion=" + rv0)
+        restarted = ServerProcess(*self.ARGS)  # a new process: nothing of the old one is kept
+        try:
+            self.server.stop()
+            self.assertIsNone(watch.next())  # the old process took its watches with it
+            watch.close()
+            c = Client(restarted.port)
+            lst = c.get(SLICES).json
+            self.assertEqual(lst["items"], [])
+            self.assertGreater(int(lst["metadata"]["resourceVersion"]), int(rv0))
+            again = c.watch("resourceVersion=" + rv0)
+            ev = again.next()
+            self.assertEqual((ev["type"], ev["object"]["code"], ev["object"]["reason"]),
+                             ("ERROR", 410, "Expired"))
+            again.close()
+            self.assertStatus(c.put(SLICES + "/slice-a", make_slice()), 404, "NotFound")
+        finally:
+            type(self).server = restarted
+            type(self).client = Client(restarted.port)
+
+    def test_restored_without_bumped_revision_resource_versions_go_back(self):
+        """Without --bump-revision a restore starts resourceVersions over; a watch from a
+        resourceVersion the server has not reached is 504 ResourceVersionTooLarge (what the real
+        server answers once it has waited for it in vain)."""
+        low = ServerProcess("--initial-resource-version", "1")
+        try:
+            c = Client(low.port)
+            rv = int(c.get(SLICES).json["metadata"]["resourceVersion"])
+            self.assertEqual(rv, 1)
+            r = c.get(SLICES + "?watch=true&resourceVersion=%d" % (rv + 1000))
+            self.assertStatus(r, 504, "Timeout")
+            self.assertEqual(r.json["details"]["causes"][0]["reason"], "ResourceVersionTooLarge")
+        finally:
+            low.stop()
+
+
 class FailureInjectionTest(ServerTestCase):
     def test_fail_next_requests(self):
         r = self.client.request("POST", "/__control/fail?count=2&code=503")

@@ -5,9 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <thread>
+#include <tuple>
+#include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "driver/kube/rest_client.h"
 #include "driver/publish/device_builder.h"
 #include "driver/publish/slice_builder.h"
@@ -539,6 +543,287 @@ TEST(PublisherTest, EndedReservationLeavesNoAttributeOrTaintBehind) {
       ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
       ExpectStoredEquals(*client, held, accept_mixins, 3);
     }
+  }
+}
+
+// --- Healing (issue 14): the kubelet's wipe, an empty restarted server, slices others changed --
+
+constexpr char kSlices[] = "/apis/resource.k8s.io/v1/resourceslices";
+// Individual mode: 128 devices a slice.
+constexpr char k384[] = "192em64t-24n8c2t.xml";              // 3 slices
+constexpr char k1024[] = "pack:4 numa:2 l3:4 core:16 pu:2";  // 8 slices
+constexpr char k1152[] = "pack:4 numa:2 l3:3 core:24 pu:2";  // 9 slices
+
+// The kubelet's wipe at its start (shared/spec kubelet-grpc.md §4.6): one DELETE of the collection
+// of every slice of the node. Returns how many the server deleted.
+size_t WipeNode(kube::RestClient& client) {
+  absl::StatusOr<kube::Response> r = client.Delete(
+      absl::StrCat(kSlices, "?fieldSelector=", kube::UrlEncode("spec.nodeName=node-a")),
+      json{{"kind", "DeleteOptions"}, {"apiVersion", "v1"}});
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? r->body["items"].size() : 0;
+}
+
+// True when the server holds exactly the slices of `pool` (names, count, resourceSliceCount), all
+// in one generation newer than `than`; *generation is set to it.
+bool CompleteAfter(kube::RestClient& client, const Pool& pool, int64_t than,
+                   int64_t* generation = nullptr) {
+  const std::vector<Slice> stored = Stored(client, pool.driver);
+  absl::StatusOr<std::vector<Slice>> want = BuildSlices(pool, SliceForm::kFlat);
+  if (!want.ok() || stored.size() != want->size()) return false;
+  for (size_t i = 0; i < stored.size(); ++i) {
+    if (StringField(stored[i].metadata, "name") != StringField((*want)[i].metadata, "name") ||
+        stored[i].slice_count != static_cast<int64_t>(want->size()) ||
+        stored[i].generation != stored[0].generation || stored[i].generation <= than) {
+      return false;
+    }
+  }
+  if (generation != nullptr) *generation = stored[0].generation;
+  return true;
+}
+
+// Waits until the pool is complete in a generation newer than `than` and the publisher says so,
+// checks every slice in full and that nothing more is written; returns the generation.
+int64_t ExpectHealed(kube::RestClient& client, SlicePublisher& p, const Pool& pool, int64_t than) {
+  int64_t generation = 0;
+  // The publisher's word first: listing hundreds of devices every few milliseconds would slow
+  // down the server under test.
+  EXPECT_TRUE(Eventually(
+      [&] {
+        const PublisherStatus st = p.status();
+        return st.in_sync && st.last_error.empty() && st.generation > than &&
+               CompleteAfter(client, pool, than, &generation);
+      },
+      std::chrono::seconds(60)))
+      << "stored " << Stored(client, pool.driver).size() << " slices; last error "
+      << p.status().last_error;
+  ExpectStoredEquals(client, pool, false, generation);
+  EXPECT_EQ(p.status().generation, generation);
+  // Settled: the loop does not go on writing.
+  const int64_t writes = p.status().writes;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(p.status().writes, writes);
+  EXPECT_EQ(p.status().generation, generation);
+  return generation;
+}
+
+TEST(PublisherHealTest, KubeletWipeOfAMultiSlicePool) {
+  for (const char* machine : {k384, k1024, k1152}) {
+    SCOPED_TRACE(machine);
+    auto server = StartServer();
+    ASSERT_NE(server, nullptr);
+    auto client = ClientFor(*server);
+    const Pool pool = PoolFor(Load(machine), CpuDeviceMode::kIndividual);
+    const size_t slices = BuildSlices(pool, SliceForm::kFlat)->size();
+    SlicePublisher p(client.get(), FastOptions("dra.cpu"));
+    p.SetDesired(pool);
+    Running running(&p);
+    int64_t generation = ExpectHealed(*client, p, pool, 0);
+    EXPECT_EQ(generation, 1);
+    for (int round = 0; round < 2; ++round) {
+      SCOPED_TRACE(round);
+      EXPECT_EQ(WipeNode(*client), slices);
+      generation = ExpectHealed(*client, p, pool, generation);
+    }
+  }
+}
+
+TEST(PublisherHealTest, EmptyRestartedServer) {
+  enum class How { kWipedInPlace, kRestarted, kRestartedWithResourceVersionsFromOne };
+  for (How how :
+       {How::kWipedInPlace, How::kRestarted, How::kRestartedWithResourceVersionsFromOne}) {
+    SCOPED_TRACE(static_cast<int>(how));
+    FakeApiServerOptions o;
+    if (how == How::kRestartedWithResourceVersionsFromOne) {
+      // An etcd restored without --bump-revision: resourceVersions start over, lower than the
+      // ones the publisher saw.
+      o.extra_args = {"--initial-resource-version", "1"};
+    }
+    auto server = StartServer(o);
+    ASSERT_NE(server, nullptr);
+    auto client = ClientFor(*server);
+    const Pool pool = PoolFor(Load(k384), CpuDeviceMode::kIndividual);
+    SlicePublisher p(client.get(), FastOptions("dra.cpu"));
+    p.SetDesired(pool);
+    Running running(&p);
+    int64_t generation = ExpectHealed(*client, p, pool, 0);
+    // Move the resourceVersion on, so that a restarted server starts below it.
+    Pool changed = pool;
+    for (Device& d : changed.devices) d.attributes["test.topodra.io/round"] = int64_t{1};
+    p.SetDesired(changed);
+    generation = ExpectHealed(*client, p, changed, generation);
+    if (how == How::kWipedInPlace) {
+      ASSERT_TRUE(server->Reset().ok());
+    } else {
+      ASSERT_TRUE(server->Restart().ok());
+    }
+    // The generation goes on from what the publisher published last, though the server lost it.
+    ExpectHealed(*client, p, changed, generation);
+  }
+}
+
+TEST(PublisherHealTest, MixOfDeletedChangedAndForeignSlices) {
+  auto server = StartServer();
+  ASSERT_NE(server, nullptr);
+  auto client = ClientFor(*server);
+  const Pool pool = PoolFor(Load(k1024), CpuDeviceMode::kIndividual);
+  SlicePublisher p(client.get(), FastOptions("dra.cpu"));
+  p.SetDesired(pool);
+  Running running(&p);
+  const int64_t first = ExpectHealed(*client, p, pool, 0);
+  const std::string prefix = absl::StrCat(kSlices, "/node-a-dra.cpu-");
+  // Three slices deleted one by one, one changed, one moved to a higher generation by someone
+  // else, and two foreign slices of the same driver and node: an old name in the same pool with
+  // a higher generation still, and another pool.
+  for (int i : {0, 1, 2}) ASSERT_TRUE(client->Delete(absl::StrCat(prefix, i), {}).ok());
+  absl::StatusOr<kube::Response> cur = client->Get(absl::StrCat(prefix, 3));
+  ASSERT_TRUE(cur.ok());
+  json changed = cur->body;
+  changed["spec"]["devices"][0]["attributes"]["dra.cpu/numaNodeID"]["int"] = 7;
+  ASSERT_TRUE(client->Put(absl::StrCat(prefix, 3), changed).ok());
+  cur = client->Get(absl::StrCat(prefix, 4));
+  ASSERT_TRUE(cur.ok());
+  json newer = cur->body;
+  newer["spec"]["pool"]["generation"] = 50;
+  ASSERT_TRUE(client->Put(absl::StrCat(prefix, 4), newer).ok());
+  for (auto [name, pool_name, gen] : {std::tuple{"node-a-dra.cpu-old", "node-a", 60},
+                                      std::tuple{"node-a-dra.cpu-other", "other-pool", 1}}) {
+    json foreign = cur->body;
+    foreign["metadata"] = {{"name", name}};
+    foreign["spec"]["pool"] = {{"name", pool_name}, {"generation", gen}, {"resourceSliceCount", 1}};
+    ASSERT_TRUE(client->Post(kSlices, foreign).ok());
+  }
+  const int64_t healed = ExpectHealed(*client, p, pool, 60);
+  EXPECT_GT(healed, first);
+}
+
+// A client that lets a test act on the server just before the publisher's first PUT or POST of a
+// slice reaches it: the server changed between the publisher's read and its write.
+class InterferingClient : public kube::RestClient {
+ public:
+  using Hook = std::function<void(const std::string& name)>;
+  InterferingClient(kube::RestClient* inner, Hook before_put, Hook before_post,
+                    Hook before_delete = nullptr)
+      : inner_(inner),
+        before_put_(std::move(before_put)),
+        before_post_(std::move(before_post)),
+        before_delete_(std::move(before_delete)) {}
+  absl::StatusOr<kube::Response> Get(const std::string& path) override { return inner_->Get(path); }
+  absl::StatusOr<kube::Response> Post(const std::string& path, const json& body) override {
+    if (path.find("dryRun=") == std::string::npos && before_post_) {
+      std::exchange(before_post_, nullptr)(StringField(Field(body, "metadata"), "name"));
+    }
+    return inner_->Post(path, body);
+  }
+  absl::StatusOr<kube::Response> Put(const std::string& path, const json& body) override {
+    if (before_put_)
+      std::exchange(before_put_, nullptr)(StringField(Field(body, "metadata"), "name"));
+    return inner_->Put(path, body);
+  }
+  absl::StatusOr<kube::Response> Delete(const std::string& path, const json& body) override {
+    if (before_delete_) std::exchange(before_delete_, nullptr)(path.substr(path.rfind('/') + 1));
+    return inner_->Delete(path, body);
+  }
+  absl::Status Watch(const std::string& path, const kube::WatchHandler& on_event,
+                     const std::atomic<bool>* stop) override {
+    return inner_->Watch(path, on_event, stop);
+  }
+
+ private:
+  kube::RestClient* inner_;
+  Hook before_put_, before_post_, before_delete_;
+};
+
+// [method code] of the slice writes the server answered.
+std::vector<std::string> Writes(const FakeApiServer& server) {
+  std::vector<std::string> out;
+  absl::StatusOr<json> requests = server.Requests();
+  EXPECT_TRUE(requests.ok()) << requests.status();
+  if (!requests.ok()) return out;
+  for (const json& r : *requests) {
+    const std::string method = StringField(r, "method");
+    if (method == "GET" || StringField(r, "path").find("resourceslices") == std::string::npos) {
+      continue;
+    }
+    out.push_back(absl::StrCat(method, " ", r["code"].get<int>()));
+  }
+  return out;
+}
+
+TEST(PublisherHealTest, UpdateOfASliceDeletedMeanwhileCreatesIt) {
+  auto server = StartServer();
+  ASSERT_NE(server, nullptr);
+  auto real = ClientFor(*server);
+  const Pool pool = PoolFor(Load(k384), CpuDeviceMode::kIndividual);
+  Pool changed = pool;
+  for (Device& d : changed.devices) d.attributes["test.topodra.io/round"] = int64_t{1};
+  InterferingClient client(
+      real.get(),
+      [&](const std::string& name) {
+        ASSERT_TRUE(real->Delete(absl::StrCat(kSlices, "/", name), {}).ok());
+      },
+      nullptr);
+  SlicePublisher p(&client, FastOptions("dra.cpu"));
+  p.SetDesired(pool);
+  ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+  ASSERT_TRUE(server->ClearRequests().ok());
+  p.SetDesired(changed);
+  // One pass: the 404 of the first update means the slice is gone, so it is created.
+  ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+  EXPECT_EQ(p.status().errors, 0);
+  ExpectStoredEquals(*real, changed, false, 2);
+  EXPECT_THAT(Writes(*server),
+              ::testing::ElementsAre("DELETE 200", "PUT 404", "POST 201", "PUT 200", "PUT 200"));
+}
+
+TEST(PublisherHealTest, DeleteOfASliceGoneMeanwhileIsDone) {
+  auto server = StartServer();
+  ASSERT_NE(server, nullptr);
+  auto real = ClientFor(*server);
+  // A foreign slice of the driver on this node, which someone else deletes just before the
+  // publisher does.
+  Slice foreign =
+      BuildSlices(PoolFor(Load(k384), CpuDeviceMode::kIndividual), SliceForm::kFlat)->at(0);
+  foreign.metadata = {{"name", "node-a-dra.cpu-old"}};
+  foreign.generation = 1;
+  ASSERT_TRUE(real->Post(kSlices, SliceToJson(foreign, "resource.k8s.io/v1")).ok());
+  InterferingClient client(real.get(), nullptr, nullptr, [&](const std::string& name) {
+    ASSERT_TRUE(real->Delete(absl::StrCat(kSlices, "/", name), {}).ok());
+  });
+  const Pool pool = PoolFor(Load(k384), CpuDeviceMode::kIndividual);
+  SlicePublisher p(&client, FastOptions("dra.cpu"));
+  p.SetDesired(pool);
+  ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+  ExpectStoredEquals(*real, pool, false, 2);
+  EXPECT_EQ(p.status().errors, 0);
+}
+
+TEST(PublisherHealTest, CreateOverAStaleCacheRelists) {
+  for (bool run_loop : {false, true}) {
+    SCOPED_TRACE(run_loop ? "Run" : "SyncOnce");
+    auto server = StartServer();
+    ASSERT_NE(server, nullptr);
+    auto real = ClientFor(*server);
+    const Pool pool = PoolFor(Load(k384), CpuDeviceMode::kIndividual);
+    // Someone stores a slice of that name (an old one: generation 9, one device) between the
+    // publisher's list and its create.
+    InterferingClient client(real.get(), nullptr, [&](const std::string& name) {
+      Slice old = BuildSlices(pool, SliceForm::kFlat)->at(0);
+      old.metadata = {{"name", name}};
+      old.devices.resize(1);
+      old.generation = 9;
+      ASSERT_TRUE(real->Post(kSlices, SliceToJson(old, "resource.k8s.io/v1")).ok());
+    });
+    SlicePublisher p(&client, FastOptions("dra.cpu"));
+    p.SetDesired(pool);
+    if (run_loop) {
+      Running running(&p);
+      ExpectHealed(*real, p, pool, 9);
+    } else {
+      ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+      ExpectStoredEquals(*real, pool, false, 10);
+    }
+    EXPECT_EQ(p.status().errors, 0);  // a stale cache is not a failure worth a warning
   }
 }
 

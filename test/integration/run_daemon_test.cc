@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -19,6 +20,7 @@
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using topodra::testing::FakeApiServer;
 using topodra::testing::FakeApiServerOptions;
 
@@ -76,6 +78,69 @@ TEST(RunDaemonTest, PublishesBothDriversAndStopsOnSigterm) {
   EXPECT_THAT(log, HasSubstr("starting on node node-a"));
   EXPECT_THAT(log, HasSubstr("published 3 ResourceSlices"));
   EXPECT_THAT(log, HasSubstr("received SIGTERM, stopping"));
+}
+
+// The stored pool of `driver` on node-a: {name -> generation}, when every slice says it is one of
+// `count` in one generation, else empty.
+std::map<std::string, int64_t> CompletePool(topodra::kube::RestClient& c, const std::string& driver,
+                                            size_t count) {
+  absl::StatusOr<topodra::kube::Response> r =
+      c.Get("/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.driver%3D" + driver);
+  if (!r.ok() || r->body["items"].size() != count) return {};
+  std::map<std::string, int64_t> out;
+  for (const auto& item : r->body["items"]) {
+    const auto& pool = item["spec"]["pool"];
+    if (pool["resourceSliceCount"] != count || pool["name"] != "node-a" ||
+        pool["generation"] != r->body["items"][0]["spec"]["pool"]["generation"]) {
+      return {};
+    }
+    out[item["metadata"]["name"]] = pool["generation"].get<int64_t>();
+  }
+  return out;
+}
+
+TEST(RunDaemonTest, KubeletWipeOfAnIndividualPoolHeals) {
+  FakeApiServerOptions o;
+  o.nodes = {{"node-a", "uid-node-a"}};
+  auto server = FakeApiServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string kc = (*server)->WriteKubeconfig(::testing::TempDir() + "/run_kc_wipe.yaml");
+  auto client = topodra::kube::NewCurlRestClient(*topodra::kube::KubeconfigConfig(kc));
+  ASSERT_TRUE(client.ok());
+
+  Daemon d;
+  Start(d, {"--kubeconfig", kc, "--node-name", "node-a", "--topology-file",
+            Fixture("192em64t-24n8c2t.xml"), "--cpu-device-mode", "individual"});
+  const std::vector<std::string> names = {"node-a-dra.cpu-0", "node-a-dra.cpu-1",
+                                          "node-a-dra.cpu-2"};
+  int64_t generation = 0;
+  const auto healed = [&] {
+    const std::map<std::string, int64_t> pool = CompletePool(**client, "dra.cpu", 3);
+    if (pool.empty() || pool.begin()->second <= generation) return false;
+    std::vector<std::string> got;
+    for (const auto& [name, g] : pool) got.push_back(name);
+    EXPECT_EQ(got, names);
+    generation = pool.begin()->second;
+    return true;
+  };
+  ASSERT_TRUE(Eventually(healed)) << d.Log();
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round);
+    // What the kubelet does at its start (shared/spec kubelet-grpc.md §4.6): one DELETE of the
+    // collection of every slice of its node.
+    absl::StatusOr<topodra::kube::Response> wiped = (*client)->Delete(
+        "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.nodeName%3Dnode-a",
+        {{"kind", "DeleteOptions"}, {"apiVersion", "v1"}});
+    ASSERT_TRUE(wiped.ok()) << wiped.status();
+    EXPECT_EQ(wiped->body["items"].size(), 3u);
+    const int64_t before = generation;
+    EXPECT_TRUE(Eventually(healed)) << "stored " << SliceCount(**client, "dra.cpu") << " slices\n"
+                                    << d.Log();
+    EXPECT_GT(generation, before);
+  }
+  EXPECT_EQ(d.Terminate(), 0);
+  // A wipe is healed, not failed and retried.
+  EXPECT_THAT(d.Log(), Not(HasSubstr("retrying with backoff")));
 }
 
 TEST(RunDaemonTest, RemovesStaleGpuSlicesWhenGpusAreOff) {
