@@ -90,7 +90,8 @@ struct RunCommand {
   double device_plugin_reclaim_seconds = 10;
   std::string pod_resources_socket;  // empty: <kubelet_root_dir>/pod-resources/kubelet.sock
   // CPU pinning: "cgroup" (the OCI hook and the shared-pool reconciler) or "none" (CDI env only).
-  std::string enforce = "cgroup";
+  // Unset: cgroup on the live machine, none on a simulated one (see enforcement.h).
+  std::optional<std::string> enforce;
   std::string cgroup_root = "/sys/fs/cgroup";
   // --strict-cpu-reservation: --reserved-cpus are kept out of the shared pool too (the kubelet's
   // strict-cpu-reservation option); off, they stay in it, as the kubelet's static policy has it.

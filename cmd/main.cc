@@ -228,11 +228,12 @@ int Main(int argc, char** argv) {
   run->add_option("--pod-resources-socket", run_cmd.pod_resources_socket,
                   "The kubelet's PodResources API socket (default "
                   "<kubelet-root-dir>/pod-resources/kubelet.sock)");
-  run->add_option("--enforce", run_cmd.enforce,
-                  "CPU pinning: cgroup (containers of CPU claims run only on their CPUs, all "
-                  "others only on the shared pool) or none (the CDI environment only)")
-      ->check(CLI::IsMember({"cgroup", "none"}))
-      ->capture_default_str();
+  run->add_option_function<std::string>(
+         "--enforce", [&run_cmd](const std::string& v) { run_cmd.enforce = v; },
+         "CPU pinning: cgroup (containers of CPU claims run only on their CPUs, all others only "
+         "on the shared pool) or none (the CDI environment only); default cgroup, none with "
+         "--topology-file or --topology-synthetic")
+      ->check(CLI::IsMember({"cgroup", "none"}));
   run->add_option("--cgroup-root", run_cmd.cgroup_root, "The host's cgroup mount")
       ->capture_default_str();
   run->add_flag("--strict-cpu-reservation", run_cmd.strict_cpu_reservation,

@@ -22,6 +22,7 @@
 #include "cdi/spec.h"
 #include "cdi/spec_store.h"
 #include "cmd/commands.h"
+#include "cmd/enforcement.h"
 #include "cmd/logging.h"
 #include "common/file_io.h"
 #include "common/uevent.h"
@@ -236,6 +237,11 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
     err << "topodra run: error: --reservation-taints: " << taints.status().message() << "\n";
     return kExitUsage;
   }
+  const absl::StatusOr<Enforcement> enforcement = ResolveEnforcement(cmd);
+  if (!enforcement.ok()) {
+    err << "topodra run: error: " << enforcement.status().message() << "\n";
+    return kExitUsage;
+  }
   absl::StatusOr<std::optional<std::string>> metrics_ports =
       metrics::ListeningPortsFor(cmd.metrics_address);
   if (!metrics_ports.ok()) {
@@ -272,6 +278,7 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
                    ? absl::StrCat(" by ", publish::GroupByName(opts->group_by))
                    : "",
                cluster->server);
+  if (!enforcement->note.empty()) spdlog::info("{}", enforcement->note);
 
   // One instance per node: the state and the kubelet sockets are not to be shared.
   std::vector<std::unique_ptr<plugin::InstanceLock>> locks;
@@ -319,7 +326,7 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   std::optional<prepare::CpusetHook> cpuset_hook;
   std::optional<cgroup::Hierarchy> hierarchy;
   const std::string records_dir = absl::StrCat(cmd.state_dir, "/containers");
-  if (cmd.enforce == "cgroup") {
+  if (enforcement->mode == "cgroup") {
     absl::StatusOr<cgroup::Hierarchy> h = cgroup::FindHierarchy(cmd.cgroup_root);
     if (!h.ok()) {
       spdlog::critical("--enforce=cgroup: {} (use --enforce=none to run without CPU pinning)",
@@ -667,8 +674,7 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
     absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> server =
         metrics::MetricsServer::Start(**metrics_ports, std::move(endpoints));
     if (!server.ok()) {
-      spdlog::critical("--metrics-address {}: {}", cmd.metrics_address,
-                       std::string(server.status().message()));
+      spdlog::critical("--metrics-address: {}", std::string(server.status().message()));
       return kExitFailure;
     }
     metrics_server = *std::move(server);

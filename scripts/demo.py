@@ -102,6 +102,10 @@ def main():
                                   "--topology-file", topology, "--kubelet-root-dir", kubelet,
                                   "--cdi-dir", os.path.join(work, "cdi"),
                                   "--state-dir", os.path.join(work, "state"),
+                                  # Never the host's: pinning is off, and stays off the host if
+                                  # a demo step turns it on.
+                                  "--cgroup-root", os.path.join(work, "cgroup"),
+                                  "--hook-dir", os.path.join(work, "hook"),
                                   "--enforce", "none", "--metrics-address", "none"] + list(extra),
                                  stderr=log)
             procs.append(p)

@@ -3,9 +3,17 @@
 #include <CivetServer.h>
 #include <arpa/inet.h>
 #include <civetweb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -51,6 +59,84 @@ void RespondProbe(mg_connection* conn, const Probe& p) {
 
 // civetweb logs to stderr by itself; our log is spdlog's, and Start reports what failed.
 int Quiet(const mg_connection*, const char*) { return 1; }
+
+// A socket address for `host` ("" is IPv4's any) and `port`; false when host is no IP literal.
+bool SocketAddress(const std::string& host, int port, sockaddr_storage* out, socklen_t* len) {
+  *out = {};
+  if (host.find(':') != std::string::npos) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(out);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(static_cast<uint16_t>(port));
+    *len = sizeof(*a);
+    return inet_pton(AF_INET6, host.c_str(), &a->sin6_addr) == 1;
+  }
+  auto* a = reinterpret_cast<sockaddr_in*>(out);
+  a->sin_family = AF_INET;
+  a->sin_port = htons(static_cast<uint16_t>(port));
+  *len = sizeof(*a);
+  return host.empty() || inet_pton(AF_INET, host.c_str(), &a->sin_addr) == 1;
+}
+
+// civetweb's listening_ports ("9477", "127.0.0.1:9477", "[::1]:9477") as host ("" for every
+// IPv4 interface, brackets removed) and port.
+void SplitListeningPorts(const std::string& ports, std::string* host, int* port) {
+  const size_t colon = ports.rfind(':');
+  *port = std::atoi(ports.c_str() + (colon == std::string::npos ? 0 : colon + 1));
+  *host = colon == std::string::npos ? "" : ports.substr(0, colon);
+  if (host->size() >= 2 && host->front() == '[') *host = host->substr(1, host->size() - 2);
+}
+
+// The address as the user wrote it for --metrics-address.
+std::string Shown(const std::string& ports) {
+  return ports.find(':') == std::string::npos ? ":" + ports : ports;
+}
+
+// civetweb says only that it has no context; binding the address ourselves tells why.
+std::string WhyNotListening(const std::string& ports) {
+  std::string host;
+  int port = 0;
+  SplitListeningPorts(ports, &host, &port);
+  sockaddr_storage addr;
+  socklen_t len = 0;
+  if (!SocketAddress(host, port, &addr, &len)) return "not an IP address";
+  const int fd = ::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::StrCat("socket: ", std::strerror(errno));
+  const int one = 1;
+  // As civetweb does: a port left in TIME_WAIT by our previous run is free.
+  (void)::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  int err = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(fd, 1) != 0) {
+    err = errno;
+  }
+  ::close(fd);
+  switch (err) {
+    case 0:
+      return "civetweb could not start a server there";
+    case EADDRINUSE:
+      return "already in use: another process listens there (another topodra daemon on this "
+             "node? its /metrics and probes would answer for this one); choose a free address, "
+             "or none to serve no metrics and probes";
+    case EADDRNOTAVAIL:
+      return "not an address of this machine";
+    case EACCES:
+      return "permission denied (ports below 1024 need CAP_NET_BIND_SERVICE)";
+    default:
+      return std::strerror(err);
+  }
+}
+
+// Connects to the server and hangs up at once: civetweb's accept loop polls its listening sockets
+// up to 2 s at a time (SOCKET_TIMEOUT_QUANTUM) before it looks at its stop flag again, and this
+// ends that poll. The connection carries no request, so the worker that gets it closes it.
+void Wake(const std::string& host, int port) {
+  sockaddr_storage addr;
+  socklen_t len = 0;
+  if (!SocketAddress(host, port, &addr, &len)) return;
+  const int fd = ::socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return;
+  (void)::connect(fd, reinterpret_cast<sockaddr*>(&addr), len);
+  ::close(fd);
+}
 
 }  // namespace
 
@@ -102,10 +188,18 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
       "listening_ports", listening_ports, "num_threads", "2", "request_timeout_ms", "10000"};
   try {
     s->server_ = std::make_unique<CivetServer>(options, &callbacks);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("serve metrics on \"", listening_ports, "\": ", e.what()));
+  } catch (const std::exception&) {
+    // CivetServer's own text ("null context when constructing CivetServer") says nothing useful.
+    return absl::UnavailableError(absl::StrCat("metrics address \"", Shown(listening_ports),
+                                               "\": ", WhyNotListening(listening_ports)));
   }
+  std::string host;
+  int port = 0;
+  SplitListeningPorts(listening_ports, &host, &port);
+  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
+  if (host == "::") host = "::1";
+  s->wake_host_ = host;
+  s->wake_ports_ = s->server_->getListeningPorts();
   s->server_->addHandler("/metrics", s->handlers_[0].get());
   s->server_->addHandler("/healthz", s->handlers_[1].get());
   s->server_->addHandler("/readyz", s->handlers_[2].get());
@@ -113,7 +207,18 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
 }
 
 MetricsServer::~MetricsServer() {
-  if (server_ != nullptr) server_->close();
+  if (server_ == nullptr) return;
+  std::atomic<bool> closed{false};
+  std::thread closer([this, &closed] {
+    server_->close();
+    closed = true;
+  });
+  // The stop flag is set at some moment inside close(): wake the accept loop until it has seen it.
+  while (!closed.load()) {
+    for (int port : wake_ports_) Wake(wake_host_, port);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  closer.join();
 }
 
 std::vector<int> MetricsServer::ports() const { return server_->getListeningPorts(); }

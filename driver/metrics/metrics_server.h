@@ -38,10 +38,10 @@ absl::StatusOr<std::optional<std::string>> ListeningPortsFor(const std::string& 
 class MetricsServer {
  public:
   // Listens on `listening_ports` (from ListeningPortsFor) and serves until destroyed. Fails when
-  // the address cannot be bound.
+  // the address cannot be bound, saying why (in use, not this machine's, a privileged port).
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const std::string& listening_ports,
                                                               Endpoints endpoints);
-  ~MetricsServer();  // in-flight requests finish first
+  ~MetricsServer();  // in-flight requests finish first; returns in milliseconds, not seconds
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
@@ -51,6 +51,9 @@ class MetricsServer {
  private:
   MetricsServer() = default;
   Endpoints endpoints_;
+  // Where to connect to wake civetweb's accept loop when stopping (loopback for a wildcard).
+  std::string wake_host_;  // "127.0.0.1", "::1", ...
+  std::vector<int> wake_ports_;
   std::vector<std::unique_ptr<CivetHandler>> handlers_;
   std::unique_ptr<CivetServer> server_;  // last: stopped before the handlers go
 };

@@ -24,6 +24,8 @@ const json& Field(const json& j, const char* key) {
   return it == j.end() ? kNull : *it;
 }
 
+constexpr char kCrdMissing[] = "the Reservation CRD is not installed";
+
 std::string StringField(const json& j, const char* key) {
   const json& v = Field(j, key);
   return v.is_string() ? v.get<std::string>() : std::string();
@@ -89,19 +91,25 @@ ControllerStatus Controller::status() const {
   return status_;
 }
 
-void Controller::RecordError(const absl::Status& st) {
+void Controller::RecordError(Loop loop, const absl::Status& st) {
   std::lock_guard<std::mutex> lock(mu_);
+  // A missing CRD is a state of its own, announced once by List (and its end too): retrying
+  // until it is installed is not a failure to warn about again.
+  const bool crd_missing = !st.ok() && status_.crd_missing && absl::IsNotFound(st);
   const std::string msg = st.ok() ? "" : std::string(st.message());
   if (!st.ok()) ++status_.errors;
-  if (msg != status_.last_error) {
+  std::string& last = loop_error_[static_cast<int>(loop)];
+  if (msg != last) {
     // Once per change of state, not per retry.
-    if (!st.ok()) {
+    if (!st.ok() && !crd_missing) {
       spdlog::warn("reservations node={}: {}; retrying with backoff", opts_.node_name, msg);
-    } else {
+    } else if (st.ok() && last != kCrdMissing) {
       spdlog::info("reservations node={}: working again", opts_.node_name);
     }
   }
-  status_.last_error = msg;
+  last = crd_missing ? kCrdMissing : msg;
+  const std::string& watch = loop_error_[static_cast<int>(Loop::kWatch)];
+  status_.last_error = watch.empty() ? loop_error_[static_cast<int>(Loop::kPass)] : watch;
 }
 
 absl::Status Controller::List() {
@@ -127,7 +135,7 @@ absl::Status Controller::List() {
         kicked_ = true;
       }
       cv_.notify_all();
-      return absl::NotFoundError("the Reservation CRD is not installed");
+      return absl::NotFoundError(kCrdMissing);
     }
     return r.status();
   }
@@ -147,6 +155,10 @@ absl::Status Controller::List() {
     cache_ = std::move(fresh);
     listed_ = true;
     status_.listed = true;
+    if (status_.crd_missing) {
+      spdlog::info("reservations node={}: the Reservation CRD is installed; reservations are on",
+                   opts_.node_name);
+    }
     status_.crd_missing = false;
     kicked_ = true;
   }
@@ -203,7 +215,10 @@ void Controller::WatchLoop() {
     absl::Status st = absl::OkStatus();
     if (need_list) {
       st = List();
-      if (st.ok()) need_list = false;
+      if (st.ok()) {
+        need_list = false;
+        RecordError(Loop::kWatch, st);
+      }
     }
     if (st.ok()) {
       st = Watch();
@@ -217,7 +232,7 @@ void Controller::WatchLoop() {
       }
     }
     if (stop_.load()) break;
-    RecordError(st);
+    RecordError(Loop::kWatch, st);
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, absl::ToChronoMilliseconds(backoff), [this] { return stop_.load(); });
     backoff = std::min(backoff * 2, opts_.max_backoff);
@@ -409,7 +424,7 @@ void Controller::PassLoop() {
     } catch (const std::exception& e) {
       st = absl::InternalError(absl::StrCat("reservation pass failed: ", e.what()));
     }
-    RecordError(st);
+    RecordError(Loop::kPass, st);
     if (st.ok()) {
       backoff = opts_.initial_backoff;
       retry_at = absl::InfiniteFuture();

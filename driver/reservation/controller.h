@@ -85,7 +85,10 @@ class Controller {
   bool HandleEvent(const nlohmann::json& event);
   absl::Status Pass();
   absl::Status WriteStatus(const std::string& uid, const nlohmann::json& status);
-  void RecordError(const absl::Status& st);
+  // The watch loop (list and watch) and the pass loop (status writes) fail and recover apart:
+  // each logs its own changes of state, so one loop's success is not the other's recovery.
+  enum class Loop { kWatch = 0, kPass = 1 };
+  void RecordError(Loop loop, const absl::Status& st);
   void WatchLoop();
   void PassLoop();
   std::string Collection() const;
@@ -104,6 +107,7 @@ class Controller {
   bool kicked_ = false;                  // guarded by mu_
   std::optional<absl::Time> next_;       // the next expiry; guarded by mu_
   ControllerStatus status_;              // guarded by mu_
+  std::string loop_error_[2];            // by Loop: its last error, "" when working; mu_
   std::string resource_version_;         // watch thread only
   bool relist_needed_ = false;           // watch thread only
   std::vector<Held> last_held_;          // pass thread only

@@ -32,6 +32,7 @@
 #include "test/integration/daemon.h"
 #include "test/integration/fake_apiserver.h"
 #include "test/kubelet_sim/kubelet_sim.h"
+#include "test/testing/private_net.h"
 #include "topology/discoverer.h"
 
 namespace {
@@ -317,7 +318,7 @@ std::string RemoveObject(std::string text, const std::string& attr) {
 }
 
 // A GPU disappearing from the machine: the topology file the daemon reads loses it, and the
-// kernel sends a uevent (root makes it send one for CPU 0), as a real removal does.
+// kernel-format uevent arrives (sent in a private network namespace), as a real removal sends.
 void TopologyChangeFigures(const std::string& dir, int rounds) {
   const std::string original = dir + "/nvidiaDGX2.xml";
   std::ifstream in(original);
@@ -327,6 +328,12 @@ void TopologyChangeFigures(const std::string& dir, int rounds) {
   const std::string without = RemoveObject(with, "pci_busid=\"0000:34:00.0\"");
   const std::string path = absl::StrCat("/tmp/dpbench-", getpid(), ".xml");
   std::ofstream(path) << with;
+  // The uevents are sent in a network namespace of this benchmark's (the fake API server and the
+  // daemon start in it), never by writing the host's /sys.
+  if (const std::string e = topodra::testing::EnterPrivateNetwork(); !e.empty()) {
+    std::printf("uevent figures skipped: %s\n", e.c_str());
+    return;
+  }
   Node n;
   if (!Start(n, path, {"--topology-refresh", "3600"})) return;
   auto stub = Stub(n, "topodra.io-gpu.sock");
@@ -341,9 +348,11 @@ void TopologyChangeFigures(const std::string& dir, int rounds) {
     std::ofstream(path + ".new") << (removing ? without : with);
     std::filesystem::rename(path + ".new", path);
     const auto t0 = Clock::now();
-    std::ofstream trigger("/sys/devices/system/cpu/cpu0/uevent");
-    trigger << "change" << std::flush;
-    if (!trigger) {
+    using namespace std::string_literals;
+    if (!topodra::testing::SendUevent(
+             absl::StrCat(removing ? "remove" : "add",
+                          "@/devices/pci0000:00/0000:34:00.0\0SUBSYSTEM=pci\0"s))
+             .empty()) {
       skipped = true;
       break;
     }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -84,9 +85,18 @@ void BuildFigures(const Machine& m, int iterations) {
 // Runs `topodra run` against the fake server until every slice is stored; returns ms or -1.
 double RunToPublished(const std::string& kubeconfig, const Machine& m, size_t want_slices,
                       kube::RestClient& client) {
+  // Every directory the daemon writes is the benchmark's own, never the host's defaults.
+  char tmpl[] = "/tmp/topodra-slices-bench-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) return -1;
+  const std::string dir = tmpl;
   std::vector<std::string> args = {TOPODRA_BINARY, "run",        "--kubeconfig",      kubeconfig,
                                    "--node-name",  "bench-node", "--cpu-device-mode", "individual",
                                    "--enforce",    "none",       "--metrics-address", "none"};
+  for (const char* flag :
+       {"--kubelet-root-dir", "--cdi-dir", "--state-dir", "--cgroup-root", "--hook-dir"}) {
+    args.push_back(flag);
+    args.push_back(dir + "/" + (flag + 2));
+  }
   args.insert(args.end(), m.args.begin(), m.args.end());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
@@ -111,6 +121,7 @@ double RunToPublished(const std::string& kubeconfig, const Machine& m, size_t wa
   kill(pid, SIGTERM);
   int status = 0;
   waitpid(pid, &status, 0);
+  std::filesystem::remove_all(dir);
   return result;
 }
 
@@ -138,7 +149,8 @@ int main(int argc, char** argv) {
     std::printf("fake API server: %s\n", std::string(server.status().message()).c_str());
     return 1;
   }
-  const std::string kubeconfig = (*server)->WriteKubeconfig("/tmp/topodra-bench-kubeconfig.yaml");
+  const std::string kubeconfig =
+      (*server)->WriteKubeconfig((*server)->temp_dir() + "/kubeconfig.yaml");
   kube::ClusterConfig c;
   c.server = (*server)->url();
   c.token = (*server)->token();

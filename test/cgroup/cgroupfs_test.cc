@@ -641,7 +641,7 @@ bool WriteSmall(const std::string& path, const std::string& text) {
   return ok;
 }
 
-TEST(CgroupFsRealTest, WriteCpusPinsAProcessInTheCgroup) {
+TEST(CgroupFsRealHostTest, WriteCpusPinsAProcessInTheCgroup) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to create cgroups (euid " << ::geteuid() << ")";
   absl::StatusOr<Hierarchy> h = FindHierarchy("/sys/fs/cgroup");
   if (!h.ok()) GTEST_SKIP() << "no cpuset controller on this machine: " << h.status();

@@ -73,7 +73,7 @@ bool Put(const std::string& path, const std::string& value) {
 
 // The hook binary against the real cpuset controller: a process in a pod-like cgroup whose
 // parent lacks the claim's CPU ends up on exactly the claim's CPUs, the parent widened first.
-TEST(HookBinaryTest, PinsARealProcessAndWidensItsParents) {
+TEST(HookBinaryRealHostTest, PinsARealProcessAndWidensItsParents) {
   const std::string root = "/sys/fs/cgroup/cpuset";
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to write cgroups";
   if (!fs::exists(root + "/cpuset.cpus"))

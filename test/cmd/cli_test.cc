@@ -255,4 +255,61 @@ TEST(CliTest, RunConfigFile) {
   EXPECT_THAT(r.err, HasSubstr("cannot read"));
 }
 
+// A simulated machine's CPU ids are not the host's: cgroup pinning needs asking for, and a
+// cgroup tree and hook directory that are not the host's; else one line and exit 2, before the
+// daemon touches anything.
+TEST(CliTest, RunRefusesToPinASimulatedMachineOnTheHost) {
+  const std::string synth = " --topology-synthetic 'pack:1 core:2 pu:1' --enforce cgroup";
+  Result r = RunTopodra("run" + synth);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "topodra run: error: --enforce=cgroup with a simulated machine (--topology-synthetic) "
+            "would pin the host's containers to CPUs of a machine that is not there: "
+            "--cgroup-root \"/sys/fs/cgroup\" is the host's cgroup tree (/sys/fs/cgroup); point "
+            "it at a fake tree, or use --enforce=none\n");
+  const std::string dir = ::testing::TempDir() + "/cli_enforce_" + std::to_string(getpid());
+  r = RunTopodra("run" + synth + " --cgroup-root " + dir + "/cgroup");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "topodra run: error: --enforce=cgroup with a simulated machine (--topology-synthetic) "
+            "would pin the host's containers to CPUs of a machine that is not there: --hook-dir "
+            "\"/opt/topodra/bin\" is the host's hook directory (/opt/topodra/bin); give a "
+            "directory of its own, or use --enforce=none\n");
+  r = RunTopodra("run --topology-file " + Fixture("16em64t-4s2c2t.xml") +
+                 " --enforce=cgroup --cgroup-root /sys/fs/cgroup/kubepods --hook-dir " + dir);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(Lines(r.err), 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("(--topology-file)"));
+}
+
+// Without --enforce, a simulated machine runs without pinning and says so at start; nothing is
+// installed in --hook-dir and no cgroup tree is looked for.
+TEST(CliTest, RunOnASimulatedMachinePinsNothingByDefault) {
+  const std::string dir = ::testing::TempDir() + "/cli_sim_" + std::to_string(getpid());
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  // An API server that is not there: the daemon starts, retries, and is stopped.
+  std::ofstream(dir + "/kubeconfig") << "apiVersion: v1\nkind: Config\nclusters:\n"
+                                        "- name: c\n  cluster:\n    server: http://127.0.0.1:1\n"
+                                        "users:\n- name: u\n  user: {}\ncontexts:\n"
+                                        "- name: x\n  context: {cluster: c, user: u}\n"
+                                        "current-context: x\n";
+  const std::string cmd =
+      "timeout -s TERM 3 " + std::string(TOPODRA_BINARY) +
+      " run --topology-synthetic 'pack:1 core:2 pu:1' --node-name n1"
+      " --kubeconfig " +
+      dir + "/kubeconfig --kubelet-root-dir " + dir + "/kubelet --cdi-dir " + dir +
+      "/cdi --state-dir " + dir + "/state --cgroup-root " + dir + "/cgroup --hook-dir " + dir +
+      "/hook --metrics-address none --reservations off 2>" + dir + "/log </dev/null";
+  const int status = std::system(cmd.c_str());
+  const std::string log = ReadFile(dir + "/log");
+  // 124: timeout stopped it (it was still running, as it should be); the daemon said "stopped".
+  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 124) << log;
+  EXPECT_THAT(log, HasSubstr("I stopped"));
+  EXPECT_THAT(log, HasSubstr("CPU pinning is off (--enforce=none): the machine is simulated "
+                             "(--topology-synthetic), its CPUs are not this host's"));
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("--enforce=cgroup:")));
+  EXPECT_FALSE(std::ifstream(dir + "/hook/topodra-cpuset-hook").good());
+  std::system(("rm -rf " + dir).c_str());
+}
+
 }  // namespace

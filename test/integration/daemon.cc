@@ -8,11 +8,48 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 #include <thread>
 
 namespace topodra::testing {
+namespace {
+
+bool HasFlag(const std::vector<std::string>& args, const std::string& flag) {
+  return std::any_of(args.begin(), args.end(),
+                     [&](const std::string& a) { return a == flag || a.starts_with(flag + "="); });
+}
+
+// A test that points the daemon at a host path (its default, or a typo) stops here, loudly,
+// before the daemon writes there.
+void CheckPathsAreTemporary(const std::vector<std::string>& args, const std::string& root) {
+  static const char* const kWritten[] = {"--kubelet-root-dir", "--cdi-dir",
+                                         "--state-dir",        "--cgroup-root",
+                                         "--hook-dir",         "--pod-resources-socket"};
+  for (size_t i = 0; i < args.size(); ++i) {
+    for (const char* flag : kWritten) {
+      std::string value;
+      if (args[i] == flag && i + 1 < args.size()) {
+        value = args[i + 1];
+      } else if (args[i].starts_with(std::string(flag) + "=")) {
+        value = args[i].substr(std::strlen(flag) + 1);
+      } else {
+        continue;
+      }
+      if (value.starts_with(root + "/") || value.starts_with("/tmp/") ||
+          value.starts_with("/dev/shm/")) {
+        continue;
+      }
+      std::fprintf(stderr, "test daemon: %s \"%s\" is not a temporary directory of the test\n",
+                   flag, value.c_str());
+      std::abort();
+    }
+  }
+}
+
+}  // namespace
 
 DaemonDirs DaemonDirs::Make() {
   char tmpl[] = "/tmp/tdd-XXXXXX";
@@ -36,21 +73,31 @@ void Daemon::Start(const DaemonDirs& dirs, const std::vector<std::string>& extra
                                    "--state-dir",     dirs.state};
   // Tests never pin the machine's real cgroups or install the hook in /opt: enforcement only where
   // a test asks for it (on a fake cgroup tree).
-  if (std::find(extra.begin(), extra.end(), "--enforce") == extra.end()) {
+  if (!HasFlag(extra, "--enforce")) {
     args.push_back("--enforce");
     args.push_back("none");
   }
   // Tests run many daemons at once: no endpoints on the default port unless a test asks.
-  if (std::find(extra.begin(), extra.end(), "--metrics-address") == extra.end()) {
+  if (!HasFlag(extra, "--metrics-address")) {
     args.push_back("--metrics-address");
     args.push_back("none");
   }
+  // Every path the daemon writes is the test's, also where a test turns pinning on: never the
+  // host's cgroups or /opt/topodra/bin.
+  for (const auto& [flag, dir] :
+       {std::pair<std::string, std::string>{"--cgroup-root", "/cgroup"}, {"--hook-dir", "/hook"}}) {
+    if (!HasFlag(extra, flag)) {
+      args.push_back(flag);
+      args.push_back(dirs.root + dir);
+    }
+  }
   // Reservations need their CRD on the fake API server: only where a test serves it.
-  if (std::find(extra.begin(), extra.end(), "--reservations") == extra.end()) {
+  if (!HasFlag(extra, "--reservations")) {
     args.push_back("--reservations");
     args.push_back("off");
   }
   args.insert(args.end(), extra.begin(), extra.end());
+  CheckPathsAreTemporary(args, dirs.root);
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

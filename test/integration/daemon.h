@@ -25,7 +25,10 @@ class Daemon {
   Daemon& operator=(const Daemon&) = delete;
   ~Daemon();  // SIGKILL if still running
 
-  // Runs `topodra run <dir flags> <extra>`; stderr goes to a log file.
+  // Runs `topodra run <dir flags> <extra>`; stderr goes to a log file. Every path flag the daemon
+  // writes under (kubelet root, CDI, state, cgroup root, hook dir) defaults to a directory of
+  // `dirs`, and one given in `extra` outside /tmp, /dev/shm or `dirs` aborts the test. Pinning
+  // is off (--enforce none), metrics and reservations too, unless `extra` says otherwise.
   void Start(const DaemonDirs& dirs, const std::vector<std::string>& extra);
   // SIGTERM and wait; returns the exit code (128+signal when killed).
   int Terminate();

@@ -190,10 +190,16 @@ TEST_F(MetricsEndpointTest, AnAddressInUseStopsTheDaemon) {
   ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
   ASSERT_EQ(::listen(fd, 1), 0);
   ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  StartDaemon({"--metrics-address", absl::StrCat("127.0.0.1:", ntohs(a.sin_port))});
+  const std::string taken = absl::StrCat("127.0.0.1:", ntohs(a.sin_port));
+  StartDaemon({"--metrics-address", taken});
   EXPECT_EQ(daemon_.WaitExit(), 1);
   ::close(fd);
-  EXPECT_THAT(daemon_.Log(), HasSubstr("--metrics-address"));
+  EXPECT_THAT(daemon_.Log(),
+              HasSubstr("--metrics-address: metrics address \"" + taken +
+                        "\": already in use: another process listens there (another topodra "
+                        "daemon on this node? its /metrics and probes would answer for this "
+                        "one); choose a free address, or none to serve no metrics and probes"));
+  EXPECT_THAT(daemon_.Log(), ::testing::Not(HasSubstr("CivetServer")));
 }
 
 }  // namespace

@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "driver/kube/rest_client.h"
 #include "test/integration/daemon.h"
@@ -50,6 +52,25 @@ bool Eventually(F f) {
 }
 
 std::string Fixture(const std::string& name) { return topodra::testing::FixturePath(name); }
+
+// The harness never lets a test point the daemon at the host's directories: it stops the test
+// before the daemon starts.
+TEST(RunDaemonDeathTest, APathFlagOutsideTheTestsDirectoriesStopsTheTest) {
+  const DaemonDirs dirs = DaemonDirs::Make();
+  for (const std::vector<std::string>& extra : std::vector<std::vector<std::string>>{
+           {"--cdi-dir", "/var/run/cdi"},
+           {"--hook-dir=/opt/topodra/bin"},
+           {"--enforce", "cgroup", "--cgroup-root", "/sys/fs/cgroup"}}) {
+    EXPECT_DEATH(
+        {
+          Daemon d;
+          d.Start(dirs, extra);
+        },
+        "is not a temporary directory of the test")
+        << extra[0];
+  }
+  std::filesystem::remove_all(dirs.root);
+}
 
 TEST(RunDaemonTest, PublishesBothDriversAndStopsOnSigterm) {
   FakeApiServerOptions o;

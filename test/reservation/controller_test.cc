@@ -6,6 +6,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/spdlog.h>
 #include <stdlib.h>
 
 #include <chrono>
@@ -41,6 +43,41 @@ class FakeClock : public Clock {
  private:
   std::mutex mu_;
   absl::Time now_ = absl::Now();
+};
+
+// Keeps the daemon's log lines (the default logger's) for the duration of a test.
+class LogCapture {
+ public:
+  LogCapture() : sink_(std::make_shared<Sink>()) {
+    previous_ = spdlog::default_logger();
+    auto logger = std::make_shared<spdlog::logger>("capture", sink_);
+    logger->set_level(spdlog::level::debug);
+    spdlog::set_default_logger(logger);
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  // The lines at info and above that contain `text`.
+  std::vector<std::string> Lines(const std::string& text) const {
+    std::lock_guard<std::mutex> lock(sink_->lines_mu);
+    std::vector<std::string> out;
+    for (const std::string& l : sink_->lines) {
+      if (l.find(text) != std::string::npos) out.push_back(l);
+    }
+    return out;
+  }
+
+ private:
+  struct Sink : spdlog::sinks::base_sink<std::mutex> {
+    void sink_it_(const spdlog::details::log_msg& m) override {
+      if (m.level < spdlog::level::info) return;
+      std::lock_guard<std::mutex> lock(lines_mu);
+      lines.emplace_back(m.payload.data(), m.payload.size());
+    }
+    void flush_() override {}
+    mutable std::mutex lines_mu;
+    std::vector<std::string> lines;
+  };
+  std::shared_ptr<Sink> sink_;
+  std::shared_ptr<spdlog::logger> previous_;
 };
 
 const topology::Topology& K32() {
@@ -311,6 +348,7 @@ TEST_F(ControllerTest, ReservationsOfADeletedCrdAreReleased) {
 }
 
 TEST(ControllerNoCrdTest, WaitsForTheCrdWithoutFailing) {
+  LogCapture log;
   absl::StatusOr<std::unique_ptr<FakeApiServer>> s = FakeApiServer::Start({});
   ASSERT_TRUE(s.ok()) << s.status();
   kube::ClusterConfig c;
@@ -336,7 +374,38 @@ TEST(ControllerNoCrdTest, WaitsForTheCrdWithoutFailing) {
   EXPECT_TRUE(controller.status().crd_missing);
   // No CRD, no Reservation objects: the objects are known to be none.
   EXPECT_TRUE(controller.status().listed);
+  // Several retries (20, 40, 80, 100 ms...), one line: nothing changed after the first.
+  for (int i = 0; i < 300 && controller.status().errors < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   controller.Stop();
+  EXPECT_GE(controller.status().errors, 5);
+  EXPECT_THAT(log.Lines("not installed"),
+              ::testing::ElementsAre(
+                  "reservations node=node-a: the Reservation CRD (reservations.topodra.io) is not "
+                  "installed; reservations are off until it is"));
+  EXPECT_THAT(log.Lines("working again"), ::testing::IsEmpty());
+  EXPECT_THAT(log.Lines("retrying"), ::testing::IsEmpty());
+}
+
+// An API server that fails for a while, then answers: one warning, one recovery.
+TEST_F(ControllerTest, ARealRecoveryIsLoggedOnce) {
+  LogCapture log;
+  ASSERT_TRUE(server_->FailNext(4, 503).ok());
+  StartController();
+  for (int i = 0; i < 500 && !controller_->status().listed; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(controller_->status().listed);
+  EXPECT_EQ(controller_->status().errors, 4);
+  // A pass after the list, and its status writes, must not announce anything again.
+  Create(Reservation("r1", {{"count", 2}}));
+  WaitPhase("r1", "Available");
+  controller_->Stop();
+  EXPECT_THAT(log.Lines("retrying with backoff"), ::testing::SizeIs(1));
+  EXPECT_THAT(log.Lines("working again"),
+              ::testing::ElementsAre("reservations node=node-a: working again"));
+  EXPECT_EQ(controller_->status().last_error, "");
 }
 
 }  // namespace
