@@ -58,8 +58,8 @@ daemon's default applies. --node-name comes from the downward API.
 - --pod-resources-socket={{ . }}
 {{- end }}
 {{- end }}
-- --enforce={{ .Values.cpuPinning.enforce }}
-{{- if eq .Values.cpuPinning.enforce "cgroup" }}
+- --enforce={{ include "topodra.enforce" . }}
+{{- if eq (include "topodra.enforce" .) "cgroup" }}
 - --cgroup-root={{ .Values.cpuPinning.cgroupRoot }}
 - --hook-dir={{ .Values.cpuPinning.hookDir }}
 {{- if .Values.cpuPinning.strictCpuReservation }}
@@ -87,4 +87,17 @@ daemon's default applies. --node-name comes from the downward API.
 {{- if .Values.config }}
 - --config=/etc/topodra/config.yaml
 {{- end }}
+{{- end -}}
+
+{{/*
+CPU pinning as the daemon will run it: a simulated machine (topology.file / topology.synthetic)
+has CPU ids that are not this host's, and the daemon refuses to pin them on the host's cgroup
+tree, so the chart renders enforce=none there whatever cpuPinning.enforce says.
+*/}}
+{{- define "topodra.enforce" -}}
+{{- if or .Values.topology.file .Values.topology.synthetic -}}
+none
+{{- else -}}
+{{ .Values.cpuPinning.enforce }}
+{{- end -}}
 {{- end -}}
