@@ -70,7 +70,17 @@ std::vector<HookRecord> ReadLiveRecords(const std::string& dir, const std::strin
   if (!IsDirectory(hierarchy_root)) return records;
   const std::vector<std::string> gone = GoneContainerRecords(
       records,
-      [&](const std::string& cgroup) { return IsDirectory(hierarchy_root + "/" + cgroup); }, now);
+      [&](const std::string& cgroup) {
+        // Gone only when its parent (the pod's cgroup) is there to say so: a tree without the
+        // parent is not the one the hook saw (wrong mount, a cgroup namespace's view), and a
+        // record lost there cannot be recovered. Records of whole pods that are gone leave with
+        // their claims instead.
+        const std::string::size_type slash = cgroup.rfind('/');
+        const std::string parent = slash == std::string::npos ? "" : cgroup.substr(0, slash);
+        if (!IsDirectory(hierarchy_root + "/" + parent)) return true;
+        return IsDirectory(hierarchy_root + "/" + cgroup);
+      },
+      now);
   if (gone.empty()) return records;
   for (const std::string& file : gone) ::unlink((dir + "/" + file).c_str());
   std::erase_if(records, [&](const HookRecord& r) {

@@ -214,7 +214,10 @@ MetricsServer::~MetricsServer() {
     closed = true;
   });
   // The stop flag is set at some moment inside close(): wake the accept loop until it has seen it.
-  while (!closed.load()) {
+  // Its poll lasts 2 s, so after 2.5 s of knocking nothing is left to wake; close() may still be
+  // waiting for a slow request, and by then the port may belong to someone else.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(2500);
+  while (!closed.load() && std::chrono::steady_clock::now() < give_up) {
     for (int port : wake_ports_) Wake(wake_host_, port);
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }

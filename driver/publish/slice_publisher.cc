@@ -79,10 +79,23 @@ std::string NameOf(const json& obj) { return StringField(Field(obj, "metadata"),
 // back off beyond this. A server that answers, even with errors, gets the full backoff.
 constexpr std::chrono::milliseconds kRefusedMaxBackoff{1000};
 
+bool Refused(const absl::Status& st) {
+  return !kube::HttpCodeOf(st) && st.code() == absl::StatusCode::kUnavailable &&
+         absl::StrContains(st.message(), "Couldn't connect");  // libcurl's text
+}
+
 std::chrono::milliseconds RetryAfter(std::chrono::milliseconds backoff, const absl::Status& st) {
-  const bool refused = !kube::HttpCodeOf(st) && st.code() == absl::StatusCode::kUnavailable &&
-                       absl::StrContains(st.message(), "Couldn't connect");  // libcurl's text
-  return refused ? std::min(backoff, kRefusedMaxBackoff) : backoff;
+  return Refused(st) ? std::min(backoff, kRefusedMaxBackoff) : backoff;
+}
+
+// The backoff after this failure. While nothing listens it stays within kRefusedMaxBackoff too,
+// so the first error of a server that is still starting (503, 429) does not inherit the long
+// backoff that a minute of refused connections would otherwise have grown.
+std::chrono::milliseconds NextBackoff(std::chrono::milliseconds backoff,
+                                      std::chrono::milliseconds max_backoff,
+                                      const absl::Status& st) {
+  return std::min(backoff * 2,
+                  Refused(st) ? std::min(kRefusedMaxBackoff, max_backoff) : max_backoff);
 }
 
 }  // namespace
@@ -537,7 +550,7 @@ void SlicePublisher::Run() {
     RecordResult(st);
     if (!st.ok()) {
       if (!Wait(RetryAfter(backoff, st), nullptr)) break;
-      backoff = std::min(backoff * 2, opts_.max_backoff);
+      backoff = NextBackoff(backoff, opts_.max_backoff, st);
       continue;
     }
     backoff = opts_.initial_backoff;
@@ -549,7 +562,7 @@ void SlicePublisher::Run() {
       need_relist_ = true;
       RecordResult(ws);
       if (!Wait(RetryAfter(backoff, ws), nullptr)) break;
-      backoff = std::min(backoff * 2, opts_.max_backoff);
+      backoff = NextBackoff(backoff, opts_.max_backoff, ws);
     }
   }
 }

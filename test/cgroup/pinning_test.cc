@@ -161,6 +161,12 @@ TEST(GoneContainerRecordsTest, CrashLoopingContainerKeepsTheRecordCountBounded) 
     ASSERT_EQ(files, want) << "restart " << i;
     ASSERT_EQ(live.size(), want.size()) << "restart " << i;
   }
+  // A tree without the pod's cgroup (the wrong hierarchy mounted, a cgroup namespace's view):
+  // the containers' state is unknown there, so nothing is removed.
+  std::filesystem::remove_all(root + "/" + pod);
+  std::filesystem::create_directories(root + "/kubepods.slice");
+  EXPECT_EQ(ReadLiveRecords(records, root, start + absl::Hours(1)).size(), 4u);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(records), {}), 4);
   // The cgroup mount gone: nothing is removed.
   std::filesystem::remove_all(root);
   EXPECT_EQ(ReadLiveRecords(records, root, start + absl::Hours(1)).size(), 4u);

@@ -32,14 +32,14 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
-Result RunTopodra(const std::string& args) {
+Result RunTopodra(const std::string& args, const std::string& prefix = "") {
   // ctest runs the tests of this binary as parallel processes: names must not collide.
   static int counter = 0;
   const std::string base =
       ::testing::TempDir() + "/cli_" + std::to_string(getpid()) + "_" + std::to_string(counter++);
   const std::string out = base + "_out", err = base + "_err";
   const std::string cmd =
-      std::string(TOPODRA_BINARY) + " " + args + " >" + out + " 2>" + err + " </dev/null";
+      prefix + std::string(TOPODRA_BINARY) + " " + args + " >" + out + " 2>" + err + " </dev/null";
   const int status = std::system(cmd.c_str());
   Result r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -259,27 +259,42 @@ TEST(CliTest, RunConfigFile) {
 // cgroup tree and hook directory that are not the host's; else one line and exit 2, before the
 // daemon touches anything.
 TEST(CliTest, RunRefusesToPinASimulatedMachineOnTheHost) {
+  // Should the refusal ever regress, the daemon must still stay off the host: every path it
+  // writes is temporary, its API server is not there, and it is stopped after 3 s.
+  const std::string dir = ::testing::TempDir() + "/cli_enforce_" + std::to_string(getpid());
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  std::ofstream(dir + "/kubeconfig") << "apiVersion: v1\nkind: Config\nclusters:\n"
+                                        "- name: c\n  cluster:\n    server: http://127.0.0.1:1\n"
+                                        "users:\n- name: u\n  user: {}\ncontexts:\n"
+                                        "- name: x\n  context: {cluster: c, user: u}\n"
+                                        "current-context: x\n";
+  const std::string safe = " --node-name n1 --kubeconfig " + dir +
+                           "/kubeconfig --kubelet-root-dir " + dir + "/kubelet --cdi-dir " + dir +
+                           "/cdi --state-dir " + dir + "/state";
+  auto run = [&](const std::string& args) {
+    return RunTopodra("run" + args + safe, "timeout -s KILL 5 ");
+  };
   const std::string synth = " --topology-synthetic 'pack:1 core:2 pu:1' --enforce cgroup";
-  Result r = RunTopodra("run" + synth);
+  Result r = run(synth);
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err,
             "topodra run: error: --enforce=cgroup with a simulated machine (--topology-synthetic) "
             "would pin the host's containers to CPUs of a machine that is not there: "
             "--cgroup-root \"/sys/fs/cgroup\" is the host's cgroup tree (/sys/fs/cgroup); point "
             "it at a fake tree, or use --enforce=none\n");
-  const std::string dir = ::testing::TempDir() + "/cli_enforce_" + std::to_string(getpid());
-  r = RunTopodra("run" + synth + " --cgroup-root " + dir + "/cgroup");
+  r = run(synth + " --cgroup-root " + dir + "/cgroup");
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err,
             "topodra run: error: --enforce=cgroup with a simulated machine (--topology-synthetic) "
             "would pin the host's containers to CPUs of a machine that is not there: --hook-dir "
             "\"/opt/topodra/bin\" is the host's hook directory (/opt/topodra/bin); give a "
             "directory of its own, or use --enforce=none\n");
-  r = RunTopodra("run --topology-file " + Fixture("16em64t-4s2c2t.xml") +
-                 " --enforce=cgroup --cgroup-root /sys/fs/cgroup/kubepods --hook-dir " + dir);
+  r = run(" --topology-file " + Fixture("16em64t-4s2c2t.xml") +
+          " --enforce=cgroup --cgroup-root /sys/fs/cgroup/kubepods --hook-dir " + dir);
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(Lines(r.err), 1) << r.err;
   EXPECT_THAT(r.err, HasSubstr("(--topology-file)"));
+  std::system(("rm -rf " + dir).c_str());
 }
 
 // Without --enforce, a simulated machine runs without pinning and says so at start; nothing is

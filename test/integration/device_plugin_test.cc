@@ -391,10 +391,19 @@ class DevicePluginPrivateNetTest : public DevicePluginTest {
  protected:
   void SetUp() override {
     if (::geteuid() != 0) GTEST_SKIP() << "needs root for a network namespace (CI runs as root)";
+    host_net_ = CurrentNetwork();
     netns_error_ = EnterPrivateNetwork();
     DevicePluginTest::SetUp();
   }
+  // Back to the host's namespace, so later tests of the same process (a plain run of this
+  // binary, --gtest_repeat) are not left in this one.
+  void TearDown() override {
+    DevicePluginTest::TearDown();
+    LeavePrivateNetwork(host_net_);
+    host_net_ = -1;
+  }
   std::string netns_error_;
+  int host_net_ = -1;
 };
 
 // A GPU that disappears leaves the ListAndWatch list at once, not at the next periodic

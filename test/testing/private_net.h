@@ -4,6 +4,7 @@
 // that namespace hear it; the host's udev and every other process hear nothing.
 #pragma once
 
+#include <fcntl.h>
 #include <linux/netlink.h>
 #include <net/if.h>
 #include <sched.h>
@@ -38,6 +39,16 @@ inline std::string EnterPrivateNetwork() {
   }
   ::close(fd);
   return error;
+}
+
+// The calling thread's network namespace, to return to with LeavePrivateNetwork(); -1 on error.
+inline int CurrentNetwork() { return ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC); }
+
+// Moves the calling thread back to `saved` (from CurrentNetwork()) and closes it.
+inline void LeavePrivateNetwork(int saved) {
+  if (saved < 0) return;
+  ::setns(saved, CLONE_NEWNET);
+  ::close(saved);
 }
 
 // Sends `datagram` ("<action>@<devpath>\0KEY=value\0...") to the kernel's uevent group of the
