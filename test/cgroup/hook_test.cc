@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include "driver/cgroup/hook_core.h"
 
@@ -90,6 +91,22 @@ TEST(HookBinaryRealHostTest, PinsARealProcessAndWidensItsParents) {
   const std::string top = "topodra-hook-test-" + std::to_string(::getpid());
   const std::string pod = top + "/pod";
   const std::string ctr = pod + "/ctr";
+  const std::string records = ::testing::TempDir() + "/hook-records-" + std::to_string(getpid());
+  // Whatever assertion ends the test, the host is left as it was: the child killed, the cgroups
+  // removed bottom-up (rmdir of one that was never made fails harmlessly), the records removed.
+  struct Cleanup {
+    std::string root, records;
+    std::vector<std::string> dirs;
+    pid_t child = -1;
+    ~Cleanup() {
+      if (child > 0) {
+        ::kill(child, SIGKILL);
+        ::waitpid(child, nullptr, 0);
+      }
+      for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) ::rmdir((root + "/" + *it).c_str());
+      fs::remove_all(records);
+    }
+  } cleanup{root, records, {top, pod, ctr}};
   for (const std::string& dir : {top, pod, ctr}) {
     if (::mkdir((root + "/" + dir).c_str(), 0755) != 0) {
       GTEST_SKIP() << "cannot create cgroups under " << root << ": " << std::strerror(errno);
@@ -108,9 +125,9 @@ TEST(HookBinaryRealHostTest, PinsARealProcessAndWidensItsParents) {
     ::pause();
     _exit(0);
   }
+  cleanup.child = child;
   ASSERT_TRUE(Put(root + "/" + ctr + "/cgroup.procs", std::to_string(child)));
 
-  const std::string records = ::testing::TempDir() + "/hook-records-" + std::to_string(getpid());
   const std::string state =
       "{\"ociVersion\":\"1.0.2\",\"id\":\"abc123\",\"status\":\"created\","
       "\"pid\":" +
@@ -132,11 +149,6 @@ TEST(HookBinaryRealHostTest, PinsARealProcessAndWidensItsParents) {
   EXPECT_TRUE(CPU_ISSET(second, &mask));
   EXPECT_THAT(Slurp(records + "/abc123_uid-1.json"),
               ::testing::HasSubstr("\"cpus\":\"" + std::to_string(second) + "\""));
-
-  ::kill(child, SIGKILL);
-  ::waitpid(child, nullptr, 0);
-  for (const std::string& dir : {ctr, pod, top}) ::rmdir((root + "/" + dir).c_str());
-  fs::remove_all(records);
 }
 
 TEST(HookBinaryTest, BadInputFailsWithAMessage) {
