@@ -32,6 +32,16 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
+// A kubeconfig whose API server is not there: a daemon started with it runs, retries, and
+// touches no cluster.
+void WriteUnreachableKubeconfig(const std::string& path) {
+  std::ofstream(path) << "apiVersion: v1\nkind: Config\nclusters:\n"
+                         "- name: c\n  cluster:\n    server: http://127.0.0.1:1\n"
+                         "users:\n- name: u\n  user: {}\ncontexts:\n"
+                         "- name: x\n  context: {cluster: c, user: u}\n"
+                         "current-context: x\n";
+}
+
 Result RunTopodra(const std::string& args, const std::string& prefix = "") {
   // ctest runs the tests of this binary as parallel processes: names must not collide.
   static int counter = 0;
@@ -263,11 +273,7 @@ TEST(CliTest, RunRefusesToPinASimulatedMachineOnTheHost) {
   // writes is temporary, its API server is not there, and it is stopped after 3 s.
   const std::string dir = ::testing::TempDir() + "/cli_enforce_" + std::to_string(getpid());
   ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
-  std::ofstream(dir + "/kubeconfig") << "apiVersion: v1\nkind: Config\nclusters:\n"
-                                        "- name: c\n  cluster:\n    server: http://127.0.0.1:1\n"
-                                        "users:\n- name: u\n  user: {}\ncontexts:\n"
-                                        "- name: x\n  context: {cluster: c, user: u}\n"
-                                        "current-context: x\n";
+  WriteUnreachableKubeconfig(dir + "/kubeconfig");
   const std::string safe = " --node-name n1 --kubeconfig " + dir +
                            "/kubeconfig --kubelet-root-dir " + dir + "/kubelet --cdi-dir " + dir +
                            "/cdi --state-dir " + dir + "/state";
@@ -303,11 +309,7 @@ TEST(CliTest, RunOnASimulatedMachinePinsNothingByDefault) {
   const std::string dir = ::testing::TempDir() + "/cli_sim_" + std::to_string(getpid());
   ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
   // An API server that is not there: the daemon starts, retries, and is stopped.
-  std::ofstream(dir + "/kubeconfig") << "apiVersion: v1\nkind: Config\nclusters:\n"
-                                        "- name: c\n  cluster:\n    server: http://127.0.0.1:1\n"
-                                        "users:\n- name: u\n  user: {}\ncontexts:\n"
-                                        "- name: x\n  context: {cluster: c, user: u}\n"
-                                        "current-context: x\n";
+  WriteUnreachableKubeconfig(dir + "/kubeconfig");
   const std::string cmd =
       "timeout -s TERM 3 " + std::string(TOPODRA_BINARY) +
       " run --topology-synthetic 'pack:1 core:2 pu:1' --node-name n1"
