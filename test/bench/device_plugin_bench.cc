@@ -389,7 +389,7 @@ void TopologyChangeFigures(const std::string& dir, int rounds) {
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  const std::string dir = argc > 1 ? argv[1] : "../shared/topologies";
+  const std::string dir = argc > 1 ? argv[1] : "test/fixtures/topologies";
   const int calls = argc > 2 ? std::atoi(argv[2]) : 2000;
   {
     Node n;

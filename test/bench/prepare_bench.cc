@@ -191,7 +191,7 @@ int RunLoad(Node& n, const std::vector<PrepareClaim>& claims, int threads, int i
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string dir = argc > 1 ? argv[1] : "../shared/topologies";
+  const std::string dir = argc > 1 ? argv[1] : "test/fixtures/topologies";
   const int iterations = argc > 2 ? std::atoi(argv[2]) : 2000;
   const std::vector<std::string> fixture = {"--topology-file", dir + "/192em64t-24n8c2t.xml"};
 

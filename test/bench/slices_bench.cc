@@ -128,7 +128,7 @@ double RunToPublished(const std::string& kubeconfig, const Machine& m, size_t wa
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string dir = argc > 1 ? argv[1] : "../shared/topologies";
+  const std::string dir = argc > 1 ? argv[1] : "test/fixtures/topologies";
   const int iterations = argc > 2 ? std::max(1, std::atoi(argv[2])) : 20;
   const std::string synth = "pack:4 numa:2 l3:4 core:16 pu:2";
   const std::vector<Machine> machines = {

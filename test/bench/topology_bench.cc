@@ -97,7 +97,7 @@ void BenchProcess(const char* label, const std::vector<std::string>& args, int i
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string dir = argc > 1 ? argv[1] : "../shared/topologies";
+  const std::string dir = argc > 1 ? argv[1] : "test/fixtures/topologies";
   const int iterations = argc > 2 ? std::max(1, std::atoi(argv[2])) : 30;
   const std::string xml384 = dir + "/192em64t-24n8c2t.xml";
   const std::string synth1024 = "pack:4 numa:2 l3:4 core:16 pu:2";

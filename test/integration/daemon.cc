@@ -11,8 +11,8 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
-#include <utility>
 #include <thread>
+#include <utility>
 
 namespace topodra::testing {
 namespace {
