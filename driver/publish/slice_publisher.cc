@@ -322,6 +322,56 @@ absl::Status SlicePublisher::WriteFailed(const absl::Status& st) {
   return st;
 }
 
+// Create-or-update of one desired slice: an update that finds the slice gone (a wipe the watch
+// has not told us all of yet) creates it, since the server cannot create on update.
+absl::StatusOr<kube::Response> SlicePublisher::Write(json& obj) {
+  const std::string name = NameOf(obj);
+  auto it = cache_.find(name);
+  if (it == cache_.end()) return api_.Create(obj);
+  obj["metadata"]["resourceVersion"] =
+      StringField(Field(it->second, "metadata"), "resourceVersion");
+  absl::StatusOr<kube::Response> r = api_.Update(obj);
+  if (r.ok() || kube::HttpCodeOf(r.status()) != 404) return r;
+  spdlog::debug("driver={} node={}: ResourceSlice \"{}\" is gone; creating it", opts_.driver,
+                opts_.node_name, name);
+  cache_.erase(it);
+  obj["metadata"].erase("resourceVersion");
+  return api_.Create(obj);
+}
+
+// The server accepted `sent` and stored `stored`: an error when it dropped fields, after taking
+// the fallback (no taints, flat slices) that explains it where auto mode allows one.
+absl::Status SlicePublisher::CheckStored(const json& sent, const json& stored, bool tainted,
+                                         bool mixin_form) {
+  if (Covers(Field(sent, "spec"), Field(stored, "spec"))) return absl::OkStatus();
+  if (tainted && opts_.taints == TaintMode::kAuto &&
+      !TaintsKept(Field(sent, "spec"), Field(stored, "spec"))) {
+    // Accepted, but the taints were dropped: DRADeviceTaints is off after all.
+    taints_supported_ = false;
+    LogTaintDecision(false);
+    need_relist_ = true;
+    retry_now_ = true;
+    return absl::UnavailableError(
+        "the API server dropped the device taints; republishing without them");
+  }
+  if (mixin_form && opts_.mixins == MixinMode::kAuto) {
+    // Accepted, but the fields were dropped: this server has no mixins after all.
+    mixins_supported_ = false;
+    spdlog::info(
+        "driver={} node={}: API server dropped ResourceSlice mixins (KEP-5234); publishing "
+        "flat slices",
+        opts_.driver, opts_.node_name);
+    need_relist_ = true;
+    retry_now_ = true;
+    return absl::UnavailableError("the API server dropped spec.mixins; republishing flat slices");
+  }
+  need_relist_ = true;
+  return absl::FailedPreconditionError(
+      absl::StrCat("the API server stored ResourceSlice \"", NameOf(sent),
+                   "\" without some of the fields sent (a feature gate is off?); sent ",
+                   DumpJson(Field(sent, "spec")).substr(0, 300)));
+}
+
 absl::Status SlicePublisher::Reconcile() {
   std::optional<Pool> pool;
   uint64_t version = 0;
@@ -384,57 +434,12 @@ absl::Status SlicePublisher::Reconcile() {
     for (json& obj : *desired) {
       obj["spec"]["pool"]["generation"] = generation;
       const std::string name = NameOf(obj);
-      auto it = cache_.find(name);
-      absl::StatusOr<kube::Response> r;
-      if (it != cache_.end()) {
-        obj["metadata"]["resourceVersion"] =
-            StringField(Field(it->second, "metadata"), "resourceVersion");
-        r = api_.Update(obj);
-        if (!r.ok() && kube::HttpCodeOf(r.status()) == 404) {
-          // Deleted since we last saw it (a wipe the watch has not told us all of yet): the
-          // server cannot create on update, so create it.
-          spdlog::debug("driver={} node={}: ResourceSlice \"{}\" is gone; creating it",
-                        opts_.driver, opts_.node_name, name);
-          cache_.erase(it);
-          obj["metadata"].erase("resourceVersion");
-          r = api_.Create(obj);
-        }
-      } else {
-        r = api_.Create(obj);
-      }
+      absl::StatusOr<kube::Response> r = Write(obj);
       if (!r.ok()) return WriteFailed(r.status());
       ++writes;
       // Consumers may have seen this generation already: never publish it again.
       highest_generation_ = std::max(highest_generation_, generation);
-      if (!Covers(obj["spec"], Field(r->body, "spec"))) {
-        if (tainted && opts_.taints == TaintMode::kAuto &&
-            !TaintsKept(obj["spec"], Field(r->body, "spec"))) {
-          // Accepted, but the taints were dropped: DRADeviceTaints is off after all.
-          taints_supported_ = false;
-          LogTaintDecision(false);
-          need_relist_ = true;
-          retry_now_ = true;
-          return absl::UnavailableError(
-              "the API server dropped the device taints; republishing without them");
-        }
-        if (mixin_form && opts_.mixins == MixinMode::kAuto) {
-          // Accepted, but the fields were dropped: this server has no mixins after all.
-          mixins_supported_ = false;
-          spdlog::info(
-              "driver={} node={}: API server dropped ResourceSlice mixins (KEP-5234); publishing "
-              "flat slices",
-              opts_.driver, opts_.node_name);
-          need_relist_ = true;
-          retry_now_ = true;
-          return absl::UnavailableError(
-              "the API server dropped spec.mixins; republishing flat slices");
-        }
-        need_relist_ = true;
-        return absl::FailedPreconditionError(
-            absl::StrCat("the API server stored ResourceSlice \"", name,
-                         "\" without some of the fields sent (a feature gate is off?); sent ",
-                         DumpJson(obj["spec"]).substr(0, 300)));
-      }
+      if (absl::Status st = CheckStored(obj, r->body, tainted, mixin_form); !st.ok()) return st;
       cache_[name] = r->body;
     }
     spdlog::info("driver={} node={}: published {} ResourceSlices, pool generation {}, {} form{}",

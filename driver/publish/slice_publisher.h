@@ -75,6 +75,9 @@ class SlicePublisher {
   };
   absl::Status Relist();
   absl::Status Reconcile();
+  absl::StatusOr<kube::Response> Write(nlohmann::json& obj);
+  absl::Status CheckStored(const nlohmann::json& sent, const nlohmann::json& stored, bool tainted,
+                           bool mixin_form);
   // A create, update or delete failed with st: what the next pass must do differently.
   absl::Status WriteFailed(const absl::Status& st);
   absl::StatusOr<bool> MixinsSupported(const std::vector<Slice>& mixed);
