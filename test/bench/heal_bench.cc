@@ -32,6 +32,7 @@
 #include "test/bench/latency.h"
 #include "test/integration/daemon.h"
 #include "test/integration/fake_apiserver.h"
+#include "test/integration/fake_apiserver_client.h"
 #include "topology/discoverer.h"
 #include "topology/json_text.h"
 
@@ -151,13 +152,6 @@ struct Machine {
   std::vector<std::string> args;  // the same source as topodra flags
 };
 
-std::unique_ptr<kube::RestClient> ClientFor(const testing::FakeApiServer& server) {
-  kube::ClusterConfig c;
-  c.server = server.url();
-  c.timeout = std::chrono::milliseconds(10000);
-  return *kube::NewCurlRestClient(c);
-}
-
 void Print(const std::string& label, const std::string& what, const std::vector<double>& ms,
            int failed) {
   const bench::Stats s = Of(ms);
@@ -190,8 +184,10 @@ void BenchMachine(const Machine& m, int rounds) {
   testing::FakeApiServer& server = **started;
   const testing::DaemonDirs dirs = testing::DaemonDirs::Make();
   const std::string kubeconfig = server.WriteKubeconfig(dirs.root + "/kubeconfig.yaml");
-  std::unique_ptr<kube::RestClient> client = ClientFor(server);
-  std::unique_ptr<kube::RestClient> watch_client = ClientFor(server);
+  std::unique_ptr<kube::RestClient> client = testing::ClientFor(server, std::chrono::seconds(10));
+  std::unique_ptr<kube::RestClient> watch_client =
+      testing::ClientFor(server, std::chrono::seconds(10));
+  if (client == nullptr || watch_client == nullptr) return;
   auto watcher = std::make_unique<PoolWatcher>(watch_client.get(), slices.size());
 
   std::vector<std::string> args = {"--kubeconfig", kubeconfig,          "--node-name",

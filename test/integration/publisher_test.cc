@@ -18,6 +18,7 @@
 #include "driver/publish/slice_json.h"
 #include "driver/publish/slice_publisher.h"
 #include "test/integration/fake_apiserver.h"
+#include "test/integration/fake_apiserver_client.h"
 #include "test/testing/fixtures.h"
 #include "topology/json_text.h"
 
@@ -39,14 +40,10 @@ std::unique_ptr<FakeApiServer> StartServer(FakeApiServerOptions o = {}) {
 }
 
 std::unique_ptr<kube::RestClient> ClientFor(const FakeApiServer& server) {
-  kube::ClusterConfig c;
-  c.server = server.url();
-  c.ca_file = server.ca_file();
-  c.token = server.token();
-  c.timeout = std::chrono::milliseconds(3000);
-  absl::StatusOr<std::unique_ptr<kube::RestClient>> client = kube::NewCurlRestClient(c);
-  EXPECT_TRUE(client.ok()) << client.status();
-  return client.ok() ? *std::move(client) : nullptr;
+  std::unique_ptr<kube::RestClient> client =
+      topodra::testing::ClientFor(server, std::chrono::milliseconds(3000));
+  EXPECT_NE(client, nullptr);
+  return client;
 }
 
 Pool PoolFor(const topology::Topology& t, CpuDeviceMode mode, GroupBy by = GroupBy::kNuma,

@@ -16,6 +16,7 @@
 #include "driver/publish/slice_json.h"
 #include "driver/publish/slice_publisher.h"
 #include "test/integration/fake_apiserver.h"
+#include "test/integration/fake_apiserver_client.h"
 #include "test/testing/fixtures.h"
 
 namespace topodra::publish {
@@ -37,12 +38,10 @@ std::unique_ptr<FakeApiServer> StartServer(bool accept_mixins) {
 }
 
 std::unique_ptr<kube::RestClient> ClientFor(const FakeApiServer& server) {
-  kube::ClusterConfig c;
-  c.server = server.url();
-  c.timeout = std::chrono::milliseconds(10000);
-  absl::StatusOr<std::unique_ptr<kube::RestClient>> client = kube::NewCurlRestClient(c);
-  EXPECT_TRUE(client.ok()) << client.status();
-  return client.ok() ? *std::move(client) : nullptr;
+  std::unique_ptr<kube::RestClient> client =
+      topodra::testing::ClientFor(server, std::chrono::milliseconds(10000));
+  EXPECT_NE(client, nullptr);
+  return client;
 }
 
 struct Mode {
