@@ -240,6 +240,12 @@ void HttpServer::OnEvents(uint64_t id, uint32_t events) {
   auto it = connections_.find(id);
   if (it == connections_.end()) return;
   Connection& c = it->second;
+  if (c.state == State::kHandling) {
+    // epoll reports a reset even for a socket watched for nothing: the client is gone, and its
+    // answer, when the worker has it, finds no connection.
+    if (events & (EPOLLHUP | EPOLLERR)) Close(id);
+    return;
+  }
   if (c.state == State::kReading && (events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
     Read(id, c);
   } else if (c.state == State::kWriting && (events & (EPOLLOUT | EPOLLHUP | EPOLLERR))) {
