@@ -1,4 +1,4 @@
-// The daemon's HTTP endpoints for Prometheus and the kubelet's probes, on one port:
+// The daemon's HTTP endpoints for Prometheus and the kubelet's probes. --metrics-address serves
 //   /metrics  the text exposition
 //   /healthz  200 "ok" while the process and its main loop are alive, 503 otherwise
 //   /readyz   200 "ok" when the node serves the kubelet and its slices are published, 503 with
