@@ -76,17 +76,19 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
         "another process listens there (another topodra daemon on this node? its /metrics and "
         "probes would answer for this one); choose a free address, or none to serve no metrics "
         "and probes";
-    // Scrapers and whoever else reaches the port: room for many, each quickly done with.
-    o.max_connections = 64;
+    // Scrapers and whoever else reaches the port. A slot costs at most the 8 KiB head bound, so
+    // the cap is set high: eviction of the oldest is the last resort, and a new connection that
+    // waits long to send its request can lose its slot to a flood of newer ones.
+    o.max_connections = 512;
     o.write_timeout = std::chrono::seconds(10);
   } else {
     o.what = "health address";
     o.in_use_hint =
         "another process listens there (another topodra daemon on this node? its probes would "
         "answer for this one); choose a free address, or none to serve no separate probes";
-    // The kubelet sends one probe of each kind per period: a few slots are plenty, the rest
-    // bounds what a local client can hold.
-    o.max_connections = 32;
+    // The kubelet needs two slots a period; the rest are for whoever else connects on the node,
+    // so that holding them all takes hundreds of connections (see above for why not fewer).
+    o.max_connections = 256;
     o.write_timeout = std::chrono::seconds(2);
   }
   o.head_timeout = std::chrono::seconds(2);

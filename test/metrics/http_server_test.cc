@@ -141,6 +141,27 @@ TEST(HttpServerTest, AtTheCapANewConnectionClosesTheOldestIdleOne) {
   for (int fd : idle) ::close(fd);
 }
 
+TEST(HttpServerTest, IdleConnectionsBeyondTheCapDoNotKeepProbesOut) {
+  HttpServerOptions o = Patient();
+  o.max_connections = 16;
+  auto s = MustStart({Fixed("/healthz", 200, "ok\n")}, o);
+  ASSERT_NE(s, nullptr);
+  std::vector<int> idle;
+  for (int i = 0; i < 64; ++i) idle.push_back(ConnectLoopback(s->port()));
+  int answered = 0;
+  for (int i = 0; i < 25; ++i) {
+    answered += ::topodra::testing::HttpGet(s->port(), "/healthz", /*timeout_ms=*/2000).code == 200;
+  }
+  EXPECT_EQ(answered, 25);
+  // The 64 idle ones left 16 slots taken by the last 16 of them, and the first probe evicted one
+  // more; each later probe found the slot of the one before free again.
+  EXPECT_EQ(s->evictions(), 64u - 16u + 1u);
+  for (int i = 0; i < 64; ++i) {
+    EXPECT_EQ(ClosedByPeer(idle[i], i < 49 ? 10000 : 0), i < 49) << "idle connection " << i;
+  }
+  for (int fd : idle) ::close(fd);
+}
+
 TEST(HttpServerTest, ASlowHandlerDoesNotHoldUpTheQuickOnes) {
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();

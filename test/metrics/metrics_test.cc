@@ -301,8 +301,6 @@ TEST(MetricsServerTest, SlowClientsDoNotStarveProbesOnTheHealthPort) {
       MetricsServer::Start("127.0.0.1:0", AlwaysWell(), Serving::kProbes);
   ASSERT_TRUE(s.ok()) << s.status();
   ExpectProbesSurviveSlowClients((*s)->ports()[0]);
-  // 72 clients against 32 slots: the newest probes took the slots of the oldest idle clients.
-  EXPECT_GT((*s)->evictions(), 0u);
 }
 
 TEST(MetricsServerTest, TheHealthAddressServesOnlyTheProbes) {
