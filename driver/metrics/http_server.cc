@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -116,6 +117,13 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
                                                               HttpServerOptions options) {
   std::unique_ptr<HttpServer> s(new HttpServer());
   s->options_ = std::move(options);
+  // Every connection holds a descriptor of the daemon: never more than an eighth of its limit,
+  // so that a flood of connections leaves it descriptors for its own files and sockets.
+  rlimit files{};
+  if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY) {
+    s->options_.max_connections =
+        std::clamp<size_t>(files.rlim_cur / 8, 1, s->options_.max_connections);
+  }
   s->routes_ = std::move(routes);
   const std::string shown =
       listening_ports.find(':') == std::string::npos ? ":" + listening_ports : listening_ports;

@@ -47,7 +47,8 @@ struct HttpServerOptions {
   std::string what = "metrics address";
   // Follows "already in use: " when the address is taken: what to do about it.
   std::string in_use_hint = "another process listens there";
-  // Open connections; at the cap a new one closes the oldest not being answered.
+  // Open connections; at the cap a new one closes the oldest not being answered. Lowered to an
+  // eighth of RLIMIT_NOFILE's soft limit when that is less.
   size_t max_connections = 64;
   // From accept to the end of the request head.
   std::chrono::milliseconds head_timeout{2000};

@@ -5,6 +5,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <future>
@@ -159,6 +160,27 @@ TEST(HttpServerTest, IdleConnectionsBeyondTheCapDoNotKeepProbesOut) {
   for (int i = 0; i < 64; ++i) {
     EXPECT_EQ(ClosedByPeer(idle[i], i < 49 ? 10000 : 0), i < 49) << "idle connection " << i;
   }
+  for (int fd : idle) ::close(fd);
+}
+
+// A flood of connections must not take the descriptors the daemon needs for its own files.
+TEST(HttpServerTest, TheCapIsAnEighthOfTheDescriptorLimitWhenThatIsLess) {
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_GE(saved.rlim_cur, 256u);
+  rlimit low = saved;
+  low.rlim_cur = 256;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  HttpServerOptions o = Patient();
+  o.max_connections = 512;
+  auto s = MustStart({Fixed("/healthz", 200, "ok\n")}, o);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_NE(s, nullptr);
+  std::vector<int> idle;
+  for (int i = 0; i < 40; ++i) idle.push_back(ConnectLoopback(s->port()));
+  EXPECT_EQ(::topodra::testing::HttpGet(s->port(), "/healthz").code, 200);
+  // 256 / 8 = 32 slots: 8 idle connections evicted by the others, one by the probe.
+  EXPECT_EQ(s->evictions(), 9u);
   for (int fd : idle) ::close(fd);
 }
 
