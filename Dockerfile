@@ -30,13 +30,13 @@ LABEL org.opencontainers.image.title="topodra" \
 # The runtime libraries of topodra and libtopodra_run.so (their direct dependencies, gRPC's
 # c-ares, re2, OpenSSL and zlib included as some builds link them directly; apt brings in the
 # rest), plus libcurl4: the daemon dlopens libcurl.so.4 (driver/kube/curl_library.cc), so
-# ldd does not show it. libprometheus-cpp-core1.0 and libcivetweb1: the daemon's /metrics.
+# ldd does not show it. libprometheus-cpp-core1.0: the daemon's /metrics (served by its own
+# HTTP loop, no civetweb).
 # libc6, libgcc-s1 and libstdc++6 are not listed: bookworm-slim always has them (apt needs them).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libabsl20220623 \
       libc-ares2 \
-      libcivetweb1 \
       libcurl4 \
       libfmt9 \
       libgrpc++1.51 \

@@ -247,6 +247,10 @@ int Main(int argc, char** argv) {
                   "Serve Prometheus /metrics and the /healthz and /readyz probes on this address "
                   "(:port, host:port; none to disable)")
       ->capture_default_str();
+  run->add_option("--health-address", run_cmd.health_address,
+                  "Serve only the /healthz and /readyz probes on this address, for the kubelet "
+                  "(host:port, :port; none to disable); keep it off the network")
+      ->capture_default_str();
   run->add_option("--reservations", run_cmd.reservations,
                   "on: hold CPUs and GPUs for this node's Reservation objects (topodra.io); off")
       ->check(CLI::IsMember({"on", "off"}))

@@ -248,6 +248,12 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
     err << "topodra run: error: --metrics-address: " << metrics_ports.status().message() << "\n";
     return kExitUsage;
   }
+  absl::StatusOr<std::optional<std::string>> health_ports =
+      metrics::ListeningPortsFor(cmd.health_address, "health address");
+  if (!health_ports.ok()) {
+    err << "topodra run: error: --health-address: " << health_ports.status().message() << "\n";
+    return kExitUsage;
+  }
   absl::StatusOr<kube::ClusterConfig> cluster = ClusterConfigFor(cmd);
   if (!cluster.ok()) {
     err << "topodra run: error: " << cluster.status().message() << "\n";
@@ -614,34 +620,37 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   std::atomic<int64_t> main_loop_beat{absl::ToUnixNanos(absl::Now())};
   const absl::Duration main_loop_stalled =
       absl::Seconds(2 * std::max(1, cmd.topology_refresh_seconds) + 30);
-  // Declared after everything its callbacks read, so it stops before they go.
+  // Declared after everything their callbacks read, so they stop before those go.
   std::unique_ptr<metrics::MetricsServer> metrics_server;
-  if (node_metrics != nullptr) {
+  std::unique_ptr<metrics::MetricsServer> health_server;
+  if (node_metrics != nullptr || *health_ports) {
     const std::vector<std::string> publisher_drivers = {opts->cpu_driver, opts->gpu_driver};
-    node_metrics->SetSnapshotSource([&, publisher_drivers] {
-      metrics::NodeSnapshot s;
-      CpuSet held;
-      {
-        std::lock_guard<std::mutex> lock(node.mu);
-        held = node.state.HeldCpus();
-        s.gpus_allocated = static_cast<int>(node.state.HeldGpus().size());
-      }
-      CpuSet now_online;
-      {
-        std::lock_guard<std::mutex> lock(online_mu);
-        now_online = online;
-      }
-      s.cpus_allocated = held.Size();
-      s.cpus_reserved = opts->reserved_cpus.Size();
-      s.cpus_available = (now_online - opts->reserved_cpus - held).Size();
-      s.cpus_shared =
-          prepare::SharedPool(now_online, opts->reserved_cpus, cmd.strict_cpu_reservation, held)
-              .Size();
-      for (size_t i = 0; i < publishers.size(); ++i) {
-        s.slice_publish_errors[publisher_drivers[i]] = publishers[i]->status().errors;
-      }
-      return s;
-    });
+    if (node_metrics != nullptr) {
+      node_metrics->SetSnapshotSource([&, publisher_drivers] {
+        metrics::NodeSnapshot s;
+        CpuSet held;
+        {
+          std::lock_guard<std::mutex> lock(node.mu);
+          held = node.state.HeldCpus();
+          s.gpus_allocated = static_cast<int>(node.state.HeldGpus().size());
+        }
+        CpuSet now_online;
+        {
+          std::lock_guard<std::mutex> lock(online_mu);
+          now_online = online;
+        }
+        s.cpus_allocated = held.Size();
+        s.cpus_reserved = opts->reserved_cpus.Size();
+        s.cpus_available = (now_online - opts->reserved_cpus - held).Size();
+        s.cpus_shared =
+            prepare::SharedPool(now_online, opts->reserved_cpus, cmd.strict_cpu_reservation, held)
+                .Size();
+        for (size_t i = 0; i < publishers.size(); ++i) {
+          s.slice_publish_errors[publisher_drivers[i]] = publishers[i]->status().errors;
+        }
+        return s;
+      });
+    }
     metrics::Endpoints endpoints;
     endpoints.metrics = [&] { return node_metrics->Render(); };
     endpoints.health = [&]() -> metrics::Probe {
@@ -671,14 +680,26 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
       if (missing.empty()) return {};
       return {false, absl::StrJoin(missing, "\n")};
     };
-    absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> server =
-        metrics::MetricsServer::Start(**metrics_ports, std::move(endpoints));
-    if (!server.ok()) {
-      spdlog::critical("--metrics-address: {}", std::string(server.status().message()));
-      return kExitFailure;
+    if (*health_ports) {
+      absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> server =
+          metrics::MetricsServer::Start(**health_ports, endpoints, metrics::Serving::kProbes);
+      if (!server.ok()) {
+        spdlog::critical("--health-address: {}", std::string(server.status().message()));
+        return kExitFailure;
+      }
+      health_server = *std::move(server);
+      spdlog::info("serving /healthz and /readyz on {}", cmd.health_address);
     }
-    metrics_server = *std::move(server);
-    spdlog::info("serving /metrics, /healthz and /readyz on {}", cmd.metrics_address);
+    if (node_metrics != nullptr) {
+      absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> server =
+          metrics::MetricsServer::Start(**metrics_ports, std::move(endpoints));
+      if (!server.ok()) {
+        spdlog::critical("--metrics-address: {}", std::string(server.status().message()));
+        return kExitFailure;
+      }
+      metrics_server = *std::move(server);
+      spdlog::info("serving /metrics, /healthz and /readyz on {}", cmd.metrics_address);
+    }
   }
 
   std::vector<std::thread> threads;
@@ -755,6 +776,7 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   }
   // Probes and scrapes read what is stopped next.
   metrics_server.reset();
+  health_server.reset();
   stopping = true;
   if (uevents.joinable()) uevents.join();
   pinning_stop = true;

@@ -106,7 +106,8 @@ def main():
                                   # a demo step turns it on.
                                   "--cgroup-root", os.path.join(work, "cgroup"),
                                   "--hook-dir", os.path.join(work, "hook"),
-                                  "--enforce", "none", "--metrics-address", "none"] + list(extra),
+                                  "--enforce", "none", "--metrics-address", "none",
+                                  "--health-address", "none"] + list(extra),
                                  stderr=log)
             procs.append(p)
             out = subprocess.run([sim, "--root-dir", kubelet, "wait", "dra.cpu"],

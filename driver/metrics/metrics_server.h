@@ -1,12 +1,13 @@
-// The daemon's HTTP endpoints for Prometheus and the kubelet's probes, on one port:
+// The daemon's HTTP endpoints for Prometheus and the kubelet's probes. --metrics-address serves
 //   /metrics  the text exposition
 //   /healthz  200 "ok" while the process and its main loop are alive, 503 otherwise
 //   /readyz   200 "ok" when the node serves the kubelet and its slices are published, 503 with
 //             what is missing otherwise
-// Served by civetweb's CivetServer (what prometheus-cpp's Exposer runs on): prometheus-cpp 1.0's
-// Exposer only serves collectables and cannot take other handlers.
+// --health-address serves the two probes alone (localhost by default: see README's security
+// section), so the kubelet's probes never compete with the network for the metrics port.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -15,10 +16,9 @@
 
 #include "absl/status/statusor.h"
 
-class CivetServer;
-class CivetHandler;
-
 namespace topodra::metrics {
+
+class HttpServer;
 
 struct Probe {
   bool ok = true;
@@ -31,31 +31,40 @@ struct Endpoints {
   std::function<Probe()> ready;
 };
 
-// --metrics-address as civetweb's listening_ports: ":9477" (every interface), "127.0.0.1:9477",
-// "[::1]:9477". nullopt for "" and "none" (no endpoints). Errors quote the address.
-absl::StatusOr<std::optional<std::string>> ListeningPortsFor(const std::string& address);
+// What one address serves.
+enum class Serving {
+  kMetricsAndProbes,  // --metrics-address: /metrics, and the probes for compatibility
+  kProbes,            // --health-address: /healthz and /readyz only
+};
+
+// --metrics-address or --health-address (`what` names it in errors: "metrics address", "health
+// address") as a listening address: ":9477" (every interface) is "9477", "127.0.0.1:9477" and
+// "[::1]:9477" stay. nullopt for "" and "none" (nothing served). Errors quote the address.
+absl::StatusOr<std::optional<std::string>> ListeningPortsFor(
+    const std::string& address, const std::string& what = "metrics address");
 
 class MetricsServer {
  public:
-  // Listens on `listening_ports` (from ListeningPortsFor) and serves until destroyed. Fails when
-  // the address cannot be bound, saying why (in use, not this machine's, a privileged port).
-  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const std::string& listening_ports,
-                                                              Endpoints endpoints);
-  ~MetricsServer();  // in-flight requests finish first; returns in milliseconds, not seconds
+  // Listens on `listening_ports` (from ListeningPortsFor) and serves until destroyed, on one
+  // event-loop thread (see http_server.h); /metrics renders on a worker thread of its own, so a
+  // scrape never holds up a probe. Fails when the address cannot be bound, saying why (in use,
+  // not this machine's, a privileged port).
+  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
+      const std::string& listening_ports, Endpoints endpoints,
+      Serving serving = Serving::kMetricsAndProbes);
+  ~MetricsServer();  // a request being answered finishes first
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
   // The ports listened on (the one a port 0 was given).
   std::vector<int> ports() const;
+  // Connections closed to make room for newer ones (at the connection cap).
+  uint64_t evictions() const;
 
  private:
   MetricsServer() = default;
   Endpoints endpoints_;
-  // Where to connect to wake civetweb's accept loop when stopping (loopback for a wildcard).
-  std::string wake_host_;  // "127.0.0.1", "::1", ...
-  std::vector<int> wake_ports_;
-  std::vector<std::unique_ptr<CivetHandler>> handlers_;
-  std::unique_ptr<CivetServer> server_;  // last: stopped before the handlers go
+  std::unique_ptr<HttpServer> server_;  // last: stopped before the endpoints go
 };
 
 }  // namespace topodra::metrics

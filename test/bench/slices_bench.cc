@@ -89,9 +89,11 @@ double RunToPublished(const std::string& kubeconfig, const Machine& m, size_t wa
   char tmpl[] = "/tmp/topodra-slices-bench-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) return -1;
   const std::string dir = tmpl;
-  std::vector<std::string> args = {TOPODRA_BINARY, "run",        "--kubeconfig",      kubeconfig,
-                                   "--node-name",  "bench-node", "--cpu-device-mode", "individual",
-                                   "--enforce",    "none",       "--metrics-address", "none"};
+  std::vector<std::string> args = {
+      TOPODRA_BINARY,     "run",        "--kubeconfig",      kubeconfig,
+      "--node-name",      "bench-node", "--cpu-device-mode", "individual",
+      "--enforce",        "none",       "--metrics-address", "none",
+      "--health-address", "none"};
   for (const char* flag :
        {"--kubelet-root-dir", "--cdi-dir", "--state-dir", "--cgroup-root", "--hook-dir"}) {
     args.push_back(flag);

@@ -39,7 +39,7 @@ VARIANTS = {
                    "publish.gpus=none", "logging.verbosity=2", "logging.format=json"],
     "testing": ["topology.file=/etc/topo.xml", "kubeconfig=/etc/kube/config",
                 "logging.verbosity=1", "config.group-by=socket", "hostNetwork=false",
-                "privileged=true"],
+                "privileged=true", "health.port=19478", "metrics.port=19477"],
     "synthetic": ["topology.synthetic=pack:2 core:4 pu:2", "serviceAccount.create=false",
                   "serviceAccount.name=existing", "rbac.create=false",
                   "admissionPolicy.create=false", "deviceClasses.create=false"],
@@ -153,7 +153,8 @@ class ChartTest(unittest.TestCase):
                ("cpuPinning", "enforce", "nri"), ("devicePlugin", "mode", "cpu,gpu"),
                ("logging", "format", "xml"), ("publish", "topologyRefresh", "30"),
                ("publish", "reservedCpus", "0-"),
-               ("cpuPinning", "strictCpuReservation", "yes"), ("publish", "unknownKey", 1)]
+               ("cpuPinning", "strictCpuReservation", "yes"), ("publish", "unknownKey", 1),
+               ("health", "port", 0), ("health", "port", "9478"), ("health", "address", "0.0.0.0")]
         for group, key, value in bad:
             v = copy.deepcopy(self.values)
             v[group][key] = value
@@ -219,11 +220,23 @@ class ChartTest(unittest.TestCase):
             self.assertEqual(root + "/device-plugins" in mounts, dp, name)
             sock = vals["devicePlugin"]["podResourcesSocket"] or root + "/pod-resources/kubelet.sock"
             self.assertEqual(os.path.dirname(sock) in mounts, dp, name)
+            # The kubelet probes the health listener, never the metrics port the network reaches:
+            # on the host network at the node's 127.0.0.1 (where the kubelet's probe connects
+            # from), else at the pod's address.
+            ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+            self.assertEqual(ports, {"metrics": vals["metrics"]["port"], "health": vals["health"]["port"]}, name)
             for probe, path in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")]:
-                self.assertEqual(c[probe]["httpGet"]["path"], path)
-                self.assertEqual(c[probe]["httpGet"]["port"], "metrics")
-            self.assertEqual(c["ports"][0]["containerPort"], vals["metrics"]["port"])
+                get = c[probe]["httpGet"]
+                self.assertEqual(get["path"], path)
+                self.assertEqual(get["port"], "health", name)
+                if vals["hostNetwork"]:
+                    self.assertEqual(get.get("host"), "127.0.0.1", f"{name}: {probe}")
+                else:
+                    self.assertNotIn("host", get, f"{name}: {probe}")
             self.assertIn(f"--metrics-address=:{vals['metrics']['port']}", c["args"])
+            health = [a for a in c["args"] if a.startswith("--health-address=")]
+            want = ("127.0.0.1" if vals["hostNetwork"] else "") + f":{vals['health']['port']}"
+            self.assertEqual(health, ["--health-address=" + want], name)
             sc = c["securityContext"]
             self.assertEqual(sc["privileged"], vals["privileged"])
             self.assertTrue(sc["readOnlyRootFilesystem"])

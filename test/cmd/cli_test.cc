@@ -316,7 +316,8 @@ TEST(CliTest, RunOnASimulatedMachinePinsNothingByDefault) {
       " --kubeconfig " +
       dir + "/kubeconfig --kubelet-root-dir " + dir + "/kubelet --cdi-dir " + dir +
       "/cdi --state-dir " + dir + "/state --cgroup-root " + dir + "/cgroup --hook-dir " + dir +
-      "/hook --metrics-address none --reservations off 2>" + dir + "/log </dev/null";
+      "/hook --metrics-address none --health-address none --reservations off 2>" + dir +
+      "/log </dev/null";
   const int status = std::system(cmd.c_str());
   const std::string log = ReadFile(dir + "/log");
   // 124: timeout stopped it (it was still running, as it should be); the daemon said "stopped".

@@ -77,10 +77,12 @@ void Daemon::Start(const DaemonDirs& dirs, const std::vector<std::string>& extra
     args.push_back("--enforce");
     args.push_back("none");
   }
-  // Tests run many daemons at once: no endpoints on the default port unless a test asks.
-  if (!HasFlag(extra, "--metrics-address")) {
-    args.push_back("--metrics-address");
-    args.push_back("none");
+  // Tests run many daemons at once: no endpoints on the default ports unless a test asks.
+  for (const char* flag : {"--metrics-address", "--health-address"}) {
+    if (!HasFlag(extra, flag)) {
+      args.push_back(flag);
+      args.push_back("none");
+    }
   }
   // Every path the daemon writes is the test's, also where a test turns pinning on: never the
   // host's cgroups or /opt/topodra/bin.

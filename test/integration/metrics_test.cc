@@ -1,6 +1,7 @@
 // The daemon's /metrics, /healthz and /readyz over real HTTP: readiness follows the kubelet's
 // registration and the first publication, counters and gauges follow claims prepared through the
-// kubelet simulator, and Prometheus' own promtool accepts the text.
+// kubelet simulator, and Prometheus' own promtool accepts the text. --health-address serves the
+// probes alone, and neither address can be starved by idle or slow clients.
 #include <arpa/inet.h>
 #include <curl/curl.h>
 #include <gmock/gmock.h>
@@ -21,6 +22,7 @@
 #include "nlohmann/json.hpp"
 #include "test/integration/node_fixture.h"
 #include "test/testing/http_get.h"
+#include "test/testing/slow_clients.h"
 
 namespace topodra::testing {
 namespace {
@@ -200,6 +202,63 @@ TEST_F(MetricsEndpointTest, AnAddressInUseStopsTheDaemon) {
                         "daemon on this node? its /metrics and probes would answer for this "
                         "one); choose a free address, or none to serve no metrics and probes"));
   EXPECT_THAT(daemon_.Log(), ::testing::Not(HasSubstr("CivetServer")));
+}
+
+// Issue 15: idle and trickling connections made every probe of the daemon time out, and the
+// kubelet restart it. Both of its addresses keep answering probes through such an attack.
+TEST_F(MetricsEndpointTest, SlowClientsDoNotStarveTheDaemonsProbes) {
+  const int health = FreePort(), metrics = FreePort();
+  ASSERT_GT(health, 0);
+  ASSERT_GT(metrics, 0);
+  StartDaemon({"--health-address", absl::StrCat("127.0.0.1:", health), "--metrics-address",
+               absl::StrCat("127.0.0.1:", metrics)});
+  ASSERT_EQ(WaitFor(health, "/healthz", 200).code, 200) << daemon_.Log();
+  EXPECT_THAT(daemon_.Log(),
+              HasSubstr(absl::StrCat("serving /healthz and /readyz on 127.0.0.1:", health)));
+  // The health address serves the probes only; the metrics address all three.
+  EXPECT_EQ(Get(health, "/readyz").code, 503);
+  EXPECT_EQ(Get(health, "/metrics").code, 404);
+  EXPECT_EQ(Get(metrics, "/metrics").code, 200);
+  for (const int port : {health, metrics}) {
+    SlowClients attack(port, /*idle=*/64, /*trickle=*/8);
+    int answered = 0;
+    for (int i = 0; i < 25; ++i) {
+      const Response r = HttpGet(port, "/healthz", /*timeout_ms=*/2000);
+      if (r.code == 200) ++answered;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_EQ(answered, 25) << "port " << port << (port == health ? " (health)" : " (metrics)");
+  }
+  EXPECT_EQ(daemon_.Terminate(), 0);
+}
+
+TEST_F(MetricsEndpointTest, ABadHealthAddressIsAUsageError) {
+  StartDaemon({"--health-address", "localhost:9478"});
+  EXPECT_EQ(daemon_.WaitExit(), 2);
+  EXPECT_THAT(daemon_.Log(),
+              HasSubstr("topodra run: error: --health-address: health address "
+                        "\"localhost:9478\": host \"localhost\" is not an IPv4 address or [IPv6] "
+                        "address (want :port, host:port or none)"));
+}
+
+TEST_F(MetricsEndpointTest, AHealthAddressInUseStopsTheDaemon) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const std::string taken = absl::StrCat("127.0.0.1:", ntohs(a.sin_port));
+  StartDaemon({"--health-address", taken});
+  EXPECT_EQ(daemon_.WaitExit(), 1);
+  ::close(fd);
+  EXPECT_THAT(daemon_.Log(),
+              HasSubstr("--health-address: health address \"" + taken +
+                        "\": already in use: another process listens there (another topodra "
+                        "daemon on this node? its probes would answer for this one); choose a free "
+                        "address, or none to serve no separate probes"));
 }
 
 }  // namespace

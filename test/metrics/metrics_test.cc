@@ -1,5 +1,6 @@
 // The daemon's metrics: the text a scrape returns after what the services reported, the
-// --metrics-address forms, and the endpoints served over real HTTP.
+// --metrics-address and --health-address forms, and the endpoints served over real HTTP, also
+// while hostile clients hold connections open.
 #include "driver/metrics/metrics.h"
 #include "test/testing/http_get.h"
 
@@ -7,9 +8,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "driver/metrics/metrics_server.h"
+#include "test/testing/slow_clients.h"
 
 namespace topodra::metrics {
 namespace {
@@ -256,6 +260,89 @@ TEST(MetricsServerTest, AnAddressOfAnotherMachineIsAnError) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().message(),
             "metrics address \"192.0.2.1:9477\": not an address of this machine");
+}
+
+// The attack of issue 15: connections that never send a request and connections that send one
+// byte a second, kept open (re-opened when closed) while the kubelet probes. Every probe must be
+// answered within the kubelet's kind of timeout; with civetweb's 2 threads and 10 s request
+// timeout none was.
+void ExpectProbesSurviveSlowClients(int port) {
+  ::topodra::testing::SlowClients attack(port, /*idle=*/64, /*trickle=*/8);
+  int answered = 0;
+  std::string failures;
+  for (int i = 0; i < 25; ++i) {
+    const Response r = ::topodra::testing::HttpGet(port, "/healthz", /*timeout_ms=*/2000);
+    if (r.code == 200 && r.body == "ok\n") {
+      ++answered;
+    } else {
+      failures += " probe " + std::to_string(i) + ": code " + std::to_string(r.code) + ";";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(answered, 25) << "unanswered:" << failures;
+}
+
+Endpoints AlwaysWell() {
+  Endpoints e;
+  e.metrics = [] { return std::string("topodra_x 1\n"); };
+  e.health = e.ready = [] { return Probe{}; };
+  return e;
+}
+
+TEST(MetricsServerTest, SlowClientsDoNotStarveProbesOnTheMetricsPort) {
+  absl::StatusOr<std::unique_ptr<MetricsServer>> s =
+      MetricsServer::Start("127.0.0.1:0", AlwaysWell());
+  ASSERT_TRUE(s.ok()) << s.status();
+  ExpectProbesSurviveSlowClients((*s)->ports()[0]);
+}
+
+TEST(MetricsServerTest, SlowClientsDoNotStarveProbesOnTheHealthPort) {
+  absl::StatusOr<std::unique_ptr<MetricsServer>> s =
+      MetricsServer::Start("127.0.0.1:0", AlwaysWell(), Serving::kProbes);
+  ASSERT_TRUE(s.ok()) << s.status();
+  ExpectProbesSurviveSlowClients((*s)->ports()[0]);
+}
+
+TEST(MetricsServerTest, TheHealthAddressServesOnlyTheProbes) {
+  Endpoints e = AlwaysWell();
+  e.ready = [] { return Probe{false, "driver dra.cpu: not registered with the kubelet"}; };
+  absl::StatusOr<std::unique_ptr<MetricsServer>> s =
+      MetricsServer::Start("127.0.0.1:0", e, Serving::kProbes);
+  ASSERT_TRUE(s.ok()) << s.status();
+  const int port = (*s)->ports()[0];
+  EXPECT_EQ(Get(port, "/healthz").code, 200);
+  const Response r = Get(port, "/readyz");
+  EXPECT_EQ(r.code, 503);
+  EXPECT_EQ(r.body, "driver dra.cpu: not registered with the kubelet\n");
+  const Response m = Get(port, "/metrics");
+  EXPECT_EQ(m.code, 404);
+  EXPECT_EQ(m.body, "no /metrics here\n");
+}
+
+TEST(MetricsServerTest, AHealthAddressInUseIsAnErrorNamingIt) {
+  absl::StatusOr<std::unique_ptr<MetricsServer>> first =
+      MetricsServer::Start("127.0.0.1:0", AlwaysWell(), Serving::kProbes);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string taken = "127.0.0.1:" + std::to_string((*first)->ports()[0]);
+  absl::StatusOr<std::unique_ptr<MetricsServer>> second =
+      MetricsServer::Start(taken, AlwaysWell(), Serving::kProbes);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(second.status().message(),
+            "health address \"" + taken +
+                "\": already in use: another process listens there (another topodra daemon on "
+                "this node? its probes would answer for this one); choose a free address, or none "
+                "to serve no separate probes");
+}
+
+TEST(ListeningPortsForTest, TheHealthAddressIsNamedInItsErrors) {
+  absl::StatusOr<std::optional<std::string>> got =
+      ListeningPortsFor("localhost:9478", "health address");
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(
+      got.status().message(),
+      "health address \"localhost:9478\": host \"localhost\" is not an IPv4 address or [IPv6] "
+      "address (want :port, host:port or none)");
 }
 
 }  // namespace

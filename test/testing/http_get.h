@@ -1,4 +1,5 @@
-// A plain HTTP GET on 127.0.0.1 for tests of the daemon's HTTP endpoints (libcurl, 10 s).
+// A plain HTTP GET on 127.0.0.1 for tests of the daemon's HTTP endpoints (libcurl, 10 s unless
+// told).
 #pragma once
 
 #include <curl/curl.h>
@@ -18,14 +19,14 @@ inline size_t AppendHttpBody(char* data, size_t size, size_t n, void* out) {
   return size * n;
 }
 
-inline HttpResponse HttpGet(int port, const std::string& path) {
+inline HttpResponse HttpGet(int port, const std::string& path, long timeout_ms = 10000) {
   HttpResponse r;
   CURL* curl = curl_easy_init();
   const std::string url = "http://127.0.0.1:" + std::to_string(port) + path;
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, AppendHttpBody);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &r.body);
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT, 10L);
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
   if (curl_easy_perform(curl) == CURLE_OK) {
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &r.code);
     char* ct = nullptr;

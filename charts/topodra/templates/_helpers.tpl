@@ -75,6 +75,11 @@ daemon's default applies. --node-name comes from the downward API.
 - -vv
 {{- end }}
 - --metrics-address=:{{ .Values.metrics.port }}
+{{- if .Values.hostNetwork }}
+- --health-address=127.0.0.1:{{ .Values.health.port }}
+{{- else }}
+- --health-address=:{{ .Values.health.port }}
+{{- end }}
 {{- with .Values.topology.file }}
 - --topology-file={{ . }}
 {{- end }}
