@@ -296,6 +296,10 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   sigaddset(&signals, SIGINT);
   // From the uevent thread: a device changed, rediscover now.
   sigaddset(&signals, SIGUSR1);
+  // Their default is to end the process at once, sockets left behind: an operator's SIGHUP
+  // ("reload") or a stray SIGUSR2 is logged and changes nothing.
+  sigaddset(&signals, SIGHUP);
+  sigaddset(&signals, SIGUSR2);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   // A peer closing a connection must be an error on that call, not the end of the daemon.
   signal(SIGPIPE, SIG_IGN);
@@ -754,6 +758,12 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
     if (sig == SIGTERM || sig == SIGINT) {
       spdlog::info("received {}, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
       break;
+    }
+    if (sig == SIGHUP || sig == SIGUSR2) {
+      // Logs go to stderr (the container runtime's log file): there is nothing to reopen.
+      spdlog::info("received {}: nothing to reload, still running (SIGTERM stops topodra)",
+                   sig == SIGHUP ? "SIGHUP" : "SIGUSR2");
+      continue;
     }
     if (sig == SIGUSR1) {
       // Coalesce: more wake-ups that came meanwhile are covered by this rediscovery.
