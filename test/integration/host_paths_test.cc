@@ -171,7 +171,8 @@ TEST_F(HostPathsTest, AWorldWritableHookIsRefused) {
   EXPECT_EQ(Slurp(hook), "#!/bin/sh\necho replaced\n");
 }
 
-// SIGHUP's default would end the daemon at once, its sockets left for the kubelet to dial.
+// SIGHUP's (and SIGUSR2's) default would end the daemon at once, its sockets left for the
+// kubelet to dial.
 TEST_F(HostPathsTest, SighupIsLoggedAndChangesNothingThenSigtermStopsCleanly) {
   Daemon d;
   Start(d);
@@ -183,6 +184,9 @@ TEST_F(HostPathsTest, SighupIsLoggedAndChangesNothingThenSigtermStopsCleanly) {
       << d.Log();
   EXPECT_THAT(d.Log(), HasSubstr("received SIGHUP: nothing to reload, still running (SIGTERM stops "
                                  "topodra)"));
+  ASSERT_EQ(::kill(d.pid(), SIGUSR2), 0);
+  ASSERT_TRUE(Eventually([&] { return d.Log().find("received SIGUSR2") != std::string::npos; }))
+      << d.Log();
   int status = 0;
   EXPECT_EQ(::waitpid(d.pid(), &status, WNOHANG), 0) << "the daemon ended: " << status;
   EXPECT_TRUE(Connects(dra));
