@@ -40,6 +40,36 @@ std::string Read(const std::string& path, bool* ok) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
+// A record the daemon and this hook own: never through a link (root would read or overwrite
+// what it points to), never blocking on a FIFO, only a regular file.
+int OpenRecord(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+  if (fd < 0) return -1;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    errno = EINVAL;
+    return -1;
+  }
+  return fd;
+}
+
+std::string ReadRecord(const std::string& path, bool* ok) {
+  *ok = false;
+  const int fd = OpenRecord(path, O_RDONLY);
+  if (fd < 0) return "";
+  std::string text;
+  char buf[4096];
+  ssize_t n = 0;
+  // Records are a few hundred bytes; a bigger one is not ours.
+  while (text.size() < (64 << 10) && (n = ::read(fd, buf, sizeof(buf))) > 0) {
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  *ok = n == 0;
+  return text;
+}
+
 bool IsDir(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
@@ -60,11 +90,12 @@ void WriteRecord(const std::string& dir, const std::string& name, const std::str
   ::mkdir(dir.c_str(), 0700);
   const std::string tmp = dir + "/." + name + ".tmp";
   const std::string path = dir + "/" + name;
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) Fail("write " + tmp + ": " + std::strerror(errno));
+  const int fd = OpenRecord(tmp, O_WRONLY | O_CREAT | O_TRUNC);
+  if (fd < 0) Fail("open " + tmp + ": " + std::strerror(errno));
+  const ssize_t n = ::write(fd, text.data(), text.size());
+  const int err = errno;
+  if (::close(fd) != 0 || n != static_cast<ssize_t>(text.size())) {
+    Fail("write " + tmp + ": " + std::strerror(err));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     Fail("rename " + tmp + ": " + std::strerror(errno));
@@ -143,7 +174,7 @@ int main(int argc, char** argv) {
         if (name.rfind(prefix, 0) != 0) continue;
         bool read_ok = false;
         const nlohmann::json r =
-            nlohmann::json::parse(Read(records + "/" + name, &read_ok), nullptr, false);
+            nlohmann::json::parse(ReadRecord(records + "/" + name, &read_ok), nullptr, false);
         if (!r.is_object() || !r.contains("cpus") || !r["cpus"].is_string()) continue;
         if (auto more = hook::ParseList(r["cpus"].get<std::string>())) {
           want.insert(more->begin(), more->end());

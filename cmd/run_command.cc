@@ -25,6 +25,7 @@
 #include "cmd/enforcement.h"
 #include "cmd/logging.h"
 #include "common/file_io.h"
+#include "common/host_paths.h"
 #include "common/uevent.h"
 #include "driver/cgroup/cgroupfs.h"
 #include "driver/cgroup/pinning.h"
@@ -148,7 +149,11 @@ absl::StatusOr<std::string> InstallHook(const std::string& dir) {
   std::string from = std::string(self);
   from = from.substr(0, from.rfind('/')) + "/topodra-cpuset-hook";
   const std::string to = dir + "/topodra-cpuset-hook";
-  absl::StatusOr<std::string> want = files::ReadFileBounded(from, 64 << 20);
+  // Runtimes run it as root: one another user could write may already be theirs.
+  if (absl::Status st = files::CheckOwnedFile("the CPU pinning hook", to, ::geteuid()); !st.ok()) {
+    return st;
+  }
+  absl::StatusOr<std::string> want = files::ReadFileBounded(from, 64 << 20, files::Links::kFollow);
   if (!want.ok()) {
     return absl::Status(want.status().code(),
                         absl::StrCat("the CPU pinning hook: ", want.status().message()));
@@ -167,7 +172,7 @@ absl::StatusOr<std::string> InstallHook(const std::string& dir) {
 // cpuManagerPolicy static would pin containers by itself and fight the reconciler.
 void WarnAboutCpuManager(const std::string& kubelet_root) {
   absl::StatusOr<std::string> text =
-      files::ReadFileBounded(kubelet_root + "/cpu_manager_state", 1 << 20);
+      files::ReadFileBounded(kubelet_root + "/cpu_manager_state", 1 << 20, files::Links::kFollow);
   if (!text.ok()) return;
   const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_object() && j.contains("policyName") && j["policyName"].is_string() &&
@@ -205,6 +210,31 @@ std::vector<publish::ReservedDevices> ToPublish(const std::vector<reservation::H
   std::vector<publish::ReservedDevices> out;
   for (const reservation::Held& h : held) out.push_back({h.name, h.cpus, h.gpus, h.since});
   return out;
+}
+
+// Every directory the daemon writes (or puts its sockets in), created where missing and refused
+// when another user could swap what is in it.
+absl::Status PrepareOwnedDirectories(const RunCommand& cmd, const publish::PublishOptions& opts,
+                                     bool pinning) {
+  const std::string plugins = absl::StrCat(cmd.kubelet_root_dir, "/plugins/");
+  std::vector<files::OwnedDirectory> dirs = {
+      {"state directory", cmd.state_dir, 0700},
+      {"CDI directory", cmd.cdi_dir, 0755},
+      {"kubelet plugin directory", plugins + opts.cpu_driver, 0750},
+      {"kubelet plugin directory", plugins + opts.gpu_driver, 0750, /*create=*/false},
+      {"kubelet plugin registration directory", cmd.kubelet_root_dir + "/plugins_registry", 0755},
+  };
+  if (pinning) {
+    dirs.push_back({"hook directory", cmd.hook_dir, 0755});
+    dirs.push_back({"pinning records directory", cmd.state_dir + "/containers", 0700});
+  }
+  if (cmd.device_plugin != "none") {
+    dirs.push_back({"device plugin directory", cmd.kubelet_root_dir + "/device-plugins", 0750});
+  }
+  for (const files::OwnedDirectory& d : dirs) {
+    if (absl::Status st = files::PrepareOwnedDirectory(d, ::geteuid()); !st.ok()) return st;
+  }
+  return absl::OkStatus();
 }
 
 struct DriverRuntime {
@@ -272,6 +302,10 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   sigaddset(&signals, SIGINT);
   // From the uevent thread: a device changed, rediscover now.
   sigaddset(&signals, SIGUSR1);
+  // Their default is to end the process at once, sockets left behind: an operator's SIGHUP
+  // ("reload") or a stray SIGUSR2 is logged and changes nothing.
+  sigaddset(&signals, SIGHUP);
+  sigaddset(&signals, SIGUSR2);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   // A peer closing a connection must be an error on that call, not the end of the daemon.
   signal(SIGPIPE, SIG_IGN);
@@ -286,6 +320,11 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
                cluster->server);
   if (!enforcement->note.empty()) spdlog::info("{}", enforcement->note);
 
+  if (absl::Status st = PrepareOwnedDirectories(cmd, *opts, enforcement->mode == "cgroup");
+      !st.ok()) {
+    spdlog::critical("refusing to start: {}", std::string(st.message()));
+    return kExitFailure;
+  }
   // One instance per node: the state and the kubelet sockets are not to be shared.
   std::vector<std::unique_ptr<plugin::InstanceLock>> locks;
   for (const std::string& path :
@@ -740,6 +779,12 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
     if (sig == SIGTERM || sig == SIGINT) {
       spdlog::info("received {}, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
       break;
+    }
+    if (sig == SIGHUP || sig == SIGUSR2) {
+      // Logs go to stderr (the container runtime's log file): there is nothing to reopen.
+      spdlog::info("received {}: nothing to reload, still running (SIGTERM stops topodra)",
+                   sig == SIGHUP ? "SIGHUP" : "SIGUSR2");
+      continue;
     }
     if (sig == SIGUSR1) {
       // Coalesce: more wake-ups that came meanwhile are covered by this rediscovery.

@@ -25,6 +25,7 @@ class Fd {
     if (fd_ >= 0) ::close(fd_);
   }
   int get() const { return fd_; }
+  void Release() { fd_ = -1; }
   // A close error on a written file can be the first sign the data did not reach the disk.
   int Close() {
     const int rc = ::close(fd_);
@@ -65,7 +66,10 @@ absl::Status MakeDirectories(const std::string& dir, mode_t dir_mode) {
   for (size_t pos = 1; pos <= dir.size(); ++pos) {
     if (pos != dir.size() && dir[pos] != '/') continue;
     const std::string prefix = dir.substr(0, pos);
-    if (::mkdir(prefix.c_str(), dir_mode) != 0 && errno != EEXIST) {
+    if (::mkdir(prefix.c_str(), dir_mode) == 0) {
+      // The umask may have taken bits off; a mode wider than asked is never the result.
+      if (::chmod(prefix.c_str(), dir_mode) != 0) return ErrnoStatus(errno, "chmod", prefix);
+    } else if (errno != EEXIST) {
       return ErrnoStatus(errno, "create directory", prefix);
     }
   }
@@ -94,7 +98,7 @@ absl::Status WriteFileAtomically(const std::string& dir, const std::string& file
   int raw_fd = -1;
   for (int attempt = 0; attempt < 100 && raw_fd < 0; ++attempt) {
     temp = absl::StrCat(dir, "/", TempName(file_name));
-    raw_fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, file_mode);
+    raw_fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, file_mode);
     if (raw_fd < 0 && errno != EEXIST) return ErrnoStatus(errno, "create", temp);
   }
   if (raw_fd < 0) return ErrnoStatus(EEXIST, "create", temp);
@@ -151,14 +155,64 @@ absl::StatusOr<std::vector<DirEntry>> ListDirectory(const std::string& dir) {
   return out;
 }
 
-absl::StatusOr<std::string> ReadFileBounded(const std::string& path, size_t max_bytes) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return ErrnoStatus(errno, "open", path);
+std::string FileTypeName(mode_t mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG:
+      return "regular file";
+    case S_IFDIR:
+      return "directory";
+    case S_IFLNK:
+      return "symbolic link";
+    case S_IFIFO:
+      return "FIFO";
+    case S_IFSOCK:
+      return "socket";
+    case S_IFCHR:
+      return "character device";
+    case S_IFBLK:
+      return "block device";
+    default:
+      return "file of unknown type";
+  }
+}
+
+absl::StatusOr<int> OpenRegularFile(const std::string& path, int flags, mode_t mode, Links links) {
+  const int nofollow = links == Links::kRefuse ? O_NOFOLLOW : 0;
+  const int raw = ::open(path.c_str(), flags | nofollow | O_NONBLOCK | O_CLOEXEC, mode);
+  auto not_regular = [&path](mode_t type) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("\"", path, "\" is a ", FileTypeName(type),
+                     type == S_IFLNK ? ": topodra does not open its own files through links"
+                                     : ", not a regular file"));
+  };
+  if (raw < 0) {
+    const int err = errno;
+    // ELOOP: the link O_NOFOLLOW refused; ENXIO: a FIFO without a reader; EISDIR: a directory.
+    struct stat st;
+    if ((err == ELOOP || err == ENXIO || err == EISDIR) && ::lstat(path.c_str(), &st) == 0 &&
+        !S_ISREG(st.st_mode)) {
+      return not_regular(st.st_mode & S_IFMT);
+    }
+    return ErrnoStatus(err, "open", path);
+  }
+  Fd fd(raw);
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "stat", path);
-  if (!S_ISREG(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat("\"", path, "\" is not a regular file"));
+  if (!S_ISREG(st.st_mode)) return not_regular(st.st_mode & S_IFMT);
+  const int fl = ::fcntl(fd.get(), F_GETFL);
+  if (fl < 0 || ::fcntl(fd.get(), F_SETFL, fl & ~O_NONBLOCK) != 0) {
+    return ErrnoStatus(errno, "fcntl", path);
   }
+  const int out = fd.get();
+  fd.Release();
+  return out;
+}
+
+absl::StatusOr<std::string> ReadFileBounded(const std::string& path, size_t max_bytes,
+                                            Links links) {
+  absl::StatusOr<int> raw = OpenRegularFile(path, O_RDONLY, 0, links);
+  if (!raw.ok()) return raw.status();
+  Fd fd(*raw);
   std::string text;
   char buffer[64 * 1024];
   while (text.size() <= max_bytes) {

@@ -18,7 +18,7 @@ namespace topodra::files {
 // the errno text without strerror's shared buffer: `<op> "<path>": <text>`.
 absl::Status ErrnoStatus(int err, absl::string_view op, const std::string& path);
 
-// mkdir -p; what it creates gets dir_mode.
+// mkdir -p; what it creates gets exactly dir_mode, whatever the umask.
 absl::Status MakeDirectories(const std::string& dir, mode_t dir_mode);
 
 // A rename or unlink survives a crash only once the directory itself is on disk.
@@ -45,8 +45,28 @@ struct DirEntry {
 };
 absl::StatusOr<std::vector<DirEntry>> ListDirectory(const std::string& dir);
 
+// "FIFO", "directory", "symbolic link"...: the type bits of an st_mode, for messages.
+std::string FileTypeName(mode_t mode);
+
+// Whether an open goes through a symbolic link in the last component of the path.
+// kRefuse for every file the daemon owns (lock, journal, checkpoint, CDI specs, hook records,
+// the installed hook): another user able to plant a link there would make root read, truncate
+// or overwrite the file it points to. kFollow for host files it only reads (cgroupfs, the
+// kubelet's files, its own binaries).
+enum class Links { kRefuse, kFollow };
+
+// open(2) of a regular file, never blocking: O_CLOEXEC, O_NONBLOCK while opening (cleared
+// after) so a FIFO or device put in the file's place fails at once instead of hanging, and
+// O_NOFOLLOW unless `links` says otherwise. A link, a FIFO or anything not a regular file is
+// FailedPrecondition naming the path and its type; other errors as ErrnoStatus (ENOENT is
+// NotFound). The caller closes the descriptor.
+absl::StatusOr<int> OpenRegularFile(const std::string& path, int flags, mode_t mode = 0,
+                                    Links links = Links::kRefuse);
+
 // The content of a regular file, at most max_bytes + 1 bytes so the caller can report an
-// oversized file. A missing file is NotFound.
-absl::StatusOr<std::string> ReadFileBounded(const std::string& path, size_t max_bytes);
+// oversized file. A missing file is NotFound; a link (unless followed) or a non-regular file is
+// FailedPrecondition, found without blocking (see OpenRegularFile).
+absl::StatusOr<std::string> ReadFileBounded(const std::string& path, size_t max_bytes,
+                                            Links links = Links::kRefuse);
 
 }  // namespace topodra::files

@@ -103,7 +103,8 @@ class RealCgroupFs : public CgroupFs {
   absl::Status Walk(const std::string& relative, std::vector<Observed>& out) {
     if (std::optional<Node> node = Classify(relative)) {
       const std::string file = absl::StrCat(h_.root, "/", relative, "/cpuset.cpus");
-      absl::StatusOr<std::string> text = files::ReadFileBounded(file, kMaxCpusFileBytes);
+      absl::StatusOr<std::string> text =
+          files::ReadFileBounded(file, kMaxCpusFileBytes, files::Links::kFollow);
       if (absl::IsNotFound(text.status())) {
         // The cgroup went away (ENOENT, or ENODEV on a removed cgroup's file), or on v2 its
         // cpuset controller is not enabled: either way there is nothing to set. Its children
@@ -161,7 +162,7 @@ absl::StatusOr<Hierarchy> FindHierarchy(const std::string& cgroup_root) {
   const std::string root = Normalized(cgroup_root);
   const std::string controllers_file = root + "/cgroup.controllers";
   absl::StatusOr<std::string> controllers =
-      files::ReadFileBounded(controllers_file, kMaxControllersFileBytes);
+      files::ReadFileBounded(controllers_file, kMaxControllersFileBytes, files::Links::kFollow);
   if (controllers.ok() && ListsCpuset(*controllers, " \n")) {
     return Hierarchy{Version::kV2, root};
   }

@@ -19,8 +19,12 @@ absl::StatusOr<std::unique_ptr<InstanceLock>> InstanceLock::Acquire(const std::s
   if (slash != std::string::npos && slash > 0) {
     if (absl::Status st = files::MakeDirectories(path.substr(0, slash), 0700); !st.ok()) return st;
   }
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return files::ErrnoStatus(errno, "open lock file", path);
+  absl::StatusOr<int> opened = files::OpenRegularFile(path, O_RDWR | O_CREAT, 0600);
+  if (!opened.ok()) {
+    return absl::Status(opened.status().code(),
+                        absl::StrCat("lock file: ", opened.status().message()));
+  }
+  const int fd = *opened;
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     std::string holder;

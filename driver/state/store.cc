@@ -202,8 +202,9 @@ absl::StatusOr<StateStore::Opened> StateStore::Open(const std::string& path) {
   const int64_t records = replayed.records;
   const size_t good_end = replayed.good_end;
 
-  const int fd = ::open(journal.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoStatus(errno, "open journal", journal);
+  absl::StatusOr<int> opened = files::OpenRegularFile(journal, O_WRONLY | O_CREAT | O_APPEND, 0600);
+  if (!opened.ok()) return opened.status();
+  const int fd = *opened;
   if (out.dropped_torn) {
     if (::ftruncate(fd, static_cast<off_t>(good_end)) != 0 || ::fdatasync(fd) != 0) {
       const int err = errno;

@@ -194,7 +194,7 @@ TEST_F(SpecStoreTest, ReadRejectsBadFiles) {
             "CDI spec \"" + dir_ + "/invalid.json\": devices: a spec needs at least one device");
   fs::create_directory(dir_ + "/dir.json");
   EXPECT_EQ(store.Read("dir.json").status().message(),
-            "\"" + dir_ + "/dir.json\" is not a regular file");
+            "\"" + dir_ + "/dir.json\" is a directory, not a regular file");
 }
 
 TEST_F(SpecStoreTest, BadDirectory) {

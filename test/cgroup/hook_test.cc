@@ -149,6 +149,24 @@ TEST(HookBinaryRealHostTest, PinsARealProcessAndWidensItsParents) {
   EXPECT_TRUE(CPU_ISSET(second, &mask));
   EXPECT_THAT(Slurp(records + "/abc123_uid-1.json"),
               ::testing::HasSubstr("\"cpus\":\"" + std::to_string(second) + "\""));
+
+  // A link in place of the record's temporary file: the hook (root) must not write through it.
+  const std::string victim = records + "/victim";
+  std::ofstream(victim) << "a root-owned file\n";
+  ASSERT_EQ(::symlink(victim.c_str(), (records + "/.abc123_uid-2.json.tmp").c_str()), 0);
+  const std::string linked = std::string(TOPODRA_HOOK_BINARY) + " --cpus " +
+                             std::to_string(second) + " --claim uid-2 --records " + records +
+                             " --cgroup-root /sys/fs/cgroup 2>" + records + "/stderr";
+  p = ::popen(linked.c_str(), "w");
+  ASSERT_NE(p, nullptr);
+  std::fputs(state.c_str(), p);
+  EXPECT_EQ(WEXITSTATUS(::pclose(p)), 1) << linked;
+  EXPECT_EQ(Slurp(victim), "a root-owned file\n");
+  EXPECT_THAT(Slurp(records + "/stderr"),
+              ::testing::HasSubstr("open " + records +
+                                   "/.abc123_uid-2.json.tmp: Too many levels "
+                                   "of symbolic links"));
+  EXPECT_FALSE(fs::exists(records + "/abc123_uid-2.json"));
 }
 
 TEST(HookBinaryTest, BadInputFailsWithAMessage) {
