@@ -9,6 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -519,6 +520,37 @@ TEST_F(DraPluginTest, CorruptStateStopsTheDaemonWithTheFileNamed) {
   EXPECT_EQ(daemon_.WaitExit(), 1);
   EXPECT_THAT(daemon_.Log(), HasSubstr(dirs_.state + "/checkpoint.json"));
   EXPECT_THAT(daemon_.Log(), HasSubstr("move it aside"));
+}
+
+// The last record complete but damaged (a flipped byte, not a crash mid-append): the claim it
+// prepared may be running, so the daemon refuses to start instead of dropping the record and,
+// with it, the claim's CDI file and CPUs.
+TEST_F(DraPluginTest, DamagedCompleteLastJournalRecordStopsTheDaemonAndKeepsTheCdiFile) {
+  StartNode();
+  PrepareClaim a = CpuClaim("first", "cpudevnuma000", "2");
+  PrepareClaim b = CpuClaim("last", "cpudevnuma000", "2");
+  ASSERT_EQ(PrepareOne(a).error, "");
+  ASSERT_EQ(PrepareOne(b).error, "");
+  sim_.reset();
+  ASSERT_EQ(daemon_.Terminate(), 0);
+  const std::string journal = dirs_.state + "/checkpoint.json.journal";
+  std::string text = ReadFile(journal);
+  ASSERT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;
+  ASSERT_EQ(text.back(), '\n');
+  const size_t at = text.find("\"cpus\"", text.find('\n'));
+  ASSERT_NE(at, std::string::npos);
+  text[at + 1] = 'C';  // "Cpus": still JSON, wrong checksum
+  std::ofstream(journal, std::ios::binary | std::ios::trunc) << text;
+  const std::string cdi_b = ReadFile(CdiPath(b.uid));
+  ASSERT_FALSE(cdi_b.empty());
+
+  StartDaemon();
+  EXPECT_EQ(daemon_.WaitExit(), 1);
+  EXPECT_THAT(daemon_.Log(), HasSubstr(absl::StrCat("journal \"", journal, "\": line 2 (byte ")));
+  EXPECT_THAT(daemon_.Log(), HasSubstr("record checksum mismatch"));
+  EXPECT_THAT(daemon_.Log(), HasSubstr("restore a good copy"));
+  EXPECT_EQ(ReadFile(CdiPath(b.uid)), cdi_b);
+  EXPECT_EQ(ReadFile(journal), text);
 }
 
 TEST_F(DraPluginTest, CdiFilesAreAcceptedByTheCdiGoLibrary) {
