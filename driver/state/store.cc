@@ -11,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/file_io.h"
 #include "common/json_parse.h"
 
@@ -105,6 +106,16 @@ absl::Status StateStore::Replay(absl::string_view content, const std::string& jo
       return absl::DataLossError(absl::StrCat(where, "repeats sequence number ", record_seq,
                                               WhatToDo(absl::StatusCode::kDataLoss)));
     }
+    if (record_seq > snapshot_seq + 1 && out->applied == 0) {
+      // Compaction writes the snapshot before it empties the journal, so a journal that starts
+      // later than the snapshot ends lost the records in between with the snapshot they went to.
+      return absl::DataLossError(
+          absl::StrCat(where, "sequence number ", record_seq, " but the snapshot \"",
+                       absl::StripSuffix(journal, ".journal"), "\" ",
+                       snapshot_seq == 0 ? "is missing or empty"
+                                         : absl::StrCat("ends at sequence number ", snapshot_seq),
+                       ": the records before it are lost", WhatToDo(absl::StatusCode::kDataLoss)));
+    }
     if (record_seq > snapshot_seq) {
       out->seq = record_seq;
       if (absl::Status applied = Apply(*body, state); !applied.ok()) {
@@ -186,6 +197,9 @@ absl::StatusOr<StateStore::Opened> StateStore::Open(const std::string& path) {
   absl::StatusOr<State> state = snapshot.Load(&snapshot_seq);
   if (!state.ok()) return state.status();
 
+  struct stat snapshot_stat;
+  const bool snapshot_found = ::lstat(path.c_str(), &snapshot_stat) == 0;
+
   Opened out;
   out.loaded = *std::move(state);
   absl::StatusOr<std::string> text = files::ReadFileBounded(journal, kMaxCheckpointBytes);
@@ -194,6 +208,14 @@ absl::StatusOr<StateStore::Opened> StateStore::Open(const std::string& path) {
     content = *std::move(text);
   } else if (!absl::IsNotFound(text.status())) {
     return text.status();
+  } else if (snapshot_seq > 0) {
+    // Open creates the journal and nothing ever removes it: whatever was recorded after the
+    // snapshot went with it.
+    return absl::DataLossError(absl::StrCat(
+        "journal \"", journal, "\" is missing, but the snapshot \"", path,
+        "\" says one existed (it covers records up to sequence number ", snapshot_seq,
+        "), so the changes recorded after it are lost; restore the journal with the snapshot",
+        WhatToDo(absl::StatusCode::kDataLoss)));
   }
   Replayed replayed;
   if (absl::Status st = Replay(content, journal, snapshot_seq, &out.loaded, &replayed); !st.ok()) {
@@ -201,6 +223,7 @@ absl::StatusOr<StateStore::Opened> StateStore::Open(const std::string& path) {
   }
   out.replayed = replayed.applied;
   out.dropped_torn = replayed.dropped_torn;
+  out.nothing_recorded = !snapshot_found && replayed.records == 0;
   const uint64_t seq = replayed.seq;
   const int64_t records = replayed.records;
   const size_t good_end = replayed.good_end;

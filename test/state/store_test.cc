@@ -217,6 +217,81 @@ TEST_F(StoreTest, OnlyAnIncompleteLastLineIsATornWrite) {
   }
 }
 
+TEST_F(StoreTest, NothingRecordedOnlyWhenNoSnapshotAndNoJournalRecord) {
+  EXPECT_TRUE(OpenOk().nothing_recorded) << "a new node";
+  EXPECT_TRUE(OpenOk().nothing_recorded) << "an empty journal records nothing";
+  {
+    StateStore::Opened o = OpenOk();
+    ASSERT_TRUE(o.store->Put(Claim("a", "0")).ok());
+    ASSERT_TRUE(o.store->Remove(DraOwner("dra.cpu", "a")).ok());
+  }
+  EXPECT_FALSE(OpenOk().nothing_recorded) << "records, even of an empty state";
+  {
+    StateStore::Opened o = OpenOk();
+    ASSERT_TRUE(o.store->Compact(State{}).ok());
+  }
+  StateStore::Opened o = OpenOk();
+  EXPECT_FALSE(o.nothing_recorded) << "a snapshot, even of an empty state";
+  EXPECT_TRUE(o.loaded.Empty());
+}
+
+// A snapshot or journal removed by hand is not an empty state: whatever it held would be lost
+// without a word.
+TEST_F(StoreTest, LostSnapshotOrJournalIsCorruption) {
+  State two;
+  ASSERT_TRUE(two.Add(Claim("a", "0")).ok());
+  ASSERT_TRUE(two.Add(Claim("b", "1")).ok());
+  {
+    StateStore::Opened o = OpenOk();
+    ASSERT_TRUE(o.store->Put(Claim("a", "0")).ok());
+    ASSERT_TRUE(o.store->Put(Claim("b", "1")).ok());
+    ASSERT_TRUE(o.store->Compact(two).ok());
+    ASSERT_TRUE(o.store->Put(Claim("c", "2")).ok());
+  }
+  const std::string journal = path_ + ".journal";
+  const std::string snapshot = ReadFile(path_);
+  const std::string records = ReadFile(journal);
+
+  std::filesystem::remove(path_);
+  absl::StatusOr<StateStore::Opened> o = StateStore::Open(path_);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(o.status().message()),
+              testing::HasSubstr(absl::StrCat("journal \"", journal,
+                                              "\": line 1 (byte 0): sequence number 3 but the "
+                                              "snapshot \"",
+                                              path_, "\" is missing or empty")));
+  EXPECT_EQ(StateStore::Peek(path_).status(), o.status());
+
+  // An older snapshot is as bad as none.
+  State one;
+  ASSERT_TRUE(one.Add(Claim("a", "0")).ok());
+  ASSERT_TRUE(Checkpoint(path_).Save(one, 1, true).ok());
+  o = StateStore::Open(path_);
+  ASSERT_FALSE(o.ok());
+  EXPECT_THAT(std::string(o.status().message()),
+              testing::HasSubstr("sequence number 3 but the snapshot \"" + path_ +
+                                 "\" ends at sequence number 1"));
+
+  WriteFile(path_, snapshot);
+  std::filesystem::remove(journal);
+  o = StateStore::Open(path_);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(o.status().message()),
+              testing::HasSubstr(absl::StrCat("journal \"", journal,
+                                              "\" is missing, but the "
+                                              "snapshot \"",
+                                              path_, "\" says one existed")));
+  EXPECT_THAT(std::string(o.status().message()), testing::HasSubstr("restore a good copy"));
+  EXPECT_FALSE(std::filesystem::exists(journal)) << "nothing created on the way out";
+
+  WriteFile(journal, records);
+  StateStore::Opened back = OpenOk();
+  EXPECT_EQ(back.loaded.HeldCpus().ToString(), "0-2");
+  EXPECT_FALSE(back.nothing_recorded);
+}
+
 TEST_F(StoreTest, CompactionKeepsStateAndEmptiesJournal) {
   State state;
   {
