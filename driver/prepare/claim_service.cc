@@ -154,11 +154,16 @@ absl::StatusOr<ReconciledCdi> ReconcileCdiFiles(
     ++out.removed;
   }
   if (!unmarked.empty()) {
+    constexpr size_t kNamed = 10;
+    std::string named =
+        absl::StrJoin(unmarked.begin(), unmarked.begin() + std::min(unmarked.size(), kNamed), ", ");
+    if (unmarked.size() > kNamed)
+      absl::StrAppend(&named, " and ", unmarked.size() - kNamed, " more");
     spdlog::warn(
         "{}: left {} CDI spec(s) in {} alone: written by a topodra without instance markers for "
         "nothing this state holds, so possibly another instance's ({}); remove them by hand if "
         "no other topodra shares that directory",
-        label, unmarked.size(), store.dir(), absl::StrJoin(unmarked, ", "));
+        label, unmarked.size(), store.dir(), named);
   }
   return out;
 }
