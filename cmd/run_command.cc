@@ -342,6 +342,7 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   // CDI directory leave them alone, and a wiped state directory still knows them.
   const std::string cdi_marker =
       prepare::CdiInstanceMarker(opts->node_name, AbsoluteDir(cmd.state_dir));
+  spdlog::info("CDI files of this instance: {}/*_i{}.json", cmd.cdi_dir, cdi_marker);
   if (opened->nothing_recorded) {
     auto is_trace = [&](const std::string& file) {
       const std::string marker = prepare::CdiMarkerOf(file);
