@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <mutex>
 #include <ostream>
 #include <set>
@@ -68,8 +69,10 @@ std::optional<publish::Pool> PoolOf(const std::vector<publish::Pool>& pools,
   return std::nullopt;
 }
 
-prepare::DriverSetup CpuSetup(const topology::Topology& topo, const publish::PublishOptions& opts) {
+prepare::DriverSetup CpuSetup(const topology::Topology& topo, const publish::PublishOptions& opts,
+                              const std::string& cdi_marker) {
   prepare::DriverSetup setup;
+  setup.cdi_marker = cdi_marker;
   setup.driver = opts.cpu_driver;
   setup.kind = prepare::DriverKind::kCpu;
   setup.reserved = opts.reserved_cpus;
@@ -94,9 +97,10 @@ prepare::DriverSetup CpuSetup(const topology::Topology& topo, const publish::Pub
 
 // Only the GPUs the node publishes can be prepared.
 prepare::DriverSetup GpuSetup(const topology::Topology& topo, const publish::PublishOptions& opts,
-                              const std::vector<publish::Pool>& pools,
-                              const std::string& host_root) {
+                              const std::vector<publish::Pool>& pools, const std::string& host_root,
+                              const std::string& cdi_marker) {
   prepare::DriverSetup setup;
+  setup.cdi_marker = cdi_marker;
   setup.driver = opts.gpu_driver;
   setup.kind = prepare::DriverKind::kGpu;
   setup.gpu_pool = opts.node_name;
@@ -118,6 +122,7 @@ deviceplugin::ResourceSetup DpSetup(deviceplugin::ResourceKind kind, const std::
   setup.kind = kind;
   setup.resource = resource;
   setup.reserved = dra.reserved;
+  setup.cdi_marker = dra.cdi_marker;
   for (const auto& [name, gpu] : dra.gpus) setup.gpus[gpu.pci_bus_id] = gpu;
   return setup;
 }
@@ -182,6 +187,17 @@ void WarnAboutCpuManager(const std::string& kubelet_root) {
         "itself and will fight topodra's pinning; set the kubelet's cpuManagerPolicy to none",
         j["policyName"].get<std::string>(), kubelet_root);
   }
+}
+
+// `dir` absolute and without ".", ".." or trailing slashes, spelled alike however the flag was
+// (the CDI instance marker hashes it). Symbolic links are left unresolved: the marker must not
+// change when a link is repointed.
+std::string AbsoluteDir(const std::string& dir) {
+  std::error_code ec;
+  std::string out = std::filesystem::absolute(dir, ec).lexically_normal().string();
+  if (ec) out = dir;
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
 }
 
 struct DevicePluginRuntime {
@@ -367,6 +383,28 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
                opened->store->path(), node.state.Size(), opened->replayed,
                opened->dropped_torn ? ", a torn last record dropped" : "");
 
+  // The mark in the names of the CDI files this instance writes: other instances sharing the
+  // CDI directory leave them alone, and a wiped state directory still knows them.
+  const std::string cdi_marker =
+      prepare::CdiInstanceMarker(opts->node_name, AbsoluteDir(cmd.state_dir));
+  spdlog::info("CDI files of this instance: {}/*_i{}.json", cmd.cdi_dir, cdi_marker);
+  if (opened->nothing_recorded) {
+    auto is_trace = [&](const std::string& file) {
+      const std::string marker = prepare::CdiMarkerOf(file);
+      if (!marker.empty()) return marker == cdi_marker;
+      return prepare::IsCdiFileOf(opts->cpu_driver, file) ||
+             prepare::IsCdiFileOf(opts->gpu_driver, file) ||
+             deviceplugin::IsDpCdiFileOf(cmd.device_plugin_gpu_resource, file) ||
+             deviceplugin::IsDpCdiFileOf(cmd.device_plugin_cpu_resource, file);
+    };
+    if (absl::Status st =
+            prepare::CheckNoCdiLeftovers(cdi::SpecStore(cmd.cdi_dir), is_trace, cmd.state_dir);
+        !st.ok()) {
+      spdlog::critical("{}", std::string(st.message()));
+      return kExitFailure;
+    }
+  }
+
   // CPU pinning: the hook in every CPU claim's CDI spec, and the shared-pool reconciler.
   std::optional<prepare::CpusetHook> cpuset_hook;
   std::optional<cgroup::Hierarchy> hierarchy;
@@ -503,8 +541,8 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
     node_metrics = std::make_unique<metrics::Metrics>(mo);
   }
   for (int i = 0; i < (serve_gpus ? 2 : 1); ++i) {
-    prepare::DriverSetup setup =
-        i == 0 ? CpuSetup(*topo, pub) : GpuSetup(*topo, pub, pools, cmd.host_root);
+    prepare::DriverSetup setup = i == 0 ? CpuSetup(*topo, pub, cdi_marker)
+                                        : GpuSetup(*topo, pub, pools, cmd.host_root, cdi_marker);
     if (i == 0) setup.cpuset_hook = cpuset_hook;
     DriverRuntime d;
     d.service =
@@ -542,8 +580,8 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
                        std::string(st.message()));
       return kExitUsage;
     }
-    const prepare::DriverSetup dra =
-        gpu ? GpuSetup(*topo, pub, pools, cmd.host_root) : CpuSetup(*topo, pub);
+    const prepare::DriverSetup dra = gpu ? GpuSetup(*topo, pub, pools, cmd.host_root, cdi_marker)
+                                         : CpuSetup(*topo, pub, cdi_marker);
     DevicePluginRuntime d;
     d.kind = kind;
     deviceplugin::ResourceSetup dp_setup = DpSetup(kind, resource, dra);
@@ -608,18 +646,18 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
     reserved_devices = ReservedDevicesOf(pools);
     publishers[0]->SetDesired(PoolOf(pools, opts->cpu_driver));
     publishers[1]->SetDesired(PoolOf(pools, opts->gpu_driver));
-    prepare::DriverSetup cpu_setup = CpuSetup(now, pub);
+    prepare::DriverSetup cpu_setup = CpuSetup(now, pub, cdi_marker);
     cpu_setup.cpuset_hook = cpuset_hook;
     drivers[0].service->Update(std::move(cpu_setup), now);
     if (drivers.size() > 1) {
-      drivers[1].service->Update(GpuSetup(now, pub, pools, cmd.host_root), now);
+      drivers[1].service->Update(GpuSetup(now, pub, pools, cmd.host_root, cdi_marker), now);
     }
     for (DevicePluginRuntime& d : device_plugins) {
       const bool gpu = d.kind == deviceplugin::ResourceKind::kGpu;
-      d.service->Update(
-          DpSetup(d.kind, d.service->resource(),
-                  gpu ? GpuSetup(now, pub, pools, cmd.host_root) : CpuSetup(now, pub)),
-          now);
+      d.service->Update(DpSetup(d.kind, d.service->resource(),
+                                gpu ? GpuSetup(now, pub, pools, cmd.host_root, cdi_marker)
+                                    : CpuSetup(now, pub, cdi_marker)),
+                        now);
     }
     return true;
   };

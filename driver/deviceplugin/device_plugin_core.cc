@@ -171,9 +171,10 @@ std::vector<std::string> DeviceIds(const ResourceSetup& setup, const state::Allo
   return ids;
 }
 
-std::string DpCdiFileName(const std::string& resource, const std::string& owner) {
+std::string DpCdiFileName(const std::string& resource, const std::string& owner,
+                          const std::string& marker) {
   return absl::StrCat(absl::StrReplaceAll(resource, {{"/", "_"}}), "-dp_", AllocationId(owner),
-                      ".json");
+                      marker.empty() ? "" : absl::StrCat("_i", marker), ".json");
 }
 
 bool IsDpCdiFileOf(const std::string& resource, const std::string& file_name) {
@@ -424,7 +425,7 @@ absl::StatusOr<AllocatePlan> PlanAllocate(const ResourceSetup& setup,
   absl::StatusOr<std::string> qualified = cdi::QualifiedName(setup.resource, alloc_id);
   if (!qualified.ok()) return qualified.status();
   plan.grant.cdi_devices.push_back(*qualified);
-  plan.cdi_file = DpCdiFileName(setup.resource, a.owner);
+  plan.cdi_file = DpCdiFileName(setup.resource, a.owner, setup.cdi_marker);
   a.answer = GrantToJson(plan.grant);
   a.cdi = json{{"file", plan.cdi_file}, {"spec", cdi::ToJson(plan.cdi_spec)}};
   return plan;

@@ -34,6 +34,8 @@ struct ResourceSetup {
   std::optional<prepare::CpusetHook> cpuset_hook;
   // kGpu: the GPUs served, by PCI bus id, with the device nodes a container needs.
   std::map<std::string, prepare::GpuDevice> gpus;
+  // prepare::CdiInstanceMarker of this daemon, in the name of every CDI file ("" for none).
+  std::string cdi_marker;
 };
 
 struct Device {
@@ -107,8 +109,10 @@ std::string AllocationOwner(const std::string& resource, std::vector<std::string
 std::vector<std::string> DeviceIds(const ResourceSetup& setup, const state::Allocation& a);
 // True when `a` is a device-plugin allocation of `resource`.
 bool IsAllocationOf(const std::string& resource, const state::Allocation& a);
-// The CDI spec file of one allocation: "<resource with '/' as '_'>-dp_<allocation id>.json".
-std::string DpCdiFileName(const std::string& resource, const std::string& owner);
+// The CDI spec file of one allocation: "<resource with '/' as '_'>-dp_<allocation id>.json", or
+// "..._i<marker>.json" with a marker (prepare::CdiInstanceMarker).
+std::string DpCdiFileName(const std::string& resource, const std::string& owner,
+                          const std::string& marker = "");
 bool IsDpCdiFileOf(const std::string& resource, const std::string& file_name);
 
 // Device-plugin allocations of `resource` of which the kubelet reports none of the devices as

@@ -37,8 +37,10 @@ DevicePluginService::DevicePluginService(ResourceSetup setup, topology::Topology
 
 absl::StatusOr<prepare::ReconciledCdi> DevicePluginService::ReconcileCdi() {
   std::map<std::string, json> wanted;
+  std::string marker;
   {
     std::lock_guard<std::mutex> lock(node_->mu);
+    marker = setup_.cdi_marker;
     for (const auto& [owner, a] : node_->state.allocations()) {
       if (!IsAllocationOf(resource_, a)) continue;
       const json cdi = a.cdi.Parse();
@@ -46,10 +48,12 @@ absl::StatusOr<prepare::ReconciledCdi> DevicePluginService::ReconcileCdi() {
       if (std::string file = CdiFileOf(a); !file.empty()) wanted[file] = cdi["spec"];
     }
   }
-  const std::string prefix = DpCdiFileName(resource_, "x");
   return prepare::ReconcileCdiFiles(
-      *cdi_, wanted, [&](const std::string& file) { return IsDpCdiFileOf(resource_, file); },
-      prefix.substr(0, prefix.rfind('_') + 1), absl::StrCat("device plugin ", resource_));
+      *cdi_, wanted,
+      [&](const std::string& file) {
+        return prepare::ClassifyCdiFile(IsDpCdiFileOf(resource_, file), file, marker);
+      },
+      absl::StrCat("device plugin ", resource_));
 }
 
 std::vector<Device> DevicePluginService::Devices() const {

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <set>
@@ -105,10 +106,17 @@ uint64_t ChangeSignal::WaitChange(uint64_t seen, absl::Duration timeout) const {
   return generation_;
 }
 
+CdiFileClass ClassifyCdiFile(bool ours_by_name, const std::string& file_name,
+                             const std::string& marker) {
+  if (!ours_by_name) return CdiFileClass::kForeign;
+  const std::string has = CdiMarkerOf(file_name);
+  if (has == marker) return CdiFileClass::kOurs;
+  return has.empty() ? CdiFileClass::kUnmarked : CdiFileClass::kForeign;
+}
+
 absl::StatusOr<ReconciledCdi> ReconcileCdiFiles(
     const cdi::SpecStore& store, const std::map<std::string, json>& wanted,
-    const std::function<bool(const std::string&)>& is_ours, const std::string& tmp_prefix,
-    const std::string& label) {
+    const std::function<CdiFileClass(const std::string&)>& classify, const std::string& label) {
   ReconciledCdi out;
   for (const auto& [file, spec_json] : wanted) {
     absl::StatusOr<cdi::Spec> want = cdi::FromJson(spec_json.dump());
@@ -122,30 +130,76 @@ absl::StatusOr<ReconciledCdi> ReconcileCdiFiles(
     spdlog::info("{}: restored CDI spec {}", label, store.PathOf(file));
     ++out.written;
   }
-  // Temporary files of writes a crash interrupted: hidden and ".tmp", so runtimes skip them, but
-  // they would pile up.
+  // Temporary files of writes a crash interrupted (".<file>.<pid>-<n>.tmp"): hidden and ".tmp",
+  // so runtimes skip them, but they would pile up. Only ours: another instance may be writing.
   absl::StatusOr<std::vector<files::DirEntry>> entries = files::ListDirectory(store.dir());
   if (!entries.ok()) return entries.status();
   for (const files::DirEntry& e : *entries) {
-    if (absl::StartsWith(e.name, "." + tmp_prefix) && absl::EndsWith(e.name, ".tmp")) {
-      if (::unlink(store.PathOf(e.name).c_str()) == 0) ++out.removed;
-    }
+    if (!absl::StartsWith(e.name, ".") || !absl::EndsWith(e.name, ".tmp")) continue;
+    const size_t dot = e.name.rfind('.', e.name.size() - 5);
+    if (dot == std::string::npos || dot < 2) continue;
+    if (classify(e.name.substr(1, dot - 1)) != CdiFileClass::kOurs) continue;
+    if (::unlink(store.PathOf(e.name).c_str()) == 0) ++out.removed;
   }
   absl::StatusOr<std::vector<std::string>> on_disk = store.List();
   if (!on_disk.ok()) return on_disk.status();
+  std::vector<std::string> unmarked;
   for (const std::string& file : *on_disk) {
-    if (!is_ours(file) || wanted.contains(file)) continue;
+    if (wanted.contains(file)) continue;
+    const CdiFileClass c = classify(file);
+    if (c == CdiFileClass::kUnmarked) unmarked.push_back(file);
+    if (c != CdiFileClass::kOurs) continue;
     if (absl::Status st = store.Remove(file); !st.ok()) return st;
     spdlog::info("{}: removed CDI spec {}: its owner holds nothing", label, store.PathOf(file));
     ++out.removed;
   }
+  if (!unmarked.empty()) {
+    constexpr size_t kNamed = 10;
+    std::string named =
+        absl::StrJoin(unmarked.begin(), unmarked.begin() + std::min(unmarked.size(), kNamed), ", ");
+    if (unmarked.size() > kNamed)
+      absl::StrAppend(&named, " and ", unmarked.size() - kNamed, " more");
+    spdlog::warn(
+        "{}: left {} CDI spec(s) in {} alone: written by a topodra without instance markers for "
+        "nothing this state holds, so possibly another instance's ({}); remove them by hand if "
+        "no other topodra shares that directory",
+        label, unmarked.size(), store.dir(), named);
+  }
   return out;
+}
+
+absl::Status CheckNoCdiLeftovers(const cdi::SpecStore& store,
+                                 const std::function<bool(const std::string&)>& is_trace,
+                                 const std::string& state_dir) {
+  absl::StatusOr<std::vector<std::string>> on_disk = store.List();
+  if (!on_disk.ok()) return on_disk.status();
+  std::vector<std::string> left;
+  for (const std::string& file : *on_disk) {
+    if (is_trace(file)) left.push_back(file);
+  }
+  if (left.empty()) return absl::OkStatus();
+  constexpr size_t kNamed = 10;
+  std::string named =
+      absl::StrJoin(left.begin(), left.begin() + std::min(left.size(), kNamed), ", ");
+  if (left.size() > kNamed) absl::StrAppend(&named, " and ", left.size() - kNamed, " more");
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the allocation state in ", state_dir,
+      " is gone (no checkpoint.json, no journal record) but ", left.size(),
+      " CDI spec file(s) this daemon wrote are still in ", store.dir(), ": ", named,
+      ". Their claims may still be running; starting empty would remove these files and hand "
+      "their CPUs and GPUs out again. Restore checkpoint.json and checkpoint.json.journal in ",
+      state_dir,
+      " from a backup and restart; or, once no pod on this node uses these claims (drain the "
+      "node), move these files out of ",
+      store.dir(), " and restart"));
 }
 
 absl::StatusOr<ClaimService::Reconciled> ClaimService::ReconcileCdi() {
   std::map<std::string, json> wanted;
+  std::string marker;
   {
     std::lock_guard<std::mutex> lock(node_->mu);
+    marker = setup_.cdi_marker;
     for (const auto& [owner, a] : node_->state.allocations()) {
       if (a.kind != state::AllocationKind::kDraClaim || a.driver != driver_) continue;
       const json cdi = a.cdi.Parse();
@@ -157,8 +211,11 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::ReconcileCdi() {
     }
   }
   return ReconcileCdiFiles(
-      *cdi_, wanted, [&](const std::string& file) { return IsCdiFileOf(driver_, file); },
-      driver_ + "-claim_", absl::StrCat("driver ", driver_));
+      *cdi_, wanted,
+      [&](const std::string& file) {
+        return ClassifyCdiFile(IsCdiFileOf(driver_, file), file, marker);
+      },
+      absl::StrCat("driver ", driver_));
 }
 
 std::map<std::string, ClaimOutcome> ClaimService::Prepare(const std::vector<ClaimRef>& claims) {
@@ -337,7 +394,9 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
     if (a == nullptr) {
       // Not ours (another instance's, or never prepared): nothing to do, but a CDI file of a
       // crashed prepare may still be there.
-      if (!ref.uid.empty()) (void)cdi_->Remove(CdiFileName(driver_, ref.uid), /*synced=*/false);
+      if (!ref.uid.empty()) {
+        (void)cdi_->Remove(CdiFileName(driver_, ref.uid, setup_.cdi_marker), /*synced=*/false);
+      }
       spdlog::debug("{}: not prepared, nothing to unprepare", Who(ref));
       return "";
     }

@@ -94,17 +94,37 @@ struct NodeAllocations {
 // Compacts the state journal when it is due. With node->mu held.
 void CompactIfDue(NodeAllocations* node);
 
-// At start: writes each wanted CDI spec (file name -> spec JSON) that is missing or differs,
-// removes files `is_ours` accepts that are not wanted, and removes temporary files of
-// interrupted writes whose name starts with "." + tmp_prefix. `label` names the owner in logs.
+// Whose a file in the CDI directory is, for the start-up reconciliation.
+enum class CdiFileClass {
+  kOurs,      // this instance's (its marker, or no marker when it has none)
+  kUnmarked,  // one of our drivers' names without a marker: a topodra before instance markers
+  kForeign,   // another driver's, or another instance's (its marker)
+};
+// `ours_by_name`: the name is one this driver or resource makes (any marker); `marker`: ours.
+CdiFileClass ClassifyCdiFile(bool ours_by_name, const std::string& file_name,
+                             const std::string& marker);
+
+// At start: writes each wanted CDI spec (file name -> spec JSON) that is missing or differs, and
+// removes the files and the temporary files of interrupted writes that `classify` says are
+// kOurs and are not wanted. Unmarked files that are not wanted are left alone and logged (they
+// may be another instance's); wanted ones, written by an older release, are adopted. `label`
+// names the owner in logs.
 struct ReconciledCdi {
   int written = 0;
   int removed = 0;
 };
 absl::StatusOr<ReconciledCdi> ReconcileCdiFiles(
     const cdi::SpecStore& store, const std::map<std::string, nlohmann::json>& wanted,
-    const std::function<bool(const std::string&)>& is_ours, const std::string& tmp_prefix,
-    const std::string& label);
+    const std::function<CdiFileClass(const std::string&)>& classify, const std::string& label);
+
+// At start, when the state recorded nothing (StateStore::Opened::nothing_recorded): OK when
+// the CDI directory holds no file `is_trace` accepts (this instance's marker, or an unmarked
+// name of one of its drivers or resources); else FailedPrecondition listing them and saying how
+// to recover. Files of prepared claims outliving their state mean the state was lost, not
+// that the node is new: starting empty would remove them and hand their CPUs and GPUs out again.
+absl::Status CheckNoCdiLeftovers(const cdi::SpecStore& store,
+                                 const std::function<bool(const std::string&)>& is_trace,
+                                 const std::string& state_dir);
 
 struct ClaimRef {
   std::string ns;

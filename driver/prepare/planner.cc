@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -178,7 +179,7 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
   for (const ResultCpus& r : chosen) by_request[r.assignment->base_request] |= r.cpus;
 
   const std::string uid = claim.uid;
-  plan.cdi_file = CdiFileName(setup.driver, uid);
+  plan.cdi_file = CdiFileName(setup.driver, uid, setup.cdi_marker);
   plan.cdi_spec.kind = CdiKind(setup.driver);
   // dra-driver-cpu's variable: the claim's CPUs, whatever request a container names.
   AddEnvWithShellSafeName(&plan.cdi_spec.container_edits.env, absl::StrCat("DRA_CPUSET_", uid),
@@ -269,7 +270,7 @@ absl::StatusOr<Plan> PlanGpu(const claims::Claim& claim, const DriverSetup& setu
   if (chosen.empty()) return plan;
 
   const std::string uid = claim.uid;
-  plan.cdi_file = CdiFileName(setup.driver, uid);
+  plan.cdi_file = CdiFileName(setup.driver, uid, setup.cdi_marker);
   plan.cdi_spec.kind = CdiKind(setup.driver);
   std::set<std::string> names;
   for (const Chosen& c : chosen) {
@@ -333,8 +334,41 @@ absl::Status KeepSharedPool(const std::string& what, const topology::Topology& t
 
 std::string CdiKind(const std::string& driver) { return driver + "/claim"; }
 
-std::string CdiFileName(const std::string& driver, const std::string& claim_uid) {
-  return absl::StrCat(driver, "-claim_", claim_uid, ".json");
+std::string CdiInstanceMarker(const std::string& node_name, const std::string& state_dir) {
+  // Written out rather than std::hash: the value must be the same in every build and release.
+  uint64_t h = 0xcbf29ce484222325u;
+  auto mix = [&h](absl::string_view text) {
+    for (char c : text) {
+      h ^= static_cast<uint8_t>(c);
+      h *= 0x100000001b3u;
+    }
+  };
+  mix(node_name);
+  mix(absl::string_view("\0", 1));
+  mix(state_dir);
+  std::string hex(16, '0');
+  for (int i = 15, shift = 0; i >= 0; --i, shift += 4) {
+    hex[i] = "0123456789abcdef"[(h >> shift) & 0xFu];
+  }
+  return hex;
+}
+
+std::string CdiMarkerOf(const std::string& file_name) {
+  constexpr size_t kTail = 2 + 16 + 5;  // "_i" + marker + ".json"
+  if (file_name.size() <= kTail || !absl::EndsWith(file_name, ".json")) return "";
+  const std::string tail = file_name.substr(file_name.size() - kTail);
+  if (tail[0] != '_' || tail[1] != 'i') return "";
+  const std::string marker = tail.substr(2, 16);
+  for (char c : marker) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c)) && !(c >= 'a' && c <= 'f')) return "";
+  }
+  return marker;
+}
+
+std::string CdiFileName(const std::string& driver, const std::string& claim_uid,
+                        const std::string& marker) {
+  if (marker.empty()) return absl::StrCat(driver, "-claim_", claim_uid, ".json");
+  return absl::StrCat(driver, "-claim_", claim_uid, "_i", marker, ".json");
 }
 
 bool IsCdiFileOf(const std::string& driver, const std::string& file_name) {

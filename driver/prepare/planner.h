@@ -65,6 +65,8 @@ struct DriverSetup {
   // empty the shared pool.
   std::optional<CpusetHook> cpuset_hook;
   std::string cpu_capacity = std::string(claims::kCpuCapacityName);
+  // CdiInstanceMarker of this daemon, in the name of every CDI file it writes ("" for none).
+  std::string cdi_marker;
 };
 
 // One entry of the kubelet's answer for a claim (dra v1 Device).
@@ -87,9 +89,18 @@ struct Plan {
 
 // The CDI kind of a driver's per-claim specs: "<driver>/claim".
 std::string CdiKind(const std::string& driver);
-// "<driver>-claim_<uid>.json".
-std::string CdiFileName(const std::string& driver, const std::string& claim_uid);
-// True for a file name CdiFileName makes for `driver` (any claim).
+// The mark of one daemon instance in the names of the CDI files it writes, so that instances
+// sharing a CDI directory never remove each other's files: 16 hex digits of a fixed hash (FNV-1a
+// 64) of the node name and the absolute state directory. It depends on nothing in the state
+// directory, so a wiped state still recognises the files its instance wrote.
+std::string CdiInstanceMarker(const std::string& node_name, const std::string& state_dir);
+// The marker a CDI file name carries ("..._i<16 hex digits>.json"), or "" for an unmarked name
+// (written by a topodra before instance markers, or with an empty marker).
+std::string CdiMarkerOf(const std::string& file_name);
+// "<driver>-claim_<uid>.json", or "<driver>-claim_<uid>_i<marker>.json" with a marker.
+std::string CdiFileName(const std::string& driver, const std::string& claim_uid,
+                        const std::string& marker = "");
+// True for a file name CdiFileName makes for `driver` (any claim, any marker or none).
 bool IsCdiFileOf(const std::string& driver, const std::string& file_name);
 
 // Plans `claim` for `setup.driver` against `held` (every allocation of the node; the claim's own

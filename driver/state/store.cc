@@ -11,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/file_io.h"
 #include "common/json_parse.h"
 
@@ -66,7 +67,11 @@ absl::Status StateStore::Apply(const json& body, State* state) {
 }
 
 // The journal `content` applied to `state` (the snapshot, covering records up to snapshot_seq).
-// A bad last line is a torn append, left out; a bad line before good ones is DataLoss.
+// A last line without its end of line is a torn append, left out. Any complete line that does
+// not decode is DataLoss, the last one too: an append writes its line and '\n' in one write, so
+// a crash cuts a record short but never completes a wrong one; a complete bad line is damage
+// after the fact, and the change it held may have been acknowledged (a prepared claim whose CPUs
+// would otherwise go to another).
 absl::Status StateStore::Replay(absl::string_view content, const std::string& journal,
                                 uint64_t snapshot_seq, State* state, Replayed* out) {
   const std::string todo_journal = absl::StrCat("journal \"", journal, "\": ");
@@ -78,35 +83,44 @@ absl::Status StateStore::Replay(absl::string_view content, const std::string& jo
   size_t pos = 0;
   while (pos < content.size()) {
     const size_t nl = content.find('\n', pos);
-    const bool last = nl == absl::string_view::npos || nl + 1 == content.size();
-    const absl::string_view line =
-        content.substr(pos, (nl == absl::string_view::npos ? content.size() : nl) - pos);
-    absl::StatusOr<json> body =
-        nl == absl::string_view::npos || line.size() > kMaxLineBytes
-            ? absl::StatusOr<json>(absl::DataLossError("record without end of line"))
-            : DecodeJournalLine(line);
-    if (!body.ok()) {
+    if (nl == absl::string_view::npos) {
       // The append that was cut short by a crash: never acknowledged, so dropping it is right.
-      if (last) {
-        out->dropped_torn = true;
-        break;
-      }
-      return absl::DataLossError(absl::StrCat(todo_journal, "record ", out->records + 1,
-                                              " at byte ", pos, ": ", body.status().message(),
-                                              WhatToDo(absl::StatusCode::kDataLoss)));
+      out->dropped_torn = true;
+      break;
+    }
+    const absl::string_view line = content.substr(pos, nl - pos);
+    const std::string where =
+        absl::StrCat(todo_journal, "line ", out->records + 1, " (byte ", pos, "): ");
+    absl::StatusOr<json> body = line.size() > kMaxLineBytes
+                                    ? absl::StatusOr<json>(absl::DataLossError(absl::StrCat(
+                                          "record longer than ", kMaxLineBytes, " bytes")))
+                                    : DecodeJournalLine(line);
+    if (!body.ok()) {
+      return absl::DataLossError(absl::StrCat(
+          where, body.status().message(),
+          " (a complete line, so not a torn write: the file was damaged after it was written)",
+          WhatToDo(absl::StatusCode::kDataLoss)));
     }
     const uint64_t record_seq = (*body)["seq"].get<uint64_t>();
     if (record_seq <= out->seq && record_seq > snapshot_seq) {
-      return absl::DataLossError(absl::StrCat(todo_journal, "record ", out->records + 1,
-                                              " repeats sequence number ", record_seq,
+      return absl::DataLossError(absl::StrCat(where, "repeats sequence number ", record_seq,
                                               WhatToDo(absl::StatusCode::kDataLoss)));
+    }
+    if (record_seq > snapshot_seq + 1 && out->applied == 0) {
+      // Compaction writes the snapshot before it empties the journal, so a journal that starts
+      // later than the snapshot ends lost the records in between with the snapshot they went to.
+      return absl::DataLossError(
+          absl::StrCat(where, "sequence number ", record_seq, " but the snapshot \"",
+                       absl::StripSuffix(journal, ".journal"), "\" ",
+                       snapshot_seq == 0 ? "is missing or empty"
+                                         : absl::StrCat("ends at sequence number ", snapshot_seq),
+                       ": the records before it are lost", WhatToDo(absl::StatusCode::kDataLoss)));
     }
     if (record_seq > snapshot_seq) {
       out->seq = record_seq;
       if (absl::Status applied = Apply(*body, state); !applied.ok()) {
-        return absl::DataLossError(absl::StrCat(todo_journal, "record ", out->records + 1, ": ",
-                                                applied.message(),
-                                                WhatToDo(absl::StatusCode::kDataLoss)));
+        return absl::DataLossError(
+            absl::StrCat(where, applied.message(), WhatToDo(absl::StatusCode::kDataLoss)));
       }
       ++out->applied;
     }
@@ -183,6 +197,9 @@ absl::StatusOr<StateStore::Opened> StateStore::Open(const std::string& path) {
   absl::StatusOr<State> state = snapshot.Load(&snapshot_seq);
   if (!state.ok()) return state.status();
 
+  struct stat snapshot_stat;
+  const bool snapshot_found = ::lstat(path.c_str(), &snapshot_stat) == 0;
+
   Opened out;
   out.loaded = *std::move(state);
   absl::StatusOr<std::string> text = files::ReadFileBounded(journal, kMaxCheckpointBytes);
@@ -191,6 +208,14 @@ absl::StatusOr<StateStore::Opened> StateStore::Open(const std::string& path) {
     content = *std::move(text);
   } else if (!absl::IsNotFound(text.status())) {
     return text.status();
+  } else if (snapshot_seq > 0) {
+    // Open creates the journal and nothing ever removes it: whatever was recorded after the
+    // snapshot went with it.
+    return absl::DataLossError(absl::StrCat(
+        "journal \"", journal, "\" is missing, but the snapshot \"", path,
+        "\" says one existed (it covers records up to sequence number ", snapshot_seq,
+        "), so the changes recorded after it are lost; restore the journal with the snapshot",
+        WhatToDo(absl::StatusCode::kDataLoss)));
   }
   Replayed replayed;
   if (absl::Status st = Replay(content, journal, snapshot_seq, &out.loaded, &replayed); !st.ok()) {
@@ -198,6 +223,7 @@ absl::StatusOr<StateStore::Opened> StateStore::Open(const std::string& path) {
   }
   out.replayed = replayed.applied;
   out.dropped_torn = replayed.dropped_torn;
+  out.nothing_recorded = !snapshot_found && replayed.records == 0;
   const uint64_t seq = replayed.seq;
   const int64_t records = replayed.records;
   const size_t good_end = replayed.good_end;

@@ -41,12 +41,17 @@ namespace topodra::state {
 class StateStore {
  public:
   // Loads snapshot + journal (the result is in `loaded`), drops a torn last record, and opens
-  // the journal for appending. Errors name the file and what to do; never a silent reset.
+  // the journal for appending. Errors name the file and what to do; never a silent reset: a
+  // snapshot that covers journal records but has no journal, or a journal whose first record
+  // does not follow the snapshot (the snapshot is missing or older), is DataLoss.
   struct Opened {
     std::unique_ptr<StateStore> store;
     State loaded;
     int replayed = 0;           // journal records applied
     bool dropped_torn = false;  // a torn last record was dropped
+    // No snapshot file and no journal record: a new node, or one whose state files were
+    // deleted. The caller tells the two apart by what the state leaves elsewhere (CDI files).
+    bool nothing_recorded = false;
   };
   static absl::StatusOr<Opened> Open(const std::string& path);
   // The state Open would load, for reading a running daemon's files from another process:

@@ -965,6 +965,13 @@ TEST(NamesTest, CdiFileNames) {
   // The DRA path's per-claim files are not ours.
   EXPECT_FALSE(IsDpCdiFileOf(kGpuResource, "gpu.topodra.io-claim_1234.json"));
   EXPECT_FALSE(IsDpCdiFileOf(kGpuResource, "topodra.io-gpu_0123456789abcdef.json"));
+  // With this instance's marker (prepare::CdiInstanceMarker).
+  const std::string marked =
+      DpCdiFileName(kGpuResource, "topodra.io/gpu/0123456789abcdef", "00112233445566ff");
+  EXPECT_EQ(marked, "topodra.io_gpu-dp_0123456789abcdef_i00112233445566ff.json");
+  EXPECT_TRUE(IsDpCdiFileOf(kGpuResource, marked));
+  EXPECT_EQ(prepare::CdiMarkerOf(marked), "00112233445566ff");
+  EXPECT_EQ(prepare::CdiMarkerOf("topodra.io_gpu-dp_0123456789abcdef.json"), "");
 }
 
 TEST(NamesTest, IsAllocationOf) {

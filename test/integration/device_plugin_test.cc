@@ -192,7 +192,8 @@ TEST_F(DevicePluginTest, AllocateGivesCdiDevicesAndEnvAndWritesTheSpec) {
   const std::string cdi = (*gpus)[0].cdi_devices[0];
   ASSERT_THAT(cdi, ::testing::StartsWith("topodra.io/gpu="));
   const std::string id = cdi.substr(std::string("topodra.io/gpu=").size());
-  const std::string file = absl::StrCat(dirs_.cdi, "/topodra.io_gpu-dp_", id, ".json");
+  const std::string file =
+      absl::StrCat(dirs_.cdi, "/topodra.io_gpu-dp_", id, "_i", CdiMarker(), ".json");
   const json spec = json::parse(ReadFile(file), nullptr, false);
   ASSERT_TRUE(spec.is_object()) << file;
   EXPECT_EQ(spec["kind"], "topodra.io/gpu");
@@ -339,7 +340,8 @@ TEST_F(DevicePluginTest, AllocationsAreReleasedWhenNoPodUsesThemAnyMore) {
   EXPECT_THAT(PrepareOne(claim, kGpu).error, HasSubstr("device-plugin allocation"));
   const std::string file =
       absl::StrCat(dirs_.cdi, "/topodra.io_gpu-dp_",
-                   (*a)[0].cdi_devices[0].substr(std::string("topodra.io/gpu=").size()), ".json");
+                   (*a)[0].cdi_devices[0].substr(std::string("topodra.io/gpu=").size()), "_i",
+                   CdiMarker(), ".json");
   EXPECT_TRUE(fs::exists(file));
   // The pod is gone: released after two listings without it.
   pods_->Set({});
@@ -369,7 +371,8 @@ TEST_F(DevicePluginTest, AllocationsSurviveKill9AndRestart) {
   ASSERT_TRUE(a.ok()) << a.status();
   pods_->Set({{"default", "p", "c", kGpuResource, {"0000:03:00.0"}}});
   const std::string id = (*a)[0].cdi_devices[0].substr(std::string("topodra.io/gpu=").size());
-  const std::string file = absl::StrCat(dirs_.cdi, "/topodra.io_gpu-dp_", id, ".json");
+  const std::string file =
+      absl::StrCat(dirs_.cdi, "/topodra.io_gpu-dp_", id, "_i", CdiMarker(), ".json");
   sim_.reset();
   daemon_.Kill();
   fs::remove(file);  // lost in the power cut

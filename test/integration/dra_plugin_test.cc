@@ -9,6 +9,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -402,8 +403,8 @@ TEST_F(DraPluginTest, Kill9AtAnyMomentNeverHandsACpuOutTwice) {
       const std::string name = entry.path().filename().string();
       bool known = false;
       for (const PrepareClaim& c : claims) {
-        known =
-            known || (name == "dra.cpu-claim_" + c.uid + ".json" && (*got)[c.uid].error.empty());
+        known = known || (name == fs::path(CdiPath(c.uid)).filename().string() &&
+                          (*got)[c.uid].error.empty());
       }
       EXPECT_TRUE(known || name[0] == '.') << "stray CDI file " << name;
     }
@@ -519,6 +520,123 @@ TEST_F(DraPluginTest, CorruptStateStopsTheDaemonWithTheFileNamed) {
   EXPECT_EQ(daemon_.WaitExit(), 1);
   EXPECT_THAT(daemon_.Log(), HasSubstr(dirs_.state + "/checkpoint.json"));
   EXPECT_THAT(daemon_.Log(), HasSubstr("move it aside"));
+}
+
+// The last record complete but damaged (a flipped byte, not a crash mid-append): the claim it
+// prepared may be running, so the daemon refuses to start instead of dropping the record and,
+// with it, the claim's CDI file and CPUs.
+TEST_F(DraPluginTest, DamagedCompleteLastJournalRecordStopsTheDaemonAndKeepsTheCdiFile) {
+  StartNode();
+  PrepareClaim a = CpuClaim("first", "cpudevnuma000", "2");
+  PrepareClaim b = CpuClaim("last", "cpudevnuma000", "2");
+  ASSERT_EQ(PrepareOne(a).error, "");
+  ASSERT_EQ(PrepareOne(b).error, "");
+  sim_.reset();
+  ASSERT_EQ(daemon_.Terminate(), 0);
+  const std::string journal = dirs_.state + "/checkpoint.json.journal";
+  std::string text = ReadFile(journal);
+  ASSERT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;
+  ASSERT_EQ(text.back(), '\n');
+  const size_t at = text.find("\"cpus\"", text.find('\n'));
+  ASSERT_NE(at, std::string::npos);
+  text[at + 1] = 'C';  // "Cpus": still JSON, wrong checksum
+  std::ofstream(journal, std::ios::binary | std::ios::trunc) << text;
+  const std::string cdi_b = ReadFile(CdiPath(b.uid));
+  ASSERT_FALSE(cdi_b.empty());
+
+  StartDaemon();
+  EXPECT_EQ(daemon_.WaitExit(), 1);
+  EXPECT_THAT(daemon_.Log(), HasSubstr(absl::StrCat("journal \"", journal, "\": line 2 (byte ")));
+  EXPECT_THAT(daemon_.Log(), HasSubstr("record checksum mismatch"));
+  EXPECT_THAT(daemon_.Log(), HasSubstr("restore a good copy"));
+  EXPECT_EQ(ReadFile(CdiPath(b.uid)), cdi_b);
+  EXPECT_EQ(ReadFile(journal), text);
+}
+
+// The state files deleted while a claim is prepared: its CDI file shows the state was lost, so
+// the daemon refuses to start empty (which would delete the file and hand its CPUs out again),
+// lists what is left and how to recover; once the operator has moved the files aside, it starts.
+TEST_F(DraPluginTest, LostStateWithCdiFilesLeftStopsTheDaemonAndKeepsThem) {
+  StartNode();
+  PrepareClaim a = CpuClaim("running", "cpudevnuma000", "2");
+  ASSERT_EQ(PrepareOne(a).error, "");
+  sim_.reset();
+  ASSERT_EQ(daemon_.Terminate(), 0);
+  const std::string file = FindCdiFile(a.uid);
+  ASSERT_FALSE(file.empty());
+  const std::string spec = ReadFile(file);
+  ASSERT_FALSE(fs::exists(dirs_.state + "/checkpoint.json"));
+  ASSERT_TRUE(fs::remove(dirs_.state + "/checkpoint.json.journal"));
+
+  StartDaemon();
+  EXPECT_EQ(daemon_.WaitExit(), 1);
+  EXPECT_THAT(daemon_.Log(), HasSubstr("the allocation state in " + dirs_.state +
+                                       " is gone (no checkpoint.json, no journal record) but 1 "
+                                       "CDI spec file(s) this daemon wrote are still in " +
+                                       dirs_.cdi + ": " + fs::path(file).filename().string()));
+  EXPECT_THAT(daemon_.Log(), HasSubstr("move these files out of " + dirs_.cdi));
+  EXPECT_EQ(ReadFile(file), spec);
+  // Not a one-off: the empty journal that start left behind records nothing either.
+  StartDaemon();
+  EXPECT_EQ(daemon_.WaitExit(), 1);
+  EXPECT_THAT(daemon_.Log(), HasSubstr("is gone (no checkpoint.json, no journal record)"));
+  EXPECT_EQ(ReadFile(file), spec);
+
+  fs::rename(file, dirs_.root + "/moved-aside.json");
+  StartNode();
+  EXPECT_EQ(PrepareOne(CpuClaim("after-recovery", "cpudevnuma000", "2")).error, "");
+}
+
+// A second instance (its own state, kubelet directory and lock) sharing only the CDI directory
+// leaves the first one's files alone, at start and when it unprepares a claim it does not hold.
+TEST_F(DraPluginTest, InstancesSharingTheCdiDirectoryKeepEachOthersFiles) {
+  StartNode();
+  PrepareClaim a = CpuClaim("of-the-first", "cpudevnuma000", "2");
+  ASSERT_EQ(PrepareOne(a).error, "");
+  const std::string file = FindCdiFile(a.uid);
+  ASSERT_FALSE(file.empty());
+  const std::string spec = ReadFile(file);
+
+  DaemonDirs other = DaemonDirs::Make();
+  other.cdi = dirs_.cdi;
+  Daemon second;
+  second.Start(other, {"--kubeconfig", kubeconfig_, "--node-name", kNode, "--topology-file",
+                       FixturePath(kMachine)});
+  for (int i = 0; i < 1000 && second.Running() &&
+                  second.Log().find("driver dra.cpu: serving") == std::string::npos;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_THAT(second.Log(), HasSubstr("driver dra.cpu: serving"));
+  EXPECT_EQ(ReadFile(file), spec) << second.Log();
+  {
+    KubeletSimOptions o;
+    o.root_dir = other.kubelet_root;
+    auto sim = KubeletSimulator::Start(o);
+    ASSERT_TRUE(sim.ok()) << sim.status();
+    ASSERT_TRUE((*sim)->WaitForRegistration(kCpu, 1, absl::Seconds(20)).ok()) << second.Log();
+    auto got = (*sim)->Unprepare(kCpu, {a});
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ((*got)[a.uid], "");
+  }
+  EXPECT_EQ(ReadFile(file), spec);
+  EXPECT_EQ(second.Terminate(), 0);
+  std::error_code ec;
+  fs::remove_all(other.root, ec);
+  // The first one still has it prepared, file and all.
+  EXPECT_EQ(PrepareOne(a).error, "");
+  EXPECT_EQ(ReadFile(file), spec);
+}
+
+// The file names carry the instance marker; the CDI library still reads them (see
+// CdiFilesAreAcceptedByTheCdiGoLibrary) and the kubelet only ever sees CDI device names.
+TEST_F(DraPluginTest, CdiFileNamesCarryTheInstanceMarker) {
+  StartNode();
+  PrepareClaim a = CpuClaim("marked", "cpudevnuma000", "2");
+  ASSERT_EQ(PrepareOne(a).error, "");
+  EXPECT_EQ(FindCdiFile(a.uid), CdiPath(a.uid));
+  EXPECT_THAT(CdiPath(a.uid), ::testing::EndsWith("_i" + CdiMarker() + ".json"));
+  EXPECT_TRUE(fs::exists(CdiPath(a.uid)));
 }
 
 TEST_F(DraPluginTest, CdiFilesAreAcceptedByTheCdiGoLibrary) {

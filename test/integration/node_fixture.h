@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "driver/prepare/planner.h"
 #include "nlohmann/json.hpp"
 #include "test/integration/daemon.h"
 #include "test/integration/fake_apiserver.h"
@@ -158,8 +159,22 @@ class NodeTest : public ::testing::Test {
     return (*got)[claim.uid];
   }
 
+  // The mark the daemon puts in its CDI file names: its node name and state directory.
+  std::string CdiMarker() const { return prepare::CdiInstanceMarker(kNode, dirs_.state); }
+
   std::string CdiPath(const std::string& uid, const std::string& driver = kCpu) const {
-    return absl::StrCat(dirs_.cdi, "/", driver, "-claim_", uid, ".json");
+    return absl::StrCat(dirs_.cdi, "/", prepare::CdiFileName(driver, uid, CdiMarker()));
+  }
+
+  // The claim's CDI file whatever its name carries after the uid (a marker or none); "" if none.
+  std::string FindCdiFile(const std::string& uid, const std::string& driver = kCpu) const {
+    std::error_code ec;
+    const std::string prefix = absl::StrCat(driver, "-claim_", uid);
+    for (const auto& e : fs::directory_iterator(dirs_.cdi, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.starts_with(prefix) && name.ends_with(".json")) return e.path().string();
+    }
+    return "";
   }
 
   // The claim's CPUs as its CDI file says (DRA_CPUSET_<uid>).

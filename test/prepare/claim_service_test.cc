@@ -521,6 +521,82 @@ TEST_F(ClaimServiceTest, ReconcileRemovesTemporaryFilesOfInterruptedWrites) {
   EXPECT_TRUE(std::filesystem::exists(theirs));
 }
 
+// Instances sharing a CDI directory: each removes only what it wrote (its marker), adopts the
+// unmarked files of claims its state holds (written before markers) and leaves the others alone.
+TEST_F(ClaimServiceTest, ReconcileWithAMarkerTouchesOnlyThisInstancesFiles) {
+  const topology::Topology& topo = Load(k16);
+  const DriverSetup unmarked = CpuSetup(topo, Mode::kNuma);
+  DriverSetup marked = unmarked;
+  marked.cdi_marker = CdiInstanceMarker("node-a", "/var/lib/topodra-a");
+  const std::string other = CdiInstanceMarker("node-a", "/var/lib/topodra-b");
+  const std::string ours = marked.cdi_marker;
+  Start(unmarked, topo);
+  const ClaimRef c2 = Add("default", "c2", "uid-2", {Result("cpus", kNuma0, "2")});
+  PrepareOk(c2);  // by a topodra before markers
+  Restart({{marked, k16}});
+  const ClaimRef c1 = Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "4")});
+  PrepareOk(c1);
+  const std::string file1 = "dra.cpu-claim_uid-1_i" + ours + ".json";
+  const std::string file2 = "dra.cpu-claim_uid-2.json";
+  absl::StatusOr<cdi::Spec> spec1 = cdi_->Read(file1);
+  absl::StatusOr<cdi::Spec> spec2 = cdi_->Read(file2);
+  ASSERT_TRUE(spec1.ok()) << spec1.status();
+  ASSERT_TRUE(spec2.ok()) << spec2.status();
+  const std::string theirs = "dra.cpu-claim_uid-7_i" + other + ".json";
+  const std::string orphan = "dra.cpu-claim_uid-8_i" + ours + ".json";
+  const std::string old_unknown = "dra.cpu-claim_uid-9.json";
+  ASSERT_TRUE(cdi_->Write(theirs, *spec1).ok());
+  ASSERT_TRUE(cdi_->Write(orphan, *spec1).ok());
+  ASSERT_TRUE(cdi_->Write(old_unknown, *spec1).ok());
+  std::ofstream(cdi_->PathOf("." + theirs + ".4242-1.tmp")) << "{";
+  std::ofstream(cdi_->PathOf("." + orphan + ".4242-2.tmp")) << "{";
+  std::filesystem::remove(cdi_->PathOf(file2));
+
+  absl::StatusOr<ClaimService::Reconciled> r = service().ReconcileCdi();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->written, 1);
+  EXPECT_EQ(r->removed, 2);
+  EXPECT_EQ(CdiFiles(), (std::set<std::string>{file1, file2, theirs, old_unknown,
+                                               "." + theirs + ".4242-1.tmp"}));
+  ASSERT_TRUE(cdi_->Read(file2).ok());
+  EXPECT_EQ(*cdi_->Read(file2), *spec2);
+
+  // Unpreparing a claim this instance does not hold leaves the other instance's file alone.
+  UnprepareOk(Ref("default", "c7", "uid-7"));
+  UnprepareOk(Ref("default", "c9", "uid-9"));
+  UnprepareOk(c2);
+  UnprepareOk(c1);
+  EXPECT_EQ(CdiFiles(), (std::set<std::string>{theirs, old_unknown, "." + theirs + ".4242-1.tmp"}));
+}
+
+TEST_F(ClaimServiceTest, LeftoversOfALostStateAreListedWithWhatToDo) {
+  std::filesystem::create_directories(cdi_->dir());
+  auto is_trace = [](const std::string& file) { return file.starts_with("dra.cpu-claim_"); };
+  EXPECT_TRUE(CheckNoCdiLeftovers(*cdi_, is_trace, "/var/lib/topodra").ok());
+  std::ofstream(cdi_->PathOf("gpu.topodra.io-claim_x.json")) << "{}";
+  EXPECT_TRUE(CheckNoCdiLeftovers(*cdi_, is_trace, "/var/lib/topodra").ok());
+  for (int i = 0; i < 12; ++i) {
+    std::ofstream(cdi_->PathOf(absl::StrCat("dra.cpu-claim_u", 10 + i, ".json"))) << "{}";
+  }
+  const absl::Status st = CheckNoCdiLeftovers(*cdi_, is_trace, "/var/lib/topodra");
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(std::string(st.message()),
+            absl::StrCat(
+                "the allocation state in /var/lib/topodra is gone (no checkpoint.json, no journal "
+                "record) but 12 CDI spec file(s) this daemon wrote are still in ",
+                cdi_->dir(),
+                ": dra.cpu-claim_u10.json, dra.cpu-claim_u11.json, dra.cpu-claim_u12.json, "
+                "dra.cpu-claim_u13.json, dra.cpu-claim_u14.json, dra.cpu-claim_u15.json, "
+                "dra.cpu-claim_u16.json, dra.cpu-claim_u17.json, dra.cpu-claim_u18.json, "
+                "dra.cpu-claim_u19.json and 2 more. Their claims may still be running; starting "
+                "empty would remove these files and hand their CPUs and GPUs out again. Restore "
+                "checkpoint.json and checkpoint.json.journal in /var/lib/topodra from a backup and "
+                "restart; or, once no pod on this node uses these claims (drain the node), move "
+                "these files out of ",
+                cdi_->dir(), " and restart"));
+  EXPECT_EQ(CdiFiles().size(), 13u) << "nothing removed";
+}
+
 TEST_F(ClaimServiceTest, ReconcileWithNothingPreparedAndNoDirectory) {
   const topology::Topology& topo = Load(k16);
   Start(CpuSetup(topo, Mode::kNuma), topo);

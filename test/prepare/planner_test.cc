@@ -949,6 +949,26 @@ TEST(DevicesJsonTest, MalformedAnswersAreDataLoss) {
   EXPECT_EQ(got->size(), 1u);
 }
 
+TEST(CdiFileNameTest, InstanceMarkers) {
+  const std::string m = CdiInstanceMarker("node-a", "/var/lib/topodra");
+  EXPECT_EQ(m, "7db96cb355a8172d");  // FNV-1a 64 of "node-a", a NUL byte, "/var/lib/topodra"
+  EXPECT_EQ(CdiInstanceMarker("node-a", "/var/lib/topodra"), m) << "stable";
+  EXPECT_NE(CdiInstanceMarker("node-b", "/var/lib/topodra"), m);
+  EXPECT_NE(CdiInstanceMarker("node-a", "/var/lib/topodra2"), m);
+  EXPECT_NE(CdiInstanceMarker("node-a/var", "/lib/topodra"),
+            CdiInstanceMarker("node-a", "/var/lib/topodra"));
+  EXPECT_EQ(CdiFileName("dra.cpu", "1234-ab", m), "dra.cpu-claim_1234-ab_i" + m + ".json");
+  EXPECT_EQ(CdiFileName("dra.cpu", "1234-ab", ""), "dra.cpu-claim_1234-ab.json");
+  EXPECT_TRUE(IsCdiFileOf("dra.cpu", CdiFileName("dra.cpu", "1234-ab", m)));
+  EXPECT_EQ(CdiMarkerOf(CdiFileName("dra.cpu", "1234-ab", m)), m);
+  EXPECT_EQ(CdiMarkerOf("topodra.io_gpu-dp_0123456789abcdef_i" + m + ".json"), m);
+  EXPECT_EQ(CdiMarkerOf("dra.cpu-claim_1234-ab.json"), "");
+  EXPECT_EQ(CdiMarkerOf("topodra.io_gpu-dp_0123456789abcdef.json"), "");
+  EXPECT_EQ(CdiMarkerOf("dra.cpu-claim_x_i0123456789ABCDEF.json"), "") << "not ours: uppercase";
+  EXPECT_EQ(CdiMarkerOf("dra.cpu-claim_x_i0123456789abcdef.yaml"), "");
+  EXPECT_EQ(CdiMarkerOf("_i0123456789abcdef.json"), "");
+}
+
 TEST(CdiFileNameTest, NamesAndRecognises) {
   EXPECT_EQ(CdiKind("dra.cpu"), "dra.cpu/claim");
   EXPECT_EQ(CdiFileName("dra.cpu", "1234-ab"), "dra.cpu-claim_1234-ab.json");

@@ -152,8 +152,144 @@ TEST_F(StoreTest, CorruptRecordInTheMiddleStopsWithTheFileNamed) {
   ASSERT_FALSE(o.ok());
   EXPECT_EQ(o.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(o.status().message().find(journal), std::string::npos) << o.status();
-  EXPECT_NE(o.status().message().find("record 1"), std::string::npos) << o.status();
+  EXPECT_NE(o.status().message().find("line 1 (byte 0)"), std::string::npos) << o.status();
   EXPECT_NE(o.status().message().find("move it aside"), std::string::npos) << o.status();
+}
+
+// Only a last line cut short (no end of line) is a torn append; a complete line that does not
+// check out is damage, wherever it is, and stops the start with the file, the line and what to do.
+TEST_F(StoreTest, OnlyAnIncompleteLastLineIsATornWrite) {
+  {
+    StateStore::Opened o = OpenOk();
+    ASSERT_TRUE(o.store->Put(Claim("a", "0")).ok());
+    ASSERT_TRUE(o.store->Put(Claim("b", "1")).ok());
+  }
+  const std::string journal = path_ + ".journal";
+  const std::string good = ReadFile(journal);
+  const size_t second = good.find('\n') + 1;
+  const std::string line1 = good.substr(0, second);
+  const std::string line2 = good.substr(second);
+  auto flip = [](std::string line, size_t at) {
+    line[at] = line[at] == '7' ? '8' : '7';
+    return line;
+  };
+  struct Case {
+    std::string name;
+    std::string content;
+    std::string error;  // "" when the start succeeds
+    int loaded = 0;
+    bool dropped_torn = false;
+  };
+  const std::vector<Case> cases = {
+      {"cut mid-record", line1 + line2.substr(0, line2.size() / 2), "", 1, true},
+      {"whole record but no end of line", line1 + line2.substr(0, line2.size() - 1), "", 1, true},
+      {"damaged record, cut", line1 + flip(line2, 30).substr(0, 40), "", 1, true},
+      {"complete last line, bad checksum", line1 + flip(line2, 30),
+       "line 2 (byte " + std::to_string(line1.size()) + "): record checksum mismatch"},
+      {"complete last line, bad checksum digits", line1 + flip(line2, 2),
+       "line 2 (byte " + std::to_string(line1.size()) + "): record checksum mismatch"},
+      {"complete last line, not a record", line1 + "garbage\n", "line 2 (byte "},
+      {"complete last line, empty", line1 + "\n", "line 2 (byte "},
+      {"bad record in the middle", flip(line1, 30) + line2, "line 1 (byte 0)"},
+      {"bad record in the middle, torn end", flip(line1, 30) + line2.substr(0, 9),
+       "line 1 (byte 0)"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    WriteFile(journal, c.content);
+    absl::StatusOr<StateStore::Opened> o = StateStore::Open(path_);
+    if (c.error.empty()) {
+      ASSERT_TRUE(o.ok()) << o.status();
+      EXPECT_EQ(o->loaded.Size(), c.loaded);
+      EXPECT_EQ(o->dropped_torn, c.dropped_torn);
+      EXPECT_EQ(ReadFile(journal), line1) << "the torn bytes are cut off";
+      continue;
+    }
+    ASSERT_FALSE(o.ok());
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kDataLoss);
+    const std::string message(o.status().message());
+    EXPECT_THAT(message, testing::HasSubstr(absl::StrCat("journal \"", journal, "\": ", c.error)));
+    EXPECT_THAT(message, testing::HasSubstr("restore a good copy"));
+    EXPECT_EQ(ReadFile(journal), c.content) << "a damaged journal is left as it is";
+    absl::StatusOr<State> peeked = StateStore::Peek(path_);
+    ASSERT_FALSE(peeked.ok());
+    EXPECT_EQ(peeked.status(), o.status());
+  }
+}
+
+TEST_F(StoreTest, NothingRecordedOnlyWhenNoSnapshotAndNoJournalRecord) {
+  EXPECT_TRUE(OpenOk().nothing_recorded) << "a new node";
+  EXPECT_TRUE(OpenOk().nothing_recorded) << "an empty journal records nothing";
+  {
+    StateStore::Opened o = OpenOk();
+    ASSERT_TRUE(o.store->Put(Claim("a", "0")).ok());
+    ASSERT_TRUE(o.store->Remove(DraOwner("dra.cpu", "a")).ok());
+  }
+  EXPECT_FALSE(OpenOk().nothing_recorded) << "records, even of an empty state";
+  {
+    StateStore::Opened o = OpenOk();
+    ASSERT_TRUE(o.store->Compact(State{}).ok());
+  }
+  StateStore::Opened o = OpenOk();
+  EXPECT_FALSE(o.nothing_recorded) << "a snapshot, even of an empty state";
+  EXPECT_TRUE(o.loaded.Empty());
+}
+
+// A snapshot or journal removed by hand is not an empty state: whatever it held would be lost
+// without a word.
+TEST_F(StoreTest, LostSnapshotOrJournalIsCorruption) {
+  State two;
+  ASSERT_TRUE(two.Add(Claim("a", "0")).ok());
+  ASSERT_TRUE(two.Add(Claim("b", "1")).ok());
+  {
+    StateStore::Opened o = OpenOk();
+    ASSERT_TRUE(o.store->Put(Claim("a", "0")).ok());
+    ASSERT_TRUE(o.store->Put(Claim("b", "1")).ok());
+    ASSERT_TRUE(o.store->Compact(two).ok());
+    ASSERT_TRUE(o.store->Put(Claim("c", "2")).ok());
+  }
+  const std::string journal = path_ + ".journal";
+  const std::string snapshot = ReadFile(path_);
+  const std::string records = ReadFile(journal);
+
+  std::filesystem::remove(path_);
+  absl::StatusOr<StateStore::Opened> o = StateStore::Open(path_);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(o.status().message()),
+              testing::HasSubstr(absl::StrCat("journal \"", journal,
+                                              "\": line 1 (byte 0): sequence number 3 but the "
+                                              "snapshot \"",
+                                              path_, "\" is missing or empty")));
+  EXPECT_EQ(StateStore::Peek(path_).status(), o.status());
+
+  // An older snapshot is as bad as none.
+  State one;
+  ASSERT_TRUE(one.Add(Claim("a", "0")).ok());
+  ASSERT_TRUE(Checkpoint(path_).Save(one, 1, true).ok());
+  o = StateStore::Open(path_);
+  ASSERT_FALSE(o.ok());
+  EXPECT_THAT(std::string(o.status().message()),
+              testing::HasSubstr("sequence number 3 but the snapshot \"" + path_ +
+                                 "\" ends at sequence number 1"));
+
+  WriteFile(path_, snapshot);
+  std::filesystem::remove(journal);
+  o = StateStore::Open(path_);
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(o.status().message()),
+              testing::HasSubstr(absl::StrCat("journal \"", journal,
+                                              "\" is missing, but the "
+                                              "snapshot \"",
+                                              path_, "\" says one existed")));
+  EXPECT_THAT(std::string(o.status().message()), testing::HasSubstr("restore a good copy"));
+  EXPECT_FALSE(std::filesystem::exists(journal)) << "nothing created on the way out";
+
+  WriteFile(journal, records);
+  StateStore::Opened back = OpenOk();
+  EXPECT_EQ(back.loaded.HeldCpus().ToString(), "0-2");
+  EXPECT_FALSE(back.nothing_recorded);
 }
 
 TEST_F(StoreTest, CompactionKeepsStateAndEmptiesJournal) {
@@ -330,9 +466,10 @@ TEST_F(StoreTest, OverlappingReservationRecordIsCorruption) {
   ASSERT_FALSE(o.ok());
   EXPECT_EQ(o.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(o.status().message()),
-              testing::HasSubstr(absl::StrCat("journal \"", path_, ".journal\": record 2: ",
-                                              "Reservation \"r2\": CPU 3 is already reserved by "
-                                              "Reservation \"r1\"")));
+              testing::AllOf(testing::HasSubstr(
+                                 absl::StrCat("journal \"", path_, ".journal\": line 2 (byte ")),
+                             testing::HasSubstr("): Reservation \"r2\": CPU 3 is already "
+                                                "reserved by Reservation \"r1\"")));
 }
 
 TEST_F(StoreTest, CompactionKeepsReservations) {
@@ -427,7 +564,7 @@ TEST_F(StoreTest, PeekReportsCorruptionLikeOpen) {
   ASSERT_FALSE(peeked.ok());
   EXPECT_EQ(peeked.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(peeked.status().message()),
-              testing::HasSubstr(absl::StrCat("journal \"", journal, "\": record 1 at byte 0")));
+              testing::HasSubstr(absl::StrCat("journal \"", journal, "\": line 1 (byte 0)")));
   EXPECT_EQ(ReadFile(journal), text);
 }
 
