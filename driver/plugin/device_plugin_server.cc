@@ -190,7 +190,7 @@ absl::Status DevicePluginServer::Serve() {
     // The streams of the old socket end first, so the kubelet sees them close.
     ++epoch_;
     service_->node()->changes.Notify();
-    plugin::Shutdown(server_.get(), std::chrono::milliseconds(100));
+    plugin::ShutdownAt(server_.get(), socket_, std::chrono::milliseconds(100));
     server_.reset();
   }
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
@@ -307,7 +307,7 @@ void DevicePluginServer::Stop() {
   service_->node()->changes.Notify();
   if (watcher_.joinable()) watcher_.join();
   if (server_ != nullptr) {
-    plugin::Shutdown(server_.get(), std::chrono::milliseconds(500));
+    plugin::ShutdownAt(server_.get(), socket_, std::chrono::milliseconds(500));
     server_.reset();
     // Only our own socket: a successor may already have made a new one.
     if (InodeOf(socket_) == socket_inode_.load()) ::unlink(socket_.c_str());

@@ -1,5 +1,6 @@
 #include "driver/plugin/socket_server.h"
 
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -9,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -114,6 +116,22 @@ void Shutdown(grpc::Server* server, std::chrono::milliseconds grace) {
   server->Wait();
 }
 
+void ShutdownAt(grpc::Server* server, const std::string& path, std::chrono::milliseconds grace) {
+  const std::string aside = path + ".kept";
+  struct stat st {};
+  const bool kept = ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode) &&
+                    ::linkat(AT_FDCWD, path.c_str(), AT_FDCWD, aside.c_str(), 0) == 0;
+  Shutdown(server, grace);
+  if (!kept) return;
+  // Back under its name, unless it is still there or something else has taken the name.
+  if (::linkat(AT_FDCWD, aside.c_str(), AT_FDCWD, path.c_str(), 0) != 0 && errno != EEXIST) {
+    spdlog::warn("cannot put the symbolic link {} back (kept as {}): {}", path, aside,
+                 std::strerror(errno));
+    return;
+  }
+  ::unlink(aside.c_str());
+}
+
 SocketPath InspectSocketPath(const std::string& path, unsigned long ours) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) return {SocketPath::kMissing, ""};
@@ -143,7 +161,7 @@ absl::Status ServedSocket::ServeLocked() {
     // Stopped before the new one listens, not after: gRPC removes whatever socket is at the path
     // when a server stops, which would be the new one.
     if (before_replacing_) before_replacing_();
-    Shutdown(server_.get(), std::min(grace_, kReplaceGrace));
+    ShutdownAt(server_.get(), path_, std::min(grace_, kReplaceGrace));
     server_.reset();
   }
   absl::StatusOr<std::unique_ptr<grpc::Server>> fresh = plugin::Serve(path_, services_);
@@ -172,7 +190,7 @@ void ServedSocket::Keep() {
   const std::string what_happened =
       at.kind == SocketPath::kMissing
           ? "was removed"
-          : "is a socket the daemon did not make (a stale one?); replacing it with its own";
+          : "was replaced by a socket the daemon did not make, which it removes";
   absl::Status st = files::MakeDirectories(path_.substr(0, path_.rfind('/')), dir_mode_);
   if (st.ok()) st = ServeLocked();
   if (!st.ok()) {
@@ -211,7 +229,7 @@ std::string ServedSocket::Problem() const {
 void ServedSocket::Stop() {
   std::lock_guard<std::mutex> lock(mu_);
   if (server_ == nullptr) return;
-  Shutdown(server_.get(), grace_);
+  ShutdownAt(server_.get(), path_, grace_);
   server_.reset();
   // Only our own socket (gRPC has usually removed it already).
   if (InspectSocketPath(path_, inode_.load()).kind == SocketPath::kOurs) ::unlink(path_.c_str());

@@ -32,6 +32,12 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> Serve(const std::string& path,
 // Shuts down: calls still running after `grace` are cancelled; waits for the handlers.
 void Shutdown(grpc::Server* server, std::chrono::milliseconds grace = std::chrono::seconds(5));
 
+// Shutdown() of the server on `path`. gRPC removes the socket `path` names when a server stops,
+// following a symbolic link to find out: a symlink someone put in place of our socket would go
+// with it, so it is kept under a second name meanwhile and put back.
+void ShutdownAt(grpc::Server* server, const std::string& path,
+                std::chrono::milliseconds grace = std::chrono::seconds(5));
+
 // What is at the path of a socket the daemon serves, as lstat sees it (a symlink is never
 // followed: it is a thing of its own at the path).
 struct SocketPath {
