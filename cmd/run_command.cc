@@ -745,6 +745,10 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
           missing.push_back(
               absl::StrCat("driver ", d.service->driver(), ": not registered with the kubelet"));
         }
+        for (std::string& p : d.plugin->SocketProblems()) missing.push_back(std::move(p));
+      }
+      for (const DevicePluginRuntime& d : device_plugins) {
+        if (std::string p = d.server->SocketProblem(); !p.empty()) missing.push_back(p);
       }
       for (size_t i = 0; i < publishers.size(); ++i) {
         const publish::PublisherStatus st = publishers[i]->status();

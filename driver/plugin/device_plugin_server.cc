@@ -190,7 +190,7 @@ absl::Status DevicePluginServer::Serve() {
     // The streams of the old socket end first, so the kubelet sees them close.
     ++epoch_;
     service_->node()->changes.Notify();
-    plugin::Shutdown(server_.get(), std::chrono::milliseconds(100));
+    plugin::ShutdownAt(server_.get(), socket_, std::chrono::milliseconds(100));
     server_.reset();
   }
   absl::StatusOr<std::unique_ptr<grpc::Server>> server =
@@ -232,25 +232,47 @@ void DevicePluginServer::Watch() {
   absl::Time next_attempt = absl::InfinitePast();
   bool warned = false;
   while (!stopping_.load()) {
-    const unsigned long own = InodeOf(socket_);
+    const SocketPath own = InspectSocketPath(socket_, socket_inode_.load());
     const unsigned long kubelet = InodeOf(kubelet_socket_);
-    const bool socket_gone = own != socket_inode_;
+    const bool socket_gone = own.kind != SocketPath::kOurs;
     const bool kubelet_restarted = registered_.load() && kubelet != kubelet_inode_;
-    if (socket_gone || kubelet_restarted) {
-      spdlog::warn("device plugin {}: {}; serving a fresh socket and registering again",
-                   service_->resource(),
-                   socket_gone
-                       ? absl::StrCat("socket ", socket_, " was removed (kubelet restart)")
-                       : absl::StrCat(kubelet_socket_, " was re-created (kubelet restart)"));
+    if (own.kind == SocketPath::kNotASocket) {
+      // Not ours to delete; registering would point the kubelet at it.
+      const std::string now = absl::StrCat(own.what, " was in its place");
+      if (condition_ != now) {
+        spdlog::error(
+            "device plugin {}: {} is {}, not a socket; the daemon leaves it alone (it removes "
+            "only its own sockets) and serves no socket there until it is removed",
+            service_->resource(), socket_, own.what);
+        condition_ = now;
+      }
+      registered_ = false;
+    } else if (socket_gone || kubelet_restarted) {
+      if (condition_.empty()) {
+        spdlog::warn("device plugin {}: {}; serving a fresh socket and registering again",
+                     service_->resource(),
+                     socket_gone
+                         ? absl::StrCat("socket ", socket_, " was removed (kubelet restart)")
+                         : absl::StrCat(kubelet_socket_, " was re-created (kubelet restart)"));
+      }
       registered_ = false;
       if (absl::Status st = Serve(); !st.ok()) {
-        spdlog::error("device plugin {}: cannot serve {}: {}", service_->resource(), socket_,
-                      std::string(st.message()));
+        const std::string now = absl::StrCat("it could not be served: ", st.message());
+        if (condition_ != now) {
+          spdlog::error("device plugin {}: cannot serve {} (retrying): {}", service_->resource(),
+                        socket_, std::string(st.message()));
+          condition_ = now;
+        }
+      } else if (!condition_.empty()) {
+        spdlog::info("device plugin {}: {} is served again (before: {}); registering again",
+                     service_->resource(), socket_, condition_);
+        condition_.clear();
       }
       backoff = absl::Milliseconds(500);
       next_attempt = absl::InfinitePast();
     }
-    if (!registered_.load() && kubelet != 0 && absl::Now() >= next_attempt && server_ != nullptr) {
+    if (!registered_.load() && kubelet != 0 && absl::Now() >= next_attempt && server_ != nullptr &&
+        condition_.empty()) {
       if (absl::Status st = Register(); st.ok()) {
         registered_ = true;
         kubelet_inode_ = kubelet;
@@ -285,11 +307,29 @@ void DevicePluginServer::Stop() {
   service_->node()->changes.Notify();
   if (watcher_.joinable()) watcher_.join();
   if (server_ != nullptr) {
-    plugin::Shutdown(server_.get(), std::chrono::milliseconds(500));
+    plugin::ShutdownAt(server_.get(), socket_, std::chrono::milliseconds(500));
     server_.reset();
     // Only our own socket: a successor may already have made a new one.
-    if (InodeOf(socket_) == socket_inode_) ::unlink(socket_.c_str());
+    if (InodeOf(socket_) == socket_inode_.load()) ::unlink(socket_.c_str());
   }
+}
+
+std::string DevicePluginServer::SocketProblem() const {
+  const SocketPath at = InspectSocketPath(socket_, socket_inode_.load());
+  switch (at.kind) {
+    case SocketPath::kOurs:
+      return "";
+    case SocketPath::kMissing:
+      return absl::StrCat("device plugin ", service_->resource(), ": socket ", socket_,
+                          " is missing");
+    case SocketPath::kOtherSocket:
+      return absl::StrCat("device plugin ", service_->resource(), ": socket ", socket_,
+                          " is not the daemon's socket");
+    case SocketPath::kNotASocket:
+      return absl::StrCat("device plugin ", service_->resource(), ": socket ", socket_, " is ",
+                          at.what, ", not the daemon's socket: remove it (the daemon does not)");
+  }
+  return "";
 }
 
 DevicePluginServer::~DevicePluginServer() { Stop(); }

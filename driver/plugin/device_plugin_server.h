@@ -50,6 +50,8 @@ class DevicePluginServer {
   const std::string& socket() const { return socket_; }
   int registrations() const { return registrations_.load(); }
   bool registered() const { return registered_.load(); }
+  // "" while our socket is at its path; otherwise what is wrong, for /readyz.
+  std::string SocketProblem() const;
 
   // Internal, for the service handlers: true when streams of `epoch` must end.
   bool StreamsMustEnd(uint64_t epoch) const;
@@ -66,7 +68,9 @@ class DevicePluginServer {
   std::string dir_, socket_, kubelet_socket_;
   std::unique_ptr<grpc::Service> grpc_service_;
   std::unique_ptr<grpc::Server> server_;  // watcher thread (and Stop) only
-  unsigned long socket_inode_ = 0, kubelet_inode_ = 0;
+  std::atomic<unsigned long> socket_inode_{0};
+  unsigned long kubelet_inode_ = 0;  // watcher thread only
+  std::string condition_;            // watcher thread only: why the socket is not served, or ""
   std::atomic<uint64_t> epoch_{0};
   std::atomic<int> registrations_{0};
   std::atomic<bool> registered_{false};

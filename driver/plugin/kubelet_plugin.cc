@@ -93,6 +93,7 @@ class HealthService final : public ::v1alpha1::DRAResourceHealth::Service {
       grpc::ServerContext* context, const ::v1alpha1::NodeWatchResourcesRequest*,
       grpc::ServerWriter<::v1alpha1::NodeWatchResourcesResponse>* writer) override {
     try {
+      const uint64_t epoch = plugin_->stream_epoch();
       do {
         ::v1alpha1::NodeWatchResourcesResponse response;
         const int64_t now = absl::ToUnixSeconds(absl::Now());
@@ -104,7 +105,7 @@ class HealthService final : public ::v1alpha1::DRAResourceHealth::Service {
           h->set_last_updated_time(now);
         }
         if (context->IsCancelled() || !writer->Write(response)) break;
-      } while (plugin_->SleepUnlessStopping(interval_) && !context->IsCancelled());
+      } while (plugin_->SleepUnlessStopping(interval_, epoch) && !context->IsCancelled());
       return grpc::Status::OK;
     } catch (const std::exception& e) {
       return grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat("health: ", e.what()));
@@ -164,63 +165,60 @@ absl::StatusOr<std::unique_ptr<KubeletPlugin>> KubeletPlugin::Start(
       std::make_unique<HealthService>(p.get(), service, p->opts_.health_interval));
   std::vector<grpc::Service*> services;
   for (auto& s : p->services_) services.push_back(s.get());
-  absl::StatusOr<std::unique_ptr<grpc::Server>> dra = Serve(p->dra_socket_, services);
-  if (!dra.ok()) return dra.status();
-  p->dra_server_ = *std::move(dra);
+  p->dra_server_ = std::make_unique<ServedSocket>(
+      absl::StrCat("driver ", p->opts_.driver, ": DRA socket"), p->dra_socket_, services, 0750,
+      std::chrono::seconds(5), [raw = p.get()] { raw->EndStreams(); });
+  if (absl::Status st = p->dra_server_->Serve(); !st.ok()) return st;
 
   p->registration_service_ =
       std::make_unique<RegistrationService>(p.get(), p->opts_.driver, p->dra_socket_);
-  if (absl::Status st = p->StartRegistration(); !st.ok()) {
-    Shutdown(p->dra_server_.get());
-    ::unlink(p->dra_socket_.c_str());
-    return st;
-  }
+  p->reg_server_ = std::make_unique<ServedSocket>(
+      absl::StrCat("driver ", p->opts_.driver, ": registration socket"), p->reg_socket_,
+      std::vector<grpc::Service*>{p->registration_service_.get()}, 0755, std::chrono::seconds(5));
+  if (absl::Status st = p->reg_server_->Serve(); !st.ok()) return st;  // ~KubeletPlugin stops
   spdlog::info("driver {}: serving DRA v1 and v1beta1 on {}, registration on {}", p->opts_.driver,
                p->dra_socket_, p->reg_socket_);
   p->watcher_ = std::thread([raw = p.get()] { raw->Watch(); });
   return p;
 }
 
-absl::Status KubeletPlugin::StartRegistration() {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (reg_server_ != nullptr) {
-    Shutdown(reg_server_.get());
-    reg_server_.reset();
-  }
-  absl::StatusOr<std::unique_ptr<grpc::Server>> server =
-      Serve(reg_socket_, {registration_service_.get()});
-  if (!server.ok()) return server.status();
-  reg_server_ = *std::move(server);
-  reg_inode_ = InodeOf(reg_socket_);
-  return absl::OkStatus();
-}
-
+// The service first: the kubelet dials it as soon as it sees the registration socket.
 void KubeletPlugin::Watch() {
   const auto period = absl::ToChronoMilliseconds(opts_.registration_check);
   std::unique_lock<std::mutex> lock(stop_mu_);
   while (!stop_cv_.wait_for(lock, period, [this] { return stopping_; })) {
-    unsigned long want = 0;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      want = reg_inode_;
-    }
-    if (InodeOf(reg_socket_) == want && want != 0) continue;
     lock.unlock();
-    spdlog::warn(
-        "driver {}: registration socket {} was removed; creating it again so the kubelet "
-        "registers the plugin again",
-        opts_.driver, reg_socket_);
-    if (absl::Status st = StartRegistration(); !st.ok()) {
-      spdlog::error("driver {}: cannot re-create the registration socket: {}", opts_.driver,
-                    std::string(st.message()));
-    }
+    dra_server_->Keep();
+    reg_server_->Keep();
     lock.lock();
   }
 }
 
-bool KubeletPlugin::SleepUnlessStopping(absl::Duration d) {
+std::vector<std::string> KubeletPlugin::SocketProblems() const {
+  std::vector<std::string> out;
+  for (const ServedSocket* s : {dra_server_.get(), reg_server_.get()}) {
+    if (std::string p = s->Problem(); !p.empty()) out.push_back(std::move(p));
+  }
+  return out;
+}
+
+bool KubeletPlugin::SleepUnlessStopping(absl::Duration d, uint64_t epoch) {
   std::unique_lock<std::mutex> lock(stop_mu_);
-  return !stop_cv_.wait_for(lock, absl::ToChronoMilliseconds(d), [this] { return stopping_; });
+  return !stop_cv_.wait_for(lock, absl::ToChronoMilliseconds(d),
+                            [&] { return stopping_ || stream_epoch_ != epoch; });
+}
+
+uint64_t KubeletPlugin::stream_epoch() const {
+  std::lock_guard<std::mutex> lock(stop_mu_);
+  return stream_epoch_;
+}
+
+void KubeletPlugin::EndStreams() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    ++stream_epoch_;
+  }
+  stop_cv_.notify_all();
 }
 
 void KubeletPlugin::OnRegistrationStatus(bool registered, const std::string& error) {
@@ -241,20 +239,9 @@ void KubeletPlugin::Stop() {
   }
   stop_cv_.notify_all();
   if (watcher_.joinable()) watcher_.join();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (reg_server_ != nullptr) {
-      Shutdown(reg_server_.get());
-      reg_server_.reset();
-      // Only our own socket: a successor may already have made a new one.
-      if (InodeOf(reg_socket_) == reg_inode_) ::unlink(reg_socket_.c_str());
-    }
-  }
-  if (dra_server_ != nullptr) {
-    Shutdown(dra_server_.get());
-    dra_server_.reset();
-    ::unlink(dra_socket_.c_str());
-  }
+  // Registration first: the kubelet deregisters before the service goes.
+  if (reg_server_ != nullptr) reg_server_->Stop();
+  if (dra_server_ != nullptr) dra_server_->Stop();
 }
 
 KubeletPlugin::KubeletPlugin(PluginOptions opts) : opts_(std::move(opts)) {}

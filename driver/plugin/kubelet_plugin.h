@@ -15,10 +15,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "driver/plugin/socket_server.h"
 #include "driver/prepare/claim_service.h"
 
 namespace grpc {
-class Server;
 class Service;
 }  // namespace grpc
 
@@ -31,8 +31,9 @@ inline constexpr char kDraHealth[] = "v1alpha1.DRAResourceHealth";
 struct PluginOptions {
   std::string driver;
   std::string kubelet_root = "/var/lib/kubelet";
-  // How often the registration socket is checked; when it is gone (or replaced), it is created
-  // again so the kubelet registers the plugin again.
+  // How often both sockets are checked. A deleted one is created again at once (the kubelet
+  // registers the plugin again, or reconnects to the service); something else put in its place is
+  // left alone and reported by SocketProblems() until it is gone.
   absl::Duration registration_check = absl::Milliseconds(250);
   // The health stream re-sends the full device list this often; the kubelet marks a device
   // Unknown when it has not heard of it for 30 s.
@@ -52,31 +53,33 @@ class KubeletPlugin {
 
   const std::string& dra_socket() const { return dra_socket_; }
   const std::string& registration_socket() const { return reg_socket_; }
+  // One line per socket that is not ours at its path now (missing, replaced), for /readyz.
+  std::vector<std::string> SocketProblems() const;
   // NotifyRegistrationStatus(true) calls received: how often the kubelet registered us.
   int registrations() const { return registrations_.load(); }
 
   // Internal, for the registration and health services.
   void OnRegistrationStatus(bool registered, const std::string& error);
-  // Waits up to `d`; false when the plugin is stopping.
-  bool SleepUnlessStopping(absl::Duration d);
+  // Waits up to `d`; false when the plugin is stopping, or when the DRA socket a stream of
+  // `epoch` came in on is being replaced (its server waits for the stream to end).
+  bool SleepUnlessStopping(absl::Duration d, uint64_t epoch);
+  uint64_t stream_epoch() const;
 
  private:
   explicit KubeletPlugin(PluginOptions opts);
-  absl::Status StartRegistration();
   void Watch();
+  void EndStreams();  // before the DRA server is replaced
 
   PluginOptions opts_;
   std::string plugin_dir_, registry_dir_, dra_socket_, reg_socket_;
   std::vector<std::unique_ptr<grpc::Service>> services_;
   std::unique_ptr<grpc::Service> registration_service_;
-  std::unique_ptr<grpc::Server> dra_server_;
-  std::mutex mu_;  // guards reg_server_, reg_inode_
-  std::unique_ptr<grpc::Server> reg_server_;
-  unsigned long reg_inode_ = 0;
+  std::unique_ptr<ServedSocket> dra_server_, reg_server_;
   std::atomic<int> registrations_{0};
-  std::mutex stop_mu_;
+  mutable std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stopping_ = false;
+  uint64_t stream_epoch_ = 0;  // guarded by stop_mu_
   std::thread watcher_;
 };
 

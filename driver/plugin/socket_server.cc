@@ -1,14 +1,20 @@
 #include "driver/plugin/socket_server.h"
 
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/file_io.h"
 
 namespace topodra::plugin {
@@ -16,6 +22,26 @@ namespace {
 
 // sun_path is 108 bytes including the terminating NUL.
 constexpr size_t kMaxSocketPath = 107;
+
+// The umask is process-wide: two watchers serving at once would otherwise restore each other's
+// 0177 and leave it set for every file the daemon makes afterwards.
+std::mutex umask_mu;
+
+// A server stops only when its clients hang up or the grace is over, and the kubelet keeps its
+// connection open: the grace of a replaced server is how long its socket stays missing. Calls
+// still running then are cancelled; the kubelet retries them (prepare and unprepare are
+// idempotent).
+constexpr std::chrono::milliseconds kReplaceGrace{1000};
+
+std::string KindOf(mode_t mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return absl::StrFormat("a file of mode 0%o", mode);
+}
 
 }  // namespace
 
@@ -49,8 +75,8 @@ unsigned long InodeOf(const std::string& path) {
 }
 
 // Builds a server on `path` with owner-only permissions from the first moment: the umask is
-// process-wide, so this runs while no other thread creates files (start-up, or the watcher,
-// which only ever runs this).
+// process-wide, so this runs while no other thread creates files (start-up, or the watchers,
+// which only ever run this, one at a time).
 absl::StatusOr<std::unique_ptr<grpc::Server>> Serve(const std::string& path,
                                                     const std::vector<grpc::Service*>& services) {
   if (path.size() > kMaxSocketPath) {
@@ -68,9 +94,13 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> Serve(const std::string& path,
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 2);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 4);
-  const mode_t old = ::umask(0177);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ::umask(old);
+  std::unique_ptr<grpc::Server> server;
+  {
+    std::lock_guard<std::mutex> lock(umask_mu);
+    const mode_t old = ::umask(0177);
+    server = builder.BuildAndStart();
+    ::umask(old);
+  }
   if (server == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot serve gRPC on \"", path, "\""));
   }
@@ -84,6 +114,125 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> Serve(const std::string& path,
 void Shutdown(grpc::Server* server, std::chrono::milliseconds grace) {
   server->Shutdown(std::chrono::system_clock::now() + grace);
   server->Wait();
+}
+
+void ShutdownAt(grpc::Server* server, const std::string& path, std::chrono::milliseconds grace) {
+  const std::string aside = path + ".kept";
+  struct stat st {};
+  const bool kept = ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode) &&
+                    ::linkat(AT_FDCWD, path.c_str(), AT_FDCWD, aside.c_str(), 0) == 0;
+  Shutdown(server, grace);
+  if (!kept) return;
+  // Back under its name, unless it is still there or something else has taken the name.
+  if (::linkat(AT_FDCWD, aside.c_str(), AT_FDCWD, path.c_str(), 0) != 0 && errno != EEXIST) {
+    spdlog::warn("cannot put the symbolic link {} back (kept as {}): {}", path, aside,
+                 std::strerror(errno));
+    return;
+  }
+  ::unlink(aside.c_str());
+}
+
+SocketPath InspectSocketPath(const std::string& path, unsigned long ours) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return {SocketPath::kMissing, ""};
+  if (!S_ISSOCK(st.st_mode)) return {SocketPath::kNotASocket, KindOf(st.st_mode)};
+  return {ours != 0 && InodeOf(path) == ours ? SocketPath::kOurs : SocketPath::kOtherSocket, ""};
+}
+
+ServedSocket::ServedSocket(std::string name, std::string path, std::vector<grpc::Service*> services,
+                           mode_t dir_mode, std::chrono::milliseconds grace,
+                           std::function<void()> before_replacing)
+    : name_(std::move(name)),
+      path_(std::move(path)),
+      services_(std::move(services)),
+      dir_mode_(dir_mode),
+      grace_(grace),
+      before_replacing_(std::move(before_replacing)) {}
+
+ServedSocket::~ServedSocket() { Stop(); }
+
+absl::Status ServedSocket::Serve() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ServeLocked();
+}
+
+absl::Status ServedSocket::ServeLocked() {
+  if (server_ != nullptr) {
+    // Stopped before the new one listens, not after: gRPC removes whatever socket is at the path
+    // when a server stops, which would be the new one.
+    if (before_replacing_) before_replacing_();
+    ShutdownAt(server_.get(), path_, std::min(grace_, kReplaceGrace));
+    server_.reset();
+  }
+  absl::StatusOr<std::unique_ptr<grpc::Server>> fresh = plugin::Serve(path_, services_);
+  if (!fresh.ok()) return fresh.status();
+  server_ = *std::move(fresh);
+  inode_ = InodeOf(path_);
+  return absl::OkStatus();
+}
+
+void ServedSocket::Keep() {
+  const SocketPath at = InspectSocketPath(path_, inode_.load());
+  if (at.kind == SocketPath::kOurs) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (at.kind == SocketPath::kNotASocket) {
+    // Whoever put it there meant something by it: deleting it is the operator's decision.
+    const std::string now = absl::StrCat(at.what, " was in its place");
+    if (condition_ != now) {
+      spdlog::error(
+          "{} {}: {} is there instead of the socket; the daemon leaves it alone (it removes only "
+          "its own sockets) and serves no socket there until it is removed",
+          name_, path_, at.what);
+      condition_ = now;
+    }
+    return;
+  }
+  const std::string what_happened =
+      at.kind == SocketPath::kMissing
+          ? "was removed"
+          : "was replaced by a socket the daemon did not make, which it removes";
+  absl::Status st = files::MakeDirectories(path_.substr(0, path_.rfind('/')), dir_mode_);
+  if (st.ok()) st = ServeLocked();
+  if (!st.ok()) {
+    const std::string now = absl::StrCat("it could not be served: ", st.message());
+    if (condition_ != now) {
+      spdlog::error("{} {} {}; cannot serve it again (retrying): {}", name_, path_, what_happened,
+                    std::string(st.message()));
+      condition_ = now;
+    }
+    return;
+  }
+  if (condition_.empty()) {
+    spdlog::warn("{} {} {}; serving a fresh one", name_, path_, what_happened);
+  } else {
+    spdlog::info("{} {} is served again (before: {})", name_, path_, condition_);
+    condition_.clear();
+  }
+}
+
+std::string ServedSocket::Problem() const {
+  const SocketPath at = InspectSocketPath(path_, inode_.load());
+  switch (at.kind) {
+    case SocketPath::kOurs:
+      return "";
+    case SocketPath::kMissing:
+      return absl::StrCat(name_, " ", path_, " is missing");
+    case SocketPath::kOtherSocket:
+      return absl::StrCat(name_, " ", path_, " is not the daemon's socket");
+    case SocketPath::kNotASocket:
+      return absl::StrCat(name_, " ", path_, " is ", at.what,
+                          ", not the daemon's socket: remove it (the daemon does not)");
+  }
+  return "";
+}
+
+void ServedSocket::Stop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (server_ == nullptr) return;
+  ShutdownAt(server_.get(), path_, grace_);
+  server_.reset();
+  // Only our own socket (gRPC has usually removed it already).
+  if (InspectSocketPath(path_, inode_.load()).kind == SocketPath::kOurs) ::unlink(path_.c_str());
 }
 
 }  // namespace topodra::plugin

@@ -315,6 +315,37 @@ TEST_F(DevicePluginTest, KubeletRestartMeansAFreshSocketAndRegisteringAgain) {
   EXPECT_TRUE(dp_->Allocate(kGpuResource, {{"0000:03:00.0"}}).ok());
 }
 
+// Issue 15: a file that is not a socket in the place of ours is not the daemon's to delete, and
+// was logged twice every 250 ms. Now: one line when it appears, one when it is gone.
+TEST_F(DevicePluginTest, AFileInPlaceOfTheSocketIsLeftAloneAndLoggedOnceEachWay) {
+  StartDevicePluginNode();
+  const std::string socket = dirs_.kubelet_root + "/device-plugins/topodra.io-gpu.sock";
+  PutFileInPlaceOf(socket, "not a socket\n");
+  const std::string refused =
+      "device plugin topodra.io/gpu: " + socket +
+      " is a regular file, not a socket; the daemon leaves it alone (it removes only its own "
+      "sockets) and serves no socket there until it is removed";
+  for (int i = 0; i < 200 && LinesWith(daemon_.Log(), refused).empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  // A few more checks of the watcher (every 250 ms) go by while it stays.
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  EXPECT_EQ(ReadFile(socket), "not a socket\n");
+  ASSERT_TRUE(fs::remove(socket));
+  auto reg = dp_->WaitForResource(kGpuResource, 2, absl::Seconds(20));
+  ASSERT_TRUE(reg.ok()) << reg.status() << "\n" << daemon_.Log();
+  EXPECT_TRUE(fs::is_socket(fs::symlink_status(socket)));
+  EXPECT_TRUE(dp_->Allocate(kGpuResource, {{"0000:03:00.0"}}).ok());
+  EXPECT_EQ(daemon_.Terminate(), 0);
+  EXPECT_THAT(
+      LinesWith(daemon_.Log(), socket),
+      ::testing::ElementsAre(
+          "device plugin topodra.io/gpu: serving v1beta1.DevicePlugin on " + socket, refused,
+          "device plugin topodra.io/gpu: " + socket +
+              " is served again (before: a regular file was in its place); registering "
+              "again"));
+}
+
 TEST_F(DevicePluginTest, RegistersOnceTheKubeletComesUp) {
   // The daemon first: no kubelet.sock yet, so it keeps trying.
   StartNode({"--device-plugin", "gpu"});

@@ -490,6 +490,86 @@ TEST_F(DraPluginTest, RegistrationSocketIsRecreatedWhenDeleted) {
   EXPECT_EQ(PrepareOne(c).error, "");
 }
 
+// Polls (up to 10 s) until a socket is at `path`; the daemon checks every 250 ms.
+bool WaitForSocket(const std::string& path) {
+  for (int i = 0; i < 200; ++i) {
+    std::error_code ec;
+    if (fs::is_socket(fs::symlink_status(path, ec))) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+TEST_F(DraPluginTest, DraSocketIsServedAgainWhenDeleted) {
+  StartNode();
+  const std::string dra = sim_->Find(kCpu)->endpoint;
+  ASSERT_TRUE(fs::remove(dra));
+  ASSERT_TRUE(WaitForSocket(dra)) << "no socket at " << dra << " again\n" << daemon_.Log();
+  struct stat st {};
+  ASSERT_EQ(::stat(dra.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  // A kubelet dialling the endpoint anew is served...
+  ClaimResult fresh =
+      PrepareOverNewConnection(dra, CpuClaim("new-connection", "cpudevnuma000", "2"));
+  EXPECT_EQ(fresh.error, "");
+  ASSERT_EQ(fresh.devices.size(), 1u);
+  EXPECT_EQ(fresh.devices[0].device, "cpudevnuma000");
+  // ... and so is the connection it made before, once it has reconnected: the first call on it
+  // may fail UNAVAILABLE (its server went away), as a kubelet's does, which retries.
+  PrepareClaim old = CpuClaim("old-connection", "cpudevnuma001", "2");
+  std::string error = "not tried";
+  for (int i = 0; i < 100 && !error.empty(); ++i) {
+    auto got = sim_->Prepare(kCpu, {old});
+    error = got.ok() ? (*got)[old.uid].error : std::string(got.status().message());
+    if (!error.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(error, "");
+
+  EXPECT_EQ(daemon_.Terminate(), 0);
+  EXPECT_FALSE(fs::exists(dra));
+  EXPECT_THAT(LinesWith(daemon_.Log(), "DRA socket " + dra),
+              ::testing::ElementsAre("driver dra.cpu: DRA socket " + dra +
+                                     " was removed; serving a fresh one"));
+}
+
+// Issue 15: a regular file at the registration path logged 8 lines a second. The daemon runs
+// for several periods of each of its retry loops (registration check 250 ms, --topology-refresh
+// 1 s, the reservation watch's backoff from 200 ms without the CRD) and logs each condition once
+// when it starts and once when it ends.
+TEST_F(DraPluginTest, AFileAtTheRegistrationPathIsOneLineAndItsEndAnother) {
+  StartNode({"--reservations", "on", "--topology-refresh", "1"});
+  const std::string reg = sim_->Find(kCpu)->socket_path;
+  PutFileInPlaceOf(reg, "not a socket\n");
+  std::this_thread::sleep_for(std::chrono::seconds(6));
+  // Not ours: left as it was.
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(reg)));
+  EXPECT_EQ(ReadFile(reg), "not a socket\n");
+  ASSERT_TRUE(fs::remove(reg));
+  auto again = sim_->WaitForRegistration(kCpu, 2, absl::Seconds(10));
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << daemon_.Log();
+  EXPECT_EQ(PrepareOne(CpuClaim("after-the-file", "cpudevnuma000", "2")).error, "");
+  EXPECT_EQ(daemon_.Terminate(), 0);
+
+  const std::string log = daemon_.Log();
+  EXPECT_THAT(
+      LinesWith(log, "registration socket " + reg),
+      ::testing::ElementsAre(
+          "driver dra.cpu: registration socket " + reg +
+              ": a regular file is there instead of the socket; the daemon leaves it alone (it "
+              "removes only its own sockets) and serves no socket there until it is removed",
+          "driver dra.cpu: registration socket " + reg +
+              " is served again (before: a regular file was in its place)"));
+  EXPECT_THAT(LinesWith(log, "reservations node="),
+              ::testing::ElementsAre("reservations node=node-a: the Reservation CRD "
+                                     "(reservations.topodra.io) is not installed; reservations "
+                                     "are off until it is"));
+  // Nothing else repeats either.
+  std::map<std::string, int> seen;
+  for (const std::string& line : LinesWith(log, "")) ++seen[line];
+  for (const auto& [line, n] : seen) EXPECT_EQ(n, 1) << line;
+}
+
 TEST_F(DraPluginTest, SecondInstanceIsRefusedAndStaleSocketsReplaced) {
   // A socket file left by a dead instance: bound, never unlinked.
   const std::string dra = dirs_.kubelet_root + "/plugins/dra.cpu/dra.sock";

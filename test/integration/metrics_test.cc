@@ -175,6 +175,51 @@ TEST_F(MetricsEndpointTest, ReadinessCountersGaugesAndPromtool) {
   EXPECT_TRUE(saw_bad);
 }
 
+// Issue 15: readiness stayed 200 without the DRA socket. A regular file put in its place is not
+// the daemon's to delete, so the window stays open until the test removes it.
+TEST_F(MetricsEndpointTest, ReadinessNamesADraSocketReplacedByAFileUntilItIsServedAgain) {
+  const int port = FreePort();
+  ASSERT_GT(port, 0);
+  StartDaemon({"--metrics-address", absl::StrCat("127.0.0.1:", port)});
+  KubeletSimOptions o;
+  o.root_dir = dirs_.kubelet_root;
+  auto s = KubeletSimulator::Start(o);
+  ASSERT_TRUE(s.ok()) << s.status();
+  sim_ = *std::move(s);
+  ASSERT_TRUE(sim_->WaitForRegistration(kCpu, 1, absl::Seconds(20)).ok()) << daemon_.Log();
+  ASSERT_EQ(WaitFor(port, "/readyz", 200).code, 200);
+
+  const std::string dra = dirs_.kubelet_root + "/plugins/dra.cpu/dra.sock";
+  PutFileInPlaceOf(dra, "not a socket\n");
+  // The daemon's watcher has seen it (readiness looks at the path itself, at once).
+  const std::string refused = "driver dra.cpu: DRA socket " + dra +
+                              ": a regular file is there instead of the socket; the daemon leaves "
+                              "it alone (it removes only its own sockets) and serves no socket "
+                              "there until it is removed";
+  for (int i = 0; i < 200 && LinesWith(daemon_.Log(), refused).empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  Response ready = WaitFor(port, "/readyz", 503);
+  ASSERT_EQ(ready.code, 503) << ready.body;
+  EXPECT_EQ(ready.body, "driver dra.cpu: DRA socket " + dra +
+                            " is a regular file, not the daemon's socket: remove it (the daemon "
+                            "does not)\n");
+  EXPECT_EQ(ReadFile(dra), "not a socket\n");
+
+  ASSERT_TRUE(fs::remove(dra));
+  ready = WaitFor(port, "/readyz", 200);
+  EXPECT_EQ(ready.code, 200) << ready.body;
+  EXPECT_TRUE(fs::is_socket(fs::symlink_status(dra)));
+  EXPECT_EQ(PrepareOverNewConnection(dra, CpuClaim("served-again", "cpudevnuma000", "2")).error,
+            "");
+
+  EXPECT_EQ(daemon_.Terminate(), 0);
+  EXPECT_THAT(LinesWith(daemon_.Log(), "DRA socket " + dra),
+              ::testing::ElementsAre(
+                  refused, "driver dra.cpu: DRA socket " + dra +
+                               " is served again (before: a regular file was in its place)"));
+}
+
 TEST_F(MetricsEndpointTest, ABadAddressIsAUsageError) {
   StartDaemon({"--metrics-address", "localhost:80"});
   EXPECT_EQ(daemon_.WaitExit(), 2);

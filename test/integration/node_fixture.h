@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -17,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "driver/prepare/planner.h"
 #include "nlohmann/json.hpp"
+#include "proto/dra_api.h"
 #include "test/integration/daemon.h"
 #include "test/integration/fake_apiserver.h"
 #include "test/kubelet_sim/kubelet_sim.h"
@@ -68,6 +70,22 @@ inline std::string ReadFile(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+// The lines of a daemon log that contain `part`, without their time stamp and level: tests count
+// them to hold the daemon to one line per change of state.
+inline std::vector<std::string> LinesWith(const std::string& log, const std::string& part) {
+  std::vector<std::string> out;
+  std::istringstream in(log);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find(part) == std::string::npos) continue;
+    // "<time> <level> <message>"
+    const size_t level = line.find(' ');
+    const size_t message = level == std::string::npos ? level : line.find(' ', level + 1);
+    out.push_back(message == std::string::npos ? line : line.substr(message + 1));
+  }
+  return out;
 }
 
 class NodeTest : public ::testing::Test {
@@ -150,6 +168,45 @@ class NodeTest : public ::testing::Test {
     if (!got.ok()) return {{}, "rpc failed"};
     EXPECT_EQ(got->size(), 1u);
     return (*got)[claim.uid];
+  }
+
+  // NodePrepareResources (v1) over a connection of its own to `endpoint`, as a kubelet that dials
+  // the socket anew: the claim's error, or the gRPC failure.
+  ClaimResult PrepareOverNewConnection(const std::string& endpoint, const PrepareClaim& claim) {
+    auto stub = proto::DraV1::DRAPlugin::NewStub(
+        grpc::CreateChannel("unix:" + endpoint, grpc::InsecureChannelCredentials()));
+    proto::DraV1::NodePrepareResourcesRequest request;
+    auto* c = request.add_claims();
+    c->set_namespace_(claim.ns);
+    c->set_uid(claim.uid);
+    c->set_name(claim.name);
+    proto::DraV1::NodePrepareResourcesResponse response;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    const grpc::Status status = stub->NodePrepareResources(&ctx, request, &response);
+    if (!status.ok()) return {{}, "rpc failed: " + status.error_message()};
+    auto it = response.claims().find(claim.uid);
+    if (it == response.claims().end()) return {{}, "no answer for the claim"};
+    ClaimResult out;
+    out.error = it->second.error();
+    for (const auto& d : it->second.devices()) {
+      out.devices.push_back({{d.request_names().begin(), d.request_names().end()},
+                             d.pool_name(),
+                             d.device_name(),
+                             {d.cdi_device_ids().begin(), d.cdi_device_ids().end()},
+                             std::nullopt});
+    }
+    return out;
+  }
+
+  // Replaces what is at `path` by a regular file holding `text`, in one step (rename).
+  static void PutFileInPlaceOf(const std::string& path, const std::string& text) {
+    const std::string tmp = path + ".test-tmp";
+    {
+      std::ofstream f(tmp);
+      f << text;
+    }
+    fs::rename(tmp, path);
   }
 
   std::string UnprepareOne(const PrepareClaim& claim, const std::string& driver = kCpu) {
