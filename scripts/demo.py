@@ -69,7 +69,7 @@ def cpuset(cpus, requests=()):
 def main():
     build = sys.argv[1]
     topology = sys.argv[2] if len(sys.argv) > 2 else os.path.join(
-        REPO, "..", "shared", "topologies", "32em64t-2n8c2t-pci-normalio.xml")
+        REPO, "test", "fixtures", "topologies", "32em64t-2n8c2t-pci-normalio.xml")
     topodra = os.path.join(build, "cmd", "topodra")
     sim = os.path.join(build, "test", "kubelet_sim", "kubelet_sim")
     work = tempfile.mkdtemp(prefix="topodra-demo-")
