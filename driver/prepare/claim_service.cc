@@ -292,13 +292,28 @@ std::map<std::string, ClaimOutcome> ClaimService::Prepare(const std::vector<Clai
   };
 
   std::vector<std::thread> fetchers;
+  // Whatever ends this function (an exception too) stops and joins the fetchers first.
+  struct JoinAll {
+    std::vector<std::thread>& threads;
+    std::atomic<int>& give_up;
+    std::atomic<bool>& stop_gets;
+    ~JoinAll() {
+      int none = kGoOn;
+      give_up.compare_exchange_strong(none, kCancelled);
+      stop_gets = true;
+      for (std::thread& t : threads) {
+        if (t.joinable()) t.join();
+      }
+    }
+  } join_all{fetchers, give_up, stop_gets};
   const size_t wanted = std::min<size_t>(std::max(1, fetch_.parallel), work.size());
   for (size_t t = 0; t < wanted; ++t) {
     try {
       fetchers.emplace_back(fetcher);
     } catch (const std::system_error& e) {
-      if (fetchers.empty())
-        spdlog::warn("driver {}: no thread for claim GETs: {}", driver_, e.what());
+      if (fetchers.empty()) {
+        spdlog::warn("driver {}: no thread for claim GETs, one at a time: {}", driver_, e.what());
+      }
       break;
     }
   }
@@ -341,8 +356,6 @@ std::map<std::string, ClaimOutcome> ClaimService::Prepare(const std::vector<Clai
     }
     out[ref.uid] = std::move(outcome);
   }
-  stop_gets = true;  // nothing left to wait for
-  for (std::thread& t : fetchers) t.join();
   if (given_up > 0) {
     // One line for the call, not one per claim: a call of thousands of claims may give up.
     spdlog::warn("driver {}: {} of {} claims of a prepare call were not prepared after {}: {}",
