@@ -11,6 +11,7 @@
 #include "absl/strings/str_replace.h"
 #include "driver/allocation/cpu_allocator.h"
 #include "driver/allocation/gpu_allocator.h"
+#include "driver/prepare/identifiers.h"
 
 namespace topodra::deviceplugin {
 namespace {
@@ -19,7 +20,8 @@ using json = nlohmann::json;
 
 std::string Message(const absl::Status& st) { return std::string(st.message()); }
 
-std::string Quote(const std::string& s) { return absl::StrCat("\"", s, "\""); }
+// Device ids come from the kubelet: a message quotes at most a bounded prefix of one.
+std::string Quote(const std::string& s) { return prepare::ShowValue(s); }
 
 // A CPU id as the device plugin spells it: decimal, no sign, no leading zeros, in range.
 std::optional<int> ParseCpuId(const std::string& id) {

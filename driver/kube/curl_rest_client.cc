@@ -172,7 +172,8 @@ std::string WarningText(absl::string_view value) {
 struct Transfer {
   const WatchHandler* on_event = nullptr;  // set for a watch
   const std::atomic<bool>* stop = nullptr;
-  std::string what;  // "GET /path" for messages
+  std::chrono::milliseconds timeout{0};  // > 0: shorter than the client's (RequestLimits)
+  std::string what;                      // "GET /path" for messages
 
   long http_code = 0;
   std::string reason_phrase;
@@ -384,6 +385,10 @@ class CurlRestClient : public RestClient {
   absl::StatusOr<Response> Get(const std::string& path) override {
     return Request("GET", path, nullptr);
   }
+  absl::StatusOr<Response> GetWithin(const std::string& path,
+                                     const RequestLimits& limits) override {
+    return Request("GET", path, nullptr, limits);
+  }
   absl::StatusOr<Response> Post(const std::string& path, const nlohmann::json& body) override {
     return Request("POST", path, &body);
   }
@@ -409,7 +414,7 @@ class CurlRestClient : public RestClient {
 
  private:
   absl::StatusOr<Response> Request(const char* verb, const std::string& path,
-                                   const nlohmann::json* body) {
+                                   const nlohmann::json* body, const RequestLimits& limits = {}) {
     std::string payload;
     if (body != nullptr && !body->is_null()) {
       try {
@@ -420,7 +425,13 @@ class CurlRestClient : public RestClient {
       }
     }
     Transfer t;
+    t.stop = limits.cancelled;
+    t.timeout = limits.timeout;
     if (absl::Status s = Run(verb, path, payload, t); !s.ok()) return s;
+    if (t.stopped) {
+      return absl::CancelledError(
+          absl::StrCat(verb, " ", path, ": abandoned: the caller no longer waits for it"));
+    }
     if (!t.Success()) return HttpError(verb, path, t);
     Response response;
     response.http_code = static_cast<int>(t.http_code);
@@ -442,10 +453,18 @@ class CurlRestClient : public RestClient {
                    Transfer& t) {
     const WatchHandler* on_event = t.on_event;
     const std::atomic<bool>* stop = t.stop;
+    const std::chrono::milliseconds timeout = t.timeout;
+    const auto start = std::chrono::steady_clock::now();
     for (int attempt = 0;; ++attempt) {
       t = Transfer();
       t.on_event = on_event;
       t.stop = stop;
+      // A retry after a 401 has what is left of a caller's limit, at least 1 ms (0 is none).
+      t.timeout = timeout.count() > 0
+                      ? std::max(std::chrono::milliseconds(1),
+                                 timeout - std::chrono::duration_cast<std::chrono::milliseconds>(
+                                               std::chrono::steady_clock::now() - start))
+                      : timeout;
       t.what = absl::StrCat(verb, " ", path);
       const std::string token = CurrentToken();
       if (absl::Status s = RunOnce(verb, path, payload, token, t); !s.ok()) return s;
@@ -498,7 +517,9 @@ class CurlRestClient : public RestClient {
     set(CURLOPT_HEADERDATA, static_cast<void*>(&t));
     set(CURLOPT_WRITEFUNCTION, &OnBody);
     set(CURLOPT_WRITEDATA, static_cast<void*>(&t));
-    set(CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(config_.timeout.count()));
+    const std::chrono::milliseconds timeout =
+        t.timeout.count() > 0 ? std::min(t.timeout, config_.timeout) : config_.timeout;
+    set(CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(timeout.count()));
     if (watch) {
       const long server_timeout = WatchTimeoutSeconds(path);
       set(CURLOPT_LOW_SPEED_LIMIT, 1L);
@@ -509,7 +530,7 @@ class CurlRestClient : public RestClient {
       set(CURLOPT_TCP_KEEPIDLE, 30L);
       set(CURLOPT_TCP_KEEPINTVL, 10L);
     } else {
-      set(CURLOPT_TIMEOUT_MS, static_cast<long>(config_.timeout.count()));
+      set(CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
     }
     if (std::string(verb) != "GET") set(CURLOPT_CUSTOMREQUEST, verb);
     const bool sends_body =

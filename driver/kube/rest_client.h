@@ -64,6 +64,15 @@ struct Response {
   std::vector<std::string> warnings;
 };
 
+// Limits of one request, tighter than the client's own (ClusterConfig::timeout).
+struct RequestLimits {
+  // > 0: the whole request (connect included) takes at most this long, when that is shorter than
+  // the client's timeout; DeadlineExceeded after it.
+  std::chrono::milliseconds timeout{0};
+  // Polled at least every 50 ms: true abandons the request (Cancelled). May be null.
+  const std::atomic<bool>* cancelled = nullptr;
+};
+
 // One watch event as the server sent it: {"type": "...", "object": {...}}. Return false to stop.
 using WatchHandler = std::function<bool(const nlohmann::json& event)>;
 
@@ -72,6 +81,11 @@ class RestClient {
   virtual ~RestClient() = default;
   // path is everything after the server URL, query included ("/apis/...?...").
   virtual absl::StatusOr<Response> Get(const std::string& path) = 0;
+  // Get within `limits`. Test doubles that do not override it ignore the limits.
+  virtual absl::StatusOr<Response> GetWithin(const std::string& path,
+                                             const RequestLimits& /*limits*/) {
+    return Get(path);
+  }
   virtual absl::StatusOr<Response> Post(const std::string& path, const nlohmann::json& body) = 0;
   virtual absl::StatusOr<Response> Put(const std::string& path, const nlohmann::json& body) = 0;
   virtual absl::StatusOr<Response> Delete(const std::string& path, const nlohmann::json& body) = 0;

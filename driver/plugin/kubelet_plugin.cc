@@ -37,12 +37,19 @@ class DraService final : public Api::DRAPlugin::Service {
  public:
   explicit DraService(prepare::ClaimService* service) : service_(service) {}
 
-  grpc::Status NodePrepareResources(grpc::ServerContext*,
+  grpc::Status NodePrepareResources(grpc::ServerContext* context,
                                     const typename Api::NodePrepareResourcesRequest* request,
                                     typename Api::NodePrepareResourcesResponse* response) override {
     try {
+      // Work the kubelet no longer waits for (its 45 s deadline passed, or it cancelled) is
+      // stopped: the claims not yet fetched or prepared are not.
+      prepare::CallLimits limits;
+      if (context->deadline() != std::chrono::system_clock::time_point::max()) {
+        limits.deadline = absl::FromChrono(context->deadline());
+      }
+      limits.cancelled = [context] { return context->IsCancelled(); };
       const std::map<std::string, prepare::ClaimOutcome> outcomes =
-          service_->Prepare(ClaimsOf(*request));
+          service_->Prepare(ClaimsOf(*request), limits);
       auto* claims = response->mutable_claims();
       for (const auto& [uid, outcome] : outcomes) {
         typename Api::NodePrepareResourceResponse& r = (*claims)[uid];

@@ -8,17 +8,20 @@
 //   unprepare: mark in transition -> remove the CDI spec -> journal the removal -> free.
 //
 // A crash before the journal record leaves at most an orphan CDI file, removed at start; after
-// it, the claim is prepared and a repeated prepare replays the stored answer. CDI files are
+// it, the claim is prepared and a repeated prepare replays the stored answer (writing its CDI
+// file again if it is gone). CDI files are
 // written without fsync because the journal holds their content: Start rewrites any that a power
 // loss took.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -40,21 +43,30 @@ class RestClient;
 
 namespace topodra::prepare {
 
-// Where claims come from: the API server in the daemon, a map in unit tests.
+// How long one claim GET may take, and whether to give it up.
+struct FetchLimits {
+  absl::Duration timeout = absl::Seconds(10);  // DeadlineExceeded after it
+  // True: the caller no longer waits; give up now (Cancelled). May be null.
+  const std::atomic<bool>* cancelled = nullptr;
+};
+
+// Where claims come from: the API server in the daemon, a map in unit tests. Called from several
+// threads at once.
 class ClaimSource {
  public:
   virtual ~ClaimSource() = default;
   // The ResourceClaim object; NotFound when it does not exist.
-  virtual absl::StatusOr<nlohmann::json> GetClaim(const std::string& ns,
-                                                  const std::string& name) = 0;
+  virtual absl::StatusOr<nlohmann::json> GetClaim(const std::string& ns, const std::string& name,
+                                                  const FetchLimits& limits) = 0;
 };
 
 // GET /apis/resource.k8s.io/{v1,v1beta2}/namespaces/{ns}/resourceclaims/{name}: v1 first, and
-// v1beta2 (the same JSON) when the server does not serve v1.
+// v1beta2 (the same JSON) when the server does not serve v1; both within the limits.
 class ApiClaimSource : public ClaimSource {
  public:
   explicit ApiClaimSource(kube::RestClient* client) : client_(client) {}
-  absl::StatusOr<nlohmann::json> GetClaim(const std::string& ns, const std::string& name) override;
+  absl::StatusOr<nlohmann::json> GetClaim(const std::string& ns, const std::string& name,
+                                          const FetchLimits& limits) override;
 
  private:
   kube::RestClient* client_;
@@ -137,6 +149,28 @@ struct ClaimOutcome {
   std::string error;  // empty on success
 };
 
+// What the caller of one Prepare waits for.
+struct CallLimits {
+  // When the caller stops waiting (the gRPC deadline; the kubelet's is 45 s).
+  absl::Time deadline = absl::InfiniteFuture();
+  // True once the caller has gone (gRPC cancellation). Polled every 50 ms, only on the thread
+  // that called Prepare (gRPC's ServerContext::IsCancelled is meant for the handler's thread).
+  // May be empty.
+  std::function<bool()> cancelled;
+};
+
+// How the claims of one Prepare call are fetched.
+struct FetchOptions {
+  // The most one claim GET may take (the API client's own timeout is the default's too).
+  absl::Duration request_timeout = absl::Seconds(10);
+  // Claim GETs of one call in flight at once.
+  int parallel = 8;
+  // Kept before the caller's deadline for preparing the fetched claims and answering: a GET gets
+  // at most (deadline - now - margin), where margin is the smaller of this and a quarter of the
+  // call's whole time.
+  absl::Duration margin = absl::Seconds(2);
+};
+
 class ClaimService {
  public:
   ClaimService(DriverSetup setup, topology::Topology topo, NodeAllocations* node,
@@ -153,9 +187,21 @@ class ClaimService {
   using Reconciled = ReconciledCdi;
   absl::StatusOr<Reconciled> ReconcileCdi();
 
-  // One outcome per claim UID of the request, each independent of the others. Never throws.
-  std::map<std::string, ClaimOutcome> Prepare(const std::vector<ClaimRef>& claims);
-  // uid -> error ("" on success). Unknown claims succeed.
+  // Set before the service is used.
+  void SetFetchOptions(FetchOptions options) { fetch_ = options; }
+
+  // One outcome per claim UID of the request, each independent of the others: a claim with
+  // identifiers beyond the API's limits, or whose GET fails or times out, fails alone. The claims
+  // are fetched concurrently (FetchOptions::parallel), each GET bounded by the time left before
+  // `limits.deadline`, and prepared in request order. Once the caller has cancelled, or its
+  // deadline has passed, the claims not yet fetched are not fetched and those not yet prepared
+  // are not prepared: they fail with a message saying so. A repeated prepare of a prepared claim
+  // answers as before, after checking its CDI file (written again when missing or different).
+  // Never throws.
+  std::map<std::string, ClaimOutcome> Prepare(const std::vector<ClaimRef>& claims,
+                                              const CallLimits& limits = {});
+  // uid -> error ("" on success). Unknown claims succeed; claims with identifiers beyond the
+  // API's limits fail alone.
   std::map<std::string, std::string> Unprepare(const std::vector<ClaimRef>& claims);
 
   // The devices this driver can prepare now, as {pool, device}: what the health stream reports.
@@ -166,8 +212,20 @@ class ClaimService {
   void Update(DriverSetup setup, topology::Topology topo);
 
  private:
-  ClaimOutcome PrepareOne(const ClaimRef& ref);
-  // "claim ns/name uid=... driver=... pod=ns/p": how every claim-scoped log line starts.
+  // A claim of a Prepare call on its way: fetched (and parsed), or already answered.
+  struct Fetched;
+  // Everything of one claim that can run beside the other claims of the call: the identifier
+  // checks, the replay of a prepared claim, the GET and its checks.
+  Fetched FetchOne(const ClaimRef& ref, const CallLimits& limits, absl::Time call_start,
+                   const std::atomic<bool>& gave_up);
+  // The rest, one claim at a time in request order: plan and hold, CDI file, journal.
+  ClaimOutcome CommitOne(const ClaimRef& ref, const claims::Claim& claim);
+  // With node_->mu held: the outcome when the claim is already known, else nullopt. A prepared
+  // claim is answered again after its CDI file is checked (outside the lock; mu is released and
+  // taken again).
+  std::optional<ClaimOutcome> Known(const ClaimRef& ref, std::unique_lock<std::mutex>& lock);
+  // "claim ns/name uid=... driver=... pod=ns/p": how every claim-scoped log line starts. Only for
+  // claims whose identifiers passed ValidateClaimIdentity.
   std::string Who(const ClaimRef& ref) const;
   std::string UnprepareOne(const ClaimRef& ref);
 
@@ -179,9 +237,12 @@ class ClaimService {
   // Claim UID -> the pods of its reservedFor, from the last GET (log lines only).
   mutable std::mutex pods_mu_;
   std::map<std::string, std::string> pods_;
+  FetchOptions fetch_;
   // Guarded by node_->mu.
   DriverSetup setup_;
   topology::Topology topo_;
+  // Owner -> repeated prepares checking its CDI file now: unprepare waits for them (retry).
+  std::map<std::string, int> checking_cdi_;
 };
 
 }  // namespace topodra::prepare

@@ -76,6 +76,14 @@ Control endpoints (no auth; also on the --control-port-file listener):
   POST   /__control/fail?count=N&code=503[&method=PUT][&path=SUBSTRING][&retryAfter=S]
                                    answer the next N matching API requests with that code
   POST   /__control/close-watches  end every open watch stream
+  POST   /__control/hang?path=SUBSTRING[&method=GET][&seconds=S][&count=N]
+                                   hold the API requests whose path contains SUBSTRING for S
+                                   seconds (default 3600) before serving them as usual, the first
+                                   N of them (default all); a held request whose client goes
+                                   away is dropped. Rules are tried in the order added.
+  GET    /__control/hang           the rules: [{method, path, seconds, count (left, -1 for all),
+                                   matched (requests held so far), waiting (held now)}]
+  DELETE /__control/hang           forget the rules; held requests are served at once
   GET    /healthz (/readyz, /livez) "ok"
 
 Where it differs from a real 1.36 API server on purpose or by omission:
@@ -3776,6 +3784,9 @@ class Api:
         self.log_file = log_file
         self.fail_lock = threading.Lock()
         self.fail = None  # dict(count, code, method, path, retry_after)
+        self.hang_cond = threading.Condition()
+        self.hangs = []  # dict(method, path, seconds, count, matched, waiting), in order added
+        self.hang_epoch = 0  # bumped by DELETE /__control/hang: held requests go on at once
         self.snapshots = collections.OrderedDict()  # continue token id -> (rv, remaining)
         with self.store.lock:
             self.seed_nodes()
@@ -3822,6 +3833,40 @@ class Api:
             headers.append(("Retry-After", str(f["retry_after"])))
         return ApiError(code, reasons.get(code, "InternalError"),
                         "injected failure (HTTP %d) by /__control/fail" % code, headers=headers)
+
+    def take_hang(self, method, path):
+        """The first hang rule matching the request, counted; None when none matches."""
+        with self.hang_cond:
+            for h in self.hangs:
+                if h["method"] and h["method"] != method:
+                    continue
+                if h["path"] not in path:
+                    continue
+                if h["count"] == 0:
+                    continue
+                if h["count"] > 0:
+                    h["count"] -= 1
+                h["matched"] += 1
+                return h
+        return None
+
+    def hold(self, rule, client_closed):
+        """Holds a request for the rule's seconds, until DELETE /__control/hang, or until the
+        client goes away (ClientGone: nobody is left to answer)."""
+        deadline = time.monotonic() + rule["seconds"]
+        with self.hang_cond:
+            epoch = self.hang_epoch
+            rule["waiting"] += 1
+            try:
+                while self.hang_epoch == epoch:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    self.hang_cond.wait(min(left, 0.05))
+                    if client_closed():
+                        raise ClientGone()
+            finally:
+                rule["waiting"] -= 1
 
     # --- decoding -------------------------------------------------------------------------------
 
@@ -4438,6 +4483,9 @@ class Handler(BaseHTTPRequestHandler):
             given = self.headers.get("Authorization", "").encode()
             if not hmac.compare_digest(given, expected):
                 raise ApiError(401, "Unauthorized", "Unauthorized")
+        hang = api.take_hang(method, path)
+        if hang:
+            api.hold(hang, self.client_closed)
         failure = api.take_injected_failure(method, path)
         if failure:
             raise failure
@@ -4779,6 +4827,8 @@ class Handler(BaseHTTPRequestHandler):
                     api.requests.clear()
                 return self.send_json(200, [])
             raise method_not_allowed()
+        if what == "hang":
+            return self.control_hang(method, params)
         if what == "state" and method == "GET":
             with store.lock:
                 count = sum(len(t) for t in store.tables.values())
@@ -4816,6 +4866,35 @@ class Handler(BaseHTTPRequestHandler):
                 store.cond.notify_all()
             return self.send_json(200, {"closed": n})
         raise not_found_path()
+
+
+    def control_hang(self, method, params):
+        api = self.api
+        if method == "GET":
+            with api.hang_cond:
+                return self.send_json(200, [dict(h) for h in api.hangs])
+        if method == "DELETE":
+            with api.hang_cond:
+                released = sum(h["waiting"] for h in api.hangs)
+                api.hangs = []
+                api.hang_epoch += 1
+                api.hang_cond.notify_all()
+            return self.send_json(200, {"released": released})
+        if method != "POST":
+            raise method_not_allowed()
+        try:
+            seconds = float(params.get("seconds", "3600"))
+            count = int(params.get("count", "-1"))
+            if not params.get("path") or not 0 <= seconds <= 3600 or count < -1:
+                raise ValueError()
+        except ValueError:
+            raise bad_request("usage: POST /__control/hang?path=SUBSTRING[&method=M]"
+                              "[&seconds=S (0-3600, default 3600)][&count=N]")
+        rule = {"method": params.get("method", ""), "path": params["path"], "seconds": seconds,
+                "count": count, "matched": 0, "waiting": 0}
+        with api.hang_cond:
+            api.hangs.append(rule)
+            return self.send_json(200, {"rule": len(api.hangs) - 1})
 
 
 class Server(ThreadingHTTPServer):

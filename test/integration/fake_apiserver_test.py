@@ -188,6 +188,7 @@ class ServerTestCase(unittest.TestCase):
         self.assertEqual(c.request("POST", "/__control/reset").code, 200)
         self.assertEqual(c.request("POST", "/__control/fail?count=0").code, 200)
         self.assertEqual(c.request("DELETE", "/__control/requests").code, 200)
+        self.assertEqual(c.request("DELETE", "/__control/hang").code, 200)
 
     def create(self, obj, query="", expect=201):
         r = self.client.post(SLICES + ("?" + query if query else ""), obj)
@@ -1458,6 +1459,81 @@ class ClaimTestCase(ServerTestCase):
         r = self.put_status(claim, status)
         self.assertEqual(r.code, 200, r.data)
         return r.json
+
+
+class HangTest(ClaimTestCase):
+    """/__control/hang: an API server that does not answer some requests (issue 15 item 11)."""
+
+    def hang(self, query):
+        r = self.client.request("POST", "/__control/hang?" + query)
+        self.assertEqual(r.code, 200, r.data)
+
+    def rules(self):
+        return self.client.get("/__control/hang").json
+
+    def wait_until(self, predicate, what):
+        deadline = time.monotonic() + 10
+        while not predicate():
+            if time.monotonic() > deadline:
+                self.fail("not within 10 s: %s; rules %s" % (what, self.rules()))
+            time.sleep(0.02)
+
+    def test_holds_matching_requests_until_released_and_serves_the_others(self):
+        self.create_claim(make_claim("stuck-a"))
+        self.create_claim(make_claim("good-a"))
+        self.hang("path=/resourceclaims/stuck-&method=GET")
+        answers = []
+        held = threading.Thread(target=lambda: answers.append(self.client.get(CLAIMS + "/stuck-a")))
+        held.start()
+        self.wait_until(lambda: self.rules()[0]["waiting"] == 1, "the GET is held")
+        # Other requests, and other verbs on the held path, are served meanwhile.
+        self.assertEqual(self.client.get(CLAIMS + "/good-a").code, 200)
+        self.assertEqual(self.client.put(CLAIMS + "/stuck-a", self.client.get(
+            CLAIMS + "/good-a").json).code, 400)  # name mismatch: answered, not held
+        self.assertEqual(answers, [])
+        self.assertEqual(self.rules(), [{"method": "GET", "path": "/resourceclaims/stuck-",
+                                         "seconds": 3600.0, "count": -1, "matched": 1,
+                                         "waiting": 1}])
+        r = self.client.request("DELETE", "/__control/hang")
+        self.assertEqual(r.json, {"released": 1})
+        held.join(10)
+        self.assertFalse(held.is_alive())
+        self.assertEqual(answers[0].code, 200)
+        self.assertEqual(answers[0].json["metadata"]["name"], "stuck-a")
+        self.assertEqual(self.rules(), [])
+        # Served and logged like any request once released.
+        log = [(e["method"], e["path"], e["code"]) for e in
+               self.client.get("/__control/requests").json]
+        self.assertIn(("GET", CLAIMS + "/stuck-a", 200), log)
+
+    def test_a_client_that_gives_up_frees_the_held_request(self):
+        self.create_claim(make_claim("stuck-a"))
+        self.hang("path=/resourceclaims/stuck-a")
+        conn = self.client.connection(timeout=0.3)
+        conn.request("GET", CLAIMS + "/stuck-a", headers={"Accept": "application/json"})
+        with self.assertRaises(OSError):  # socket.timeout
+            conn.getresponse()
+        self.assertEqual(self.rules()[0]["waiting"], 1)
+        conn.close()
+        self.wait_until(lambda: self.rules()[0]["waiting"] == 0, "the held request is dropped")
+        self.assertEqual(self.rules()[0]["matched"], 1)
+
+    def test_seconds_and_count_bound_the_hold(self):
+        self.create_claim(make_claim("slow-a"))
+        self.hang("path=/resourceclaims/slow-a&seconds=0.2&count=2")
+        for _ in range(3):
+            r = self.client.get(CLAIMS + "/slow-a")
+            self.assertEqual(r.code, 200)
+        self.assertEqual(self.rules()[0]["matched"], 2)
+        self.assertEqual(self.rules()[0]["count"], 0)
+
+    def test_bad_usage(self):
+        for query in ("", "path=", "path=x&seconds=-1", "path=x&seconds=3601", "path=x&count=-2",
+                      "path=x&seconds=soon"):
+            r = self.client.request("POST", "/__control/hang?" + query)
+            self.assertStatus(r, 400, "BadRequest")
+            self.assertIn("usage: POST /__control/hang?path=SUBSTRING", r.json["message"])
+        self.assertEqual(self.rules(), [])
 
 
 class ClaimCrudTest(ClaimTestCase):

@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -209,6 +210,42 @@ TEST(CurlRestClientTest, TimeoutIsDeadlineExceeded) {
   absl::StatusOr<Response> r = client->Get("/slow");
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(Message(r.status()).rfind("GET /slow: Timeout was reached: ", 0), 0u) << r.status();
+}
+
+// Issue 15 item 11: a caller's limits shorten a request (never lengthen it) and can abandon it.
+TEST(CurlRestClientTest, GetWithinHonoursTheCallersTimeoutAndCancellation) {
+  StubServer stub(json::array({{{"path", "/slow"}, {"delay", 5}, {"body", json::object()}}}));
+  ClusterConfig config = ConfigFor(stub);
+  config.timeout = std::chrono::seconds(20);
+  auto client = MustClient(config);
+  ASSERT_NE(client, nullptr);
+
+  RequestLimits limits;
+  limits.timeout = std::chrono::milliseconds(300);
+  absl::StatusOr<Response> r = client->GetWithin("/slow", limits);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
+  EXPECT_EQ(Message(r.status()).rfind("GET /slow: Timeout was reached: ", 0), 0u) << r.status();
+
+  std::atomic<bool> cancelled{false};
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    cancelled = true;
+  });
+  limits = RequestLimits();
+  limits.cancelled = &cancelled;
+  r = client->GetWithin("/slow", limits);
+  canceller.join();
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << r.status();
+  EXPECT_EQ(Message(r.status()), "GET /slow: abandoned: the caller no longer waits for it");
+
+  // Longer than the client's own: the client's holds.
+  config.timeout = std::chrono::milliseconds(300);
+  auto short_client = MustClient(config);
+  ASSERT_NE(short_client, nullptr);
+  limits = RequestLimits();
+  limits.timeout = std::chrono::seconds(60);
+  r = short_client->GetWithin("/slow", limits);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
 }
 
 TEST(CurlRestClientTest, ConnectionRefusedIsUnavailable) {

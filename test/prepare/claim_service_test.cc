@@ -36,6 +36,7 @@ const bool kQuiet = [] {
   return true;
 }();
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using namespace topodra::prepare::testing;  // NOLINT: test helpers
@@ -51,10 +52,51 @@ class FakeSource : public ClaimSource {
     std::lock_guard<std::mutex> lock(mu_);
     failures_[ns + "/" + name] = std::move(status);
   }
+  // GETs of the claim answer nothing until their timeout or cancellation, like an API server
+  // that does not answer them.
+  void Hang(const std::string& ns, const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    hanging_.insert(ns + "/" + name);
+  }
   int gets() const { return gets_.load(); }
+  // The largest number of GETs in flight at once.
+  int most_in_flight() const { return most_in_flight_.load(); }
+  // The timeouts GETs were given, by ns/name (the last one).
+  absl::Duration timeout_of(const std::string& ns, const std::string& name) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return timeouts_[ns + "/" + name];
+  }
 
-  absl::StatusOr<json> GetClaim(const std::string& ns, const std::string& name) override {
+  absl::StatusOr<json> GetClaim(const std::string& ns, const std::string& name,
+                                const FetchLimits& limits) override {
     ++gets_;
+    const int now = ++in_flight_;
+    for (int most = most_in_flight_.load(); now > most;) {
+      if (most_in_flight_.compare_exchange_weak(most, now)) break;
+    }
+    struct Leave {
+      std::atomic<int>* n;
+      ~Leave() { --*n; }
+    } leave{&in_flight_};
+    bool hang = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      timeouts_[ns + "/" + name] = limits.timeout;
+      hang = hanging_.contains(ns + "/" + name);
+    }
+    if (hang) {
+      const absl::Time end = absl::Now() + limits.timeout;
+      while (absl::Now() < end) {
+        if (limits.cancelled != nullptr && limits.cancelled->load()) {
+          return absl::CancelledError("GET abandoned");
+        }
+        absl::SleepFor(absl::Milliseconds(5));
+      }
+      return absl::DeadlineExceededError(absl::StrCat("GET ", name, ": Timeout was reached after ",
+                                                      absl::FormatDuration(limits.timeout)));
+    }
+    // Some time in flight, so that GETs of one call overlap when they run concurrently.
+    if (delay_ > absl::ZeroDuration()) absl::SleepFor(delay_);
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = failures_.find(ns + "/" + name); it != failures_.end()) return it->second;
     auto it = claims_.find(ns + "/" + name);
@@ -69,7 +111,14 @@ class FakeSource : public ClaimSource {
   std::mutex mu_;
   std::map<std::string, json> claims_;
   std::map<std::string, absl::Status> failures_;
+  std::set<std::string> hanging_;
+  std::map<std::string, absl::Duration> timeouts_;
   std::atomic<int> gets_{0};
+  std::atomic<int> in_flight_{0};
+  std::atomic<int> most_in_flight_{0};
+
+ public:
+  absl::Duration delay_ = absl::ZeroDuration();  // of every GET that does not hang
 };
 
 ClaimRef Ref(const std::string& ns, const std::string& name, const std::string& uid) {
@@ -175,7 +224,7 @@ class ClaimServiceTest : public ::testing::Test {
 
   // What the planner alone says for the claim against the current state.
   Plan Expected(const ClaimRef& ref, const DriverSetup& setup, const topology::Topology& topo) {
-    absl::StatusOr<json> j = source_.GetClaim(ref.ns, ref.name);
+    absl::StatusOr<json> j = source_.GetClaim(ref.ns, ref.name, FetchLimits());
     EXPECT_TRUE(j.ok());
     absl::StatusOr<Plan> plan = PlanClaim(Parse(*j), setup, topo, node_->state);
     EXPECT_TRUE(plan.ok()) << plan.status();
@@ -242,6 +291,41 @@ TEST_F(ClaimServiceTest, RepeatedPrepareReplaysWithoutAGet) {
   std::map<std::string, ClaimOutcome> out = service().Prepare({ref, ref});
   EXPECT_EQ(out.size(), 1u);
   EXPECT_EQ(out["uid-1"].devices, first.devices);
+}
+
+// Issue 15 item 8: the answer names CDI devices, so a repeated prepare checks that their file is
+// there and is what prepare wrote, and writes it again before answering.
+TEST_F(ClaimServiceTest, RepeatedPrepareWritesAMissingOrChangedCdiFileAgain) {
+  const topology::Topology& topo = Load(k16);
+  Start(CpuSetup(topo, Mode::kNuma), topo);
+  const ClaimRef ref = Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "4")});
+  const ClaimOutcome first = PrepareOk(ref);
+  const std::string file = "dra.cpu-claim_uid-1.json";
+  absl::StatusOr<cdi::Spec> written = cdi_->Read(file);
+  ASSERT_TRUE(written.ok()) << written.status();
+
+  std::filesystem::remove(cdi_->PathOf(file));
+  EXPECT_EQ(PrepareOk(ref).devices, first.devices);
+  absl::StatusOr<cdi::Spec> back = cdi_->Read(file);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, *written);
+
+  // Changed behind our back (another CPU list): the stored content comes back.
+  std::string text;
+  {
+    std::ifstream in(cdi_->PathOf(file));
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const std::string cpus = HeldCpus("uid-1").ToString();
+  ASSERT_NE(text.find(cpus), std::string::npos) << text;
+  text.replace(text.find(cpus), cpus.size(), "0-15");
+  std::ofstream(cdi_->PathOf(file), std::ios::trunc) << text;
+  ASSERT_NE(*cdi_->Read(file), *written);
+  EXPECT_EQ(PrepareOk(ref).devices, first.devices);
+  EXPECT_EQ(*cdi_->Read(file), *written);
+  // Replayed each time: no GET, no journal record.
+  EXPECT_EQ(source_.gets(), 1);
+  EXPECT_EQ(store_->records(), 1);
 }
 
 TEST_F(ClaimServiceTest, UnprepareRemovesTheFileAndFreesTheCpus) {
@@ -374,6 +458,178 @@ TEST_F(ClaimServiceTest, OneBadClaimDoesNotAffectTheOthers) {
   source_.Set("default", "missing",
               ClaimJson("uid-missing", "default", "missing", {Result("cpus", kNuma0, "2")}));
   PrepareOk(missing);
+}
+
+// Issue 15 item 3: identifiers beyond the API's limits fail their claim alone, before any GET,
+// with one sentence that quotes a bounded prefix and the length, never the whole value.
+TEST_F(ClaimServiceTest, IdentifiersBeyondTheApiLimitsFailTheirClaimAlone) {
+  const topology::Topology& topo = Load(k16);
+  Start(CpuSetup(topo, Mode::kNuma), topo);
+  const ClaimRef good = Add("default", "good", "uid-good", {Result("cpus", kNuma0, "2")});
+  const std::string huge(1 << 20, 'a');
+  const ClaimRef long_name = Ref("default", huge, "uid-long-name");
+  const ClaimRef long_ns = Ref(std::string(64, 'n'), "c", "uid-long-ns");
+  const ClaimRef long_uid = Ref("default", "c", std::string(129, '7'));
+  const ClaimRef path_uid = Ref("default", "c", "../../etc/x");
+  const ClaimRef upper_name = Ref("default", "Claim_1", "uid-upper");
+  std::map<std::string, ClaimOutcome> out =
+      service().Prepare({good, long_name, long_ns, long_uid, path_uid, upper_name});
+  ASSERT_EQ(out.size(), 6u);
+  EXPECT_EQ(out["uid-good"].error, "");
+  EXPECT_EQ(out["uid-good"].devices.size(), 1u);
+  EXPECT_EQ(source_.gets(), 1);  // only the good claim was fetched
+  const std::string prefix64(64, 'a');
+  EXPECT_EQ(out["uid-long-name"].error,
+            absl::StrCat("claim default/\"", prefix64,
+                         "...\" (1048576 bytes) uid \"uid-long-name\": "
+                         "refused: name \"",
+                         prefix64,
+                         "...\" (1048576 bytes) is longer than 253 "
+                         "characters, the limit of a ResourceClaim name (a DNS-1123 subdomain)"));
+  EXPECT_THAT(
+      out["uid-long-ns"].error,
+      HasSubstr("refused: namespace \"nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn"
+                "nnnnnnnn\" is longer than 63 characters, the limit of a namespace (a "
+                "DNS-1123 label)"));
+  EXPECT_THAT(out[long_uid.uid].error,
+              HasSubstr("(129 bytes) is longer than 128 characters (the API server's uids are "
+                        "36-character UUIDs)"));
+  EXPECT_THAT(out["../../etc/x"].error,
+              HasSubstr("refused: uid \"../../etc/x\" has characters other than letters, digits "
+                        "and '-'"));
+  EXPECT_THAT(out["uid-upper"].error,
+              HasSubstr("refused: name \"Claim_1\" is not a DNS-1123 subdomain"));
+  for (const auto& [uid, o] : out) {
+    EXPECT_LT(o.error.size(), 400u) << o.error.substr(0, 400);
+    if (uid != "uid-good") {
+      EXPECT_THAT(o.devices, IsEmpty());
+    }
+  }
+  EXPECT_EQ(CdiFiles(), std::set<std::string>{"dra.cpu-claim_uid-good.json"});
+
+  std::map<std::string, std::string> un = service().Unprepare({long_name, path_uid, good});
+  EXPECT_THAT(un["uid-long-name"], HasSubstr("(1048576 bytes) is longer than 253 characters"));
+  EXPECT_LT(un["uid-long-name"].size(), 400u);
+  EXPECT_THAT(un["../../etc/x"], HasSubstr("has characters other than letters, digits and '-'"));
+  EXPECT_EQ(un["uid-good"], "");
+  EXPECT_TRUE(node_->state.Empty());
+}
+
+// Issue 15 item 11: the claims of one call are fetched concurrently, at most `parallel` at a time,
+// and still prepared in request order (the later of two claims asking for the same CPUs fails).
+TEST_F(ClaimServiceTest, ClaimsOfOneCallAreFetchedConcurrentlyAndPreparedInOrder) {
+  const topology::Topology& topo = Load(k16);
+  Start(CpuSetup(topo, Mode::kNuma), topo);
+  FetchOptions fetch;
+  fetch.parallel = 4;
+  service().SetFetchOptions(fetch);
+  source_.delay_ = absl::Milliseconds(200);
+  std::vector<ClaimRef> refs;
+  for (int i = 0; i < 8; ++i) {
+    refs.push_back(Add("default", absl::StrCat("c", i), absl::StrCat("uid-", i),
+                       {Result("cpus", kNuma0, "1")}, {Config({}, Cpuset(absl::StrCat(i)))}));
+  }
+  // Wants CPU 3 as well; after c3 in the request, so it is the one that fails.
+  refs.push_back(
+      Add("default", "late", "uid-late", {Result("cpus", kNuma0, "1")}, {Config({}, Cpuset("3"))}));
+  std::map<std::string, ClaimOutcome> out = service().Prepare(refs);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(out[absl::StrCat("uid-", i)].error, "") << i;
+    EXPECT_EQ(HeldCpus(absl::StrCat("uid-", i)).ToString(), absl::StrCat(i));
+  }
+  EXPECT_THAT(out["uid-late"].error, HasSubstr("CPU 3 is already prepared for claim default/c3"));
+  EXPECT_EQ(source_.gets(), 9);
+  EXPECT_EQ(source_.most_in_flight(), 4);
+}
+
+// Issue 15 item 11: a GET that does not answer fails its claim alone, within the per-request
+// timeout or the time left before the caller's deadline (less the margin), whichever is shorter;
+// the message names the timeout.
+TEST_F(ClaimServiceTest, HangingClaimsFailAloneWithAMessageNamingTheTimeout) {
+  const topology::Topology& topo = Load(k16);
+  Start(CpuSetup(topo, Mode::kNuma), topo);
+  FetchOptions fetch;
+  fetch.request_timeout = absl::Milliseconds(300);
+  fetch.margin = absl::Milliseconds(400);
+  service().SetFetchOptions(fetch);
+  std::vector<ClaimRef> refs;
+  for (int i = 0; i < 3; ++i) {
+    refs.push_back(Add("default", absl::StrCat("good-", i), absl::StrCat("uid-good-", i),
+                       {Result("cpus", kNuma0, "1")}));
+    refs.push_back(Add("default", absl::StrCat("stuck-", i), absl::StrCat("uid-stuck-", i),
+                       {Result("cpus", kNuma0, "1")}));
+    source_.Hang("default", absl::StrCat("stuck-", i));
+  }
+  CallLimits limits;
+  limits.deadline = absl::Now() + absl::Seconds(30);
+  std::map<std::string, ClaimOutcome> out = service().Prepare(refs, limits);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(out[absl::StrCat("uid-good-", i)].error, "") << i;
+    EXPECT_EQ(out[absl::StrCat("uid-stuck-", i)].error,
+              absl::StrCat("claim default/stuck-", i,
+                           ": get ResourceClaim: no answer within 300ms (the per-request "
+                           "timeout); the other claims of the call go on: GET stuck-",
+                           i, ": Timeout was reached after 300ms"));
+    EXPECT_EQ(source_.timeout_of("default", absl::StrCat("good-", i)), absl::Milliseconds(300));
+  }
+  EXPECT_EQ(node_->state.Size(), 3);
+
+  // A caller with 2 s left: the margin is 400 ms, so a GET gets at most about 1.6 s.
+  fetch.request_timeout = absl::Seconds(10);
+  service().SetFetchOptions(fetch);
+  const ClaimRef stuck = Add("default", "stuck-x", "uid-stuck-x", {Result("cpus", kNuma0, "1")});
+  source_.Hang("default", "stuck-x");
+  limits.deadline = absl::Now() + absl::Seconds(2);
+  out = service().Prepare({stuck}, limits);
+  EXPECT_THAT(
+      out["uid-stuck-x"].error,
+      AllOf(HasSubstr("claim default/stuck-x: get ResourceClaim: no answer within 1."),
+            HasSubstr("(the time left before the caller's deadline, less 400ms to answer)")));
+  const absl::Duration given = source_.timeout_of("default", "stuck-x");
+  EXPECT_GT(given, absl::Seconds(1));
+  EXPECT_LE(given, absl::Milliseconds(1600));
+}
+
+// Issue 15 item 11: once the caller cancels, no claim is fetched or prepared any more; the GETs
+// in flight are abandoned.
+TEST_F(ClaimServiceTest, ACancelledCallStopsFetchingAndPreparing) {
+  const topology::Topology& topo = Load(k16);
+  Start(CpuSetup(topo, Mode::kNuma), topo);
+  FetchOptions fetch;
+  fetch.parallel = 2;
+  service().SetFetchOptions(fetch);
+  source_.delay_ = absl::Milliseconds(20);
+  std::vector<ClaimRef> refs;
+  for (int i = 0; i < 200; ++i) {
+    refs.push_back(Add("default", absl::StrCat("c", i), absl::StrCat("uid-", i),
+                       {Result("cpus", kNuma0, "1")}));
+  }
+  const ClaimRef stuck = Add("default", "stuck", "uid-stuck", {Result("cpus", kNuma0, "1")});
+  source_.Hang("default", "stuck");
+  refs.insert(refs.begin() + 1, stuck);
+  std::atomic<bool> gone{false};
+  std::thread caller([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    gone = true;
+  });
+  CallLimits limits;
+  limits.cancelled = [&] { return gone.load(); };
+  std::map<std::string, ClaimOutcome> out = service().Prepare(refs, limits);
+  caller.join();
+  const int gets = source_.gets();
+  ASSERT_EQ(out.size(), refs.size());
+  EXPECT_LT(gets, 100);  // 2 at a time, 20 ms each, for 300 ms: about 30
+  int not_prepared = 0;
+  for (const auto& [uid, o] : out) {
+    if (o.error.find("not prepared: the caller cancelled the call") != std::string::npos) {
+      ++not_prepared;
+    }
+  }
+  EXPECT_GT(not_prepared, 100);
+  EXPECT_THAT(out["uid-stuck"].error, HasSubstr("the caller cancelled the call"));
+  // Nothing goes on after the answer.
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(source_.gets(), gets);
 }
 
 TEST_F(ClaimServiceTest, ClaimWithoutResultsOfThisDriver) {
@@ -766,11 +1022,16 @@ TEST_F(ClaimServiceTest, CdiRemoveFailureKeepsTheClaimPrepared) {
   std::map<std::string, std::string> out = service().Unprepare({ref});
   EXPECT_THAT(out["uid-1"], HasSubstr("claim default/c1: "));
   EXPECT_THAT(out["uid-1"], HasSubstr(path));
-  // Still prepared, still holding its CPUs, still replayed.
+  // Still prepared, still holding its CPUs; a repeated prepare cannot put its CDI file back
+  // while the directory is there, and says so.
   ASSERT_NE(Held(kCpuDriver, "uid-1"), nullptr);
   EXPECT_EQ(Held(kCpuDriver, "uid-1")->phase, state::Phase::kPrepared);
-  EXPECT_EQ(PrepareOk(ref).devices, first.devices);
+  EXPECT_THAT(PrepareError(ref),
+              AllOf(HasSubstr("claim default/c1: prepared, but its CDI file cannot be written: "),
+                    HasSubstr(path)));
   std::filesystem::remove_all(path);
+  EXPECT_EQ(PrepareOk(ref).devices, first.devices);
+  EXPECT_TRUE(std::filesystem::is_regular_file(path));
   UnprepareOk(ref);
   EXPECT_TRUE(node_->state.Empty());
 }
