@@ -354,11 +354,32 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
     }
     locks.push_back(*std::move(lock));
   }
+  // The mark in the names of the CDI files this instance writes: other instances sharing the
+  // CDI directory leave them alone, and a wiped state directory still knows them.
+  const std::string cdi_marker =
+      prepare::CdiInstanceMarker(opts->node_name, AbsoluteDir(cmd.state_dir));
+  // A state without snapshot or journal while this instance's CDI files remain was lost, not
+  // new: starting empty would hand the CPUs and GPUs of running claims out again.
+  bool leftovers = false;
+  auto no_leftovers = [&]() -> absl::Status {
+    auto is_trace = [&](const std::string& file) {
+      const std::string marker = prepare::CdiMarkerOf(file);
+      if (!marker.empty()) return marker == cdi_marker;
+      return prepare::IsCdiFileOf(opts->cpu_driver, file) ||
+             prepare::IsCdiFileOf(opts->gpu_driver, file) ||
+             deviceplugin::IsDpCdiFileOf(cmd.device_plugin_gpu_resource, file) ||
+             deviceplugin::IsDpCdiFileOf(cmd.device_plugin_cpu_resource, file);
+    };
+    absl::Status st =
+        prepare::CheckNoCdiLeftovers(cdi::SpecStore(cmd.cdi_dir), is_trace, cmd.state_dir);
+    leftovers = !st.ok();
+    return st;
+  };
   // A corrupt state file stops the daemon: guessing would hand CPUs out twice.
   absl::StatusOr<state::StateStore::Opened> opened =
-      state::StateStore::Open(absl::StrCat(cmd.state_dir, "/checkpoint.json"));
+      state::StateStore::Open(absl::StrCat(cmd.state_dir, "/checkpoint.json"), no_leftovers);
   if (!opened.ok()) {
-    spdlog::critical("cannot load the allocation state: {}",
+    spdlog::critical("{}{}", leftovers ? "" : "cannot load the allocation state: ",
                      std::string(opened.status().message()));
     return kExitFailure;
   }
@@ -383,27 +404,7 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
                opened->store->path(), node.state.Size(), opened->replayed,
                opened->dropped_torn ? ", a torn last record dropped" : "");
 
-  // The mark in the names of the CDI files this instance writes: other instances sharing the
-  // CDI directory leave them alone, and a wiped state directory still knows them.
-  const std::string cdi_marker =
-      prepare::CdiInstanceMarker(opts->node_name, AbsoluteDir(cmd.state_dir));
   spdlog::info("CDI files of this instance: {}/*_i{}.json", cmd.cdi_dir, cdi_marker);
-  if (opened->nothing_recorded) {
-    auto is_trace = [&](const std::string& file) {
-      const std::string marker = prepare::CdiMarkerOf(file);
-      if (!marker.empty()) return marker == cdi_marker;
-      return prepare::IsCdiFileOf(opts->cpu_driver, file) ||
-             prepare::IsCdiFileOf(opts->gpu_driver, file) ||
-             deviceplugin::IsDpCdiFileOf(cmd.device_plugin_gpu_resource, file) ||
-             deviceplugin::IsDpCdiFileOf(cmd.device_plugin_cpu_resource, file);
-    };
-    if (absl::Status st =
-            prepare::CheckNoCdiLeftovers(cdi::SpecStore(cmd.cdi_dir), is_trace, cmd.state_dir);
-        !st.ok()) {
-      spdlog::critical("{}", std::string(st.message()));
-      return kExitFailure;
-    }
-  }
 
   // CPU pinning: the hook in every CPU claim's CDI spec, and the shared-pool reconciler.
   std::optional<prepare::CpusetHook> cpuset_hook;

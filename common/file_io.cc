@@ -67,8 +67,12 @@ absl::Status MakeDirectories(const std::string& dir, mode_t dir_mode) {
     if (pos != dir.size() && dir[pos] != '/') continue;
     const std::string prefix = dir.substr(0, pos);
     if (::mkdir(prefix.c_str(), dir_mode) == 0) {
-      // The umask may have taken bits off; a mode wider than asked is never the result.
-      if (::chmod(prefix.c_str(), dir_mode) != 0) return ErrnoStatus(errno, "chmod", prefix);
+      // The umask may have taken bits off; a mode wider than asked is never the result. Through
+      // a descriptor that refuses links: whoever can write the parent could have swapped the new
+      // directory for a link, and a chmod would change the mode of what it points at.
+      Fd fd(::open(prefix.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (fd.get() < 0) return ErrnoStatus(errno, "open the directory just created", prefix);
+      if (::fchmod(fd.get(), dir_mode) != 0) return ErrnoStatus(errno, "chmod", prefix);
     } else if (errno != EEXIST) {
       return ErrnoStatus(errno, "create directory", prefix);
     }

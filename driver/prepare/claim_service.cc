@@ -222,9 +222,8 @@ absl::Status CheckNoCdiLeftovers(const cdi::SpecStore& store,
       absl::StrJoin(left.begin(), left.begin() + std::min(left.size(), kNamed), ", ");
   if (left.size() > kNamed) absl::StrAppend(&named, " and ", left.size() - kNamed, " more");
   return absl::FailedPreconditionError(absl::StrCat(
-      "the allocation state in ", state_dir,
-      " is gone (no checkpoint.json, no journal record) but ", left.size(),
-      " CDI spec file(s) this daemon wrote are still in ", store.dir(), ": ", named,
+      "the allocation state in ", state_dir, " is gone (no checkpoint.json, no journal) but ",
+      left.size(), " CDI spec file(s) this daemon wrote are still in ", store.dir(), ": ", named,
       ". Their claims may still be running; starting empty would remove these files and hand "
       "their CPUs and GPUs out again. Restore checkpoint.json and checkpoint.json.journal in ",
       state_dir,
@@ -300,8 +299,25 @@ std::map<std::string, ClaimOutcome> ClaimService::Prepare(const std::vector<Clai
   // A GiveUp: set on this thread, read by the fetchers (and the GETs they run) to stop.
   std::atomic<int> give_up{kGoOn};
   std::atomic<bool> stop_gets{false};
+  // Polled on this thread only (see CallLimits::cancelled).
+  auto check_caller = [&] {
+    if (give_up.load() != kGoOn) return;
+    int why = kGoOn;
+    if (limits.cancelled && limits.cancelled()) {
+      why = kCancelled;
+    } else if (absl::Now() >= limits.deadline) {
+      why = kDeadline;
+    }
+    if (why != kGoOn) {
+      give_up = why;
+      stop_gets = true;
+    }
+  };
+
+  bool on_this_thread = false;  // no fetcher thread could be made
   auto fetcher = [&] {
     for (size_t i; (i = next++) < work.size();) {
+      if (on_this_thread) check_caller();
       slots[i].start = std::chrono::steady_clock::now();
       Fetched f;
       try {
@@ -332,21 +348,6 @@ std::map<std::string, ClaimOutcome> ClaimService::Prepare(const std::vector<Clai
       ready_cv.notify_all();
     }
   };
-  // Polled on this thread only (see CallLimits::cancelled).
-  auto check_caller = [&] {
-    if (give_up.load() != kGoOn) return;
-    int why = kGoOn;
-    if (limits.cancelled && limits.cancelled()) {
-      why = kCancelled;
-    } else if (absl::Now() >= limits.deadline) {
-      why = kDeadline;
-    }
-    if (why != kGoOn) {
-      give_up = why;
-      stop_gets = true;
-    }
-  };
-
   std::vector<std::thread> fetchers;
   // Whatever ends this function (an exception too) stops and joins the fetchers first.
   struct JoinAll {
@@ -373,7 +374,10 @@ std::map<std::string, ClaimOutcome> ClaimService::Prepare(const std::vector<Clai
       break;
     }
   }
-  if (fetchers.empty()) fetcher();  // one at a time on this thread, still within the limits
+  if (fetchers.empty()) {  // one at a time on this thread, still within the limits
+    on_this_thread = true;
+    fetcher();
+  }
 
   std::map<std::string, ClaimOutcome> out;
   int given_up = 0;

@@ -129,7 +129,7 @@ absl::StatusOr<ReconciledCdi> ReconcileCdiFiles(
     const cdi::SpecStore& store, const std::map<std::string, nlohmann::json>& wanted,
     const std::function<CdiFileClass(const std::string&)>& classify, const std::string& label);
 
-// At start, when the state recorded nothing (StateStore::Opened::nothing_recorded): OK when
+// At start, when the state is new (StateStore::Opened::is_new, checked by Open's if_new): OK when
 // the CDI directory holds no file `is_trace` accepts (this instance's marker, or an unmarked
 // name of one of its drivers or resources); else FailedPrecondition listing them and saying how
 // to recover. Files of prepared claims outliving their state mean the state was lost, not

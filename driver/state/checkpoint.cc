@@ -283,9 +283,9 @@ std::string WhatToDo(absl::StatusCode code) {
   // Starting empty while claims still run would hand their CPUs out again, and the CDI files
   // they left would stop the start (see CdiLeftovers in driver/prepare).
   const char* forget =
-      "move it aside to start empty, which forgets every prepared claim and device-plugin "
-      "allocation of this node (drain the node first, and move this node's topodra CDI files "
-      "aside too)";
+      "move both checkpoint.json and checkpoint.json.journal aside to start empty, which "
+      "forgets every prepared claim and device-plugin allocation of this node (drain the node "
+      "first, and move this node's topodra CDI files aside too)";
   if (code == absl::StatusCode::kFailedPrecondition) {
     return absl::StrCat("; run a topodra that reads this version, or ", forget);
   }

@@ -187,7 +187,8 @@ StateStore::~StateStore() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-absl::StatusOr<StateStore::Opened> StateStore::Open(const std::string& path) {
+absl::StatusOr<StateStore::Opened> StateStore::Open(const std::string& path,
+                                                    const std::function<absl::Status()>& if_new) {
   const std::string journal = path + ".journal";
   const Checkpoint snapshot(path);
   if (absl::Status st = files::MakeDirectories(snapshot.dir(), 0700); !st.ok()) {
@@ -204,6 +205,7 @@ absl::StatusOr<StateStore::Opened> StateStore::Open(const std::string& path) {
   out.loaded = *std::move(state);
   absl::StatusOr<std::string> text = files::ReadFileBounded(journal, kMaxCheckpointBytes);
   std::string content;
+  const bool journal_found = text.ok();
   if (text.ok()) {
     content = *std::move(text);
   } else if (!absl::IsNotFound(text.status())) {
@@ -223,7 +225,10 @@ absl::StatusOr<StateStore::Opened> StateStore::Open(const std::string& path) {
   }
   out.replayed = replayed.applied;
   out.dropped_torn = replayed.dropped_torn;
-  out.nothing_recorded = !snapshot_found && replayed.records == 0;
+  out.is_new = !snapshot_found && !journal_found;
+  if (out.is_new && if_new) {
+    if (absl::Status st = if_new(); !st.ok()) return st;
+  }
   const uint64_t seq = replayed.seq;
   const int64_t records = replayed.records;
   const size_t good_end = replayed.good_end;

@@ -26,6 +26,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,11 +50,16 @@ class StateStore {
     State loaded;
     int replayed = 0;           // journal records applied
     bool dropped_torn = false;  // a torn last record was dropped
-    // No snapshot file and no journal record: a new node, or one whose state files were
-    // deleted. The caller tells the two apart by what the state leaves elsewhere (CDI files).
-    bool nothing_recorded = false;
+    // Neither a snapshot nor a journal file was there: a new node, or one whose state files were
+    // deleted. (Open creates the journal and nothing removes it, so an empty or torn-only journal
+    // is a state that recorded nothing yet, e.g. a crash during the first prepare ever.)
+    bool is_new = false;
   };
-  static absl::StatusOr<Opened> Open(const std::string& path);
+  // `if_new` runs when the state is new (see is_new) before Open creates anything: its error
+  // stops Open, so a refusal stays a refusal at the next start. The caller tells a new node from
+  // a lost state by what the state leaves elsewhere (CDI files).
+  static absl::StatusOr<Opened> Open(const std::string& path,
+                                     const std::function<absl::Status()>& if_new = {});
   // The state Open would load, for reading a running daemon's files from another process:
   // writes nothing, takes no lock, removes no temporary files, and ignores a torn last record
   // (an append in progress). A missing snapshot and journal is the empty state. Unavailable

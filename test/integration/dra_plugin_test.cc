@@ -599,7 +599,8 @@ TEST_F(DraPluginTest, CorruptStateStopsTheDaemonWithTheFileNamed) {
   StartDaemon();
   EXPECT_EQ(daemon_.WaitExit(), 1);
   EXPECT_THAT(daemon_.Log(), HasSubstr(dirs_.state + "/checkpoint.json"));
-  EXPECT_THAT(daemon_.Log(), HasSubstr("move it aside"));
+  EXPECT_THAT(daemon_.Log(),
+              HasSubstr("move both checkpoint.json and checkpoint.json.journal aside"));
 }
 
 // The last record complete but damaged (a flipped byte, not a crash mid-append): the claim it
@@ -651,20 +652,52 @@ TEST_F(DraPluginTest, LostStateWithCdiFilesLeftStopsTheDaemonAndKeepsThem) {
   StartDaemon();
   EXPECT_EQ(daemon_.WaitExit(), 1);
   EXPECT_THAT(daemon_.Log(), HasSubstr("the allocation state in " + dirs_.state +
-                                       " is gone (no checkpoint.json, no journal record) but 1 "
+                                       " is gone (no checkpoint.json, no journal) but 1 "
                                        "CDI spec file(s) this daemon wrote are still in " +
                                        dirs_.cdi + ": " + fs::path(file).filename().string()));
   EXPECT_THAT(daemon_.Log(), HasSubstr("move these files out of " + dirs_.cdi));
   EXPECT_EQ(ReadFile(file), spec);
-  // Not a one-off: the empty journal that start left behind records nothing either.
+  // Not a one-off: the refusal created nothing that would make the next start take the state
+  // for one that merely recorded nothing yet.
+  EXPECT_FALSE(fs::exists(dirs_.state + "/checkpoint.json.journal"));
   StartDaemon();
   EXPECT_EQ(daemon_.WaitExit(), 1);
-  EXPECT_THAT(daemon_.Log(), HasSubstr("is gone (no checkpoint.json, no journal record)"));
+  EXPECT_THAT(daemon_.Log(), HasSubstr("is gone (no checkpoint.json, no journal)"));
   EXPECT_EQ(ReadFile(file), spec);
 
   fs::rename(file, dirs_.root + "/moved-aside.json");
   StartNode();
   EXPECT_EQ(PrepareOne(CpuClaim("after-recovery", "cpudevnuma000", "2")).error, "");
+}
+
+// A crash during the first prepare ever, after its CDI file and before its journal record: the
+// journal is there (empty, or with a torn record), so the state is not lost, and the file is an
+// orphan of an unanswered prepare, removed at start like any other.
+TEST_F(DraPluginTest, OrphanOfACrashedFirstPrepareIsRemovedNotTakenForALostState) {
+  const std::vector<std::string> journals = {"", "0badc0de {\"seq\":1,\"pu"};
+  for (size_t i = 0; i < journals.size(); ++i) {
+    SCOPED_TRACE(i == 0 ? "empty journal" : "torn first record");
+    StartNode();
+    PrepareClaim first = CpuClaim(absl::StrCat("first-", i), "cpudevnuma000", "2");
+    ASSERT_EQ(PrepareOne(first).error, "");
+    sim_.reset();
+    ASSERT_EQ(daemon_.Terminate(), 0);
+    const std::string file = FindCdiFile(first.uid);
+    ASSERT_FALSE(file.empty());
+    ASSERT_FALSE(fs::exists(dirs_.state + "/checkpoint.json"));
+    // What a crash between the CDI file and the journal record leaves.
+    std::ofstream(dirs_.state + "/checkpoint.json.journal", std::ios::binary | std::ios::trunc)
+        << journals[i];
+
+    StartNode();
+    EXPECT_FALSE(fs::exists(file)) << daemon_.Log();
+    EXPECT_THAT(daemon_.Log(), ::testing::Not(HasSubstr("is gone")));
+    PrepareClaim second = CpuClaim(absl::StrCat("second-", i), "cpudevnuma000", "2");
+    EXPECT_EQ(PrepareOne(second).error, "") << "CPUs 0-1 are free: the orphan held nothing";
+    EXPECT_EQ(UnprepareOne(second), "");
+    sim_.reset();
+    ASSERT_EQ(daemon_.Terminate(), 0);
+  }
 }
 
 // A second instance (its own state, kubelet directory and lock) sharing only the CDI directory

@@ -153,7 +153,10 @@ TEST_F(StoreTest, CorruptRecordInTheMiddleStopsWithTheFileNamed) {
   EXPECT_EQ(o.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(o.status().message().find(journal), std::string::npos) << o.status();
   EXPECT_NE(o.status().message().find("line 1 (byte 0)"), std::string::npos) << o.status();
-  EXPECT_NE(o.status().message().find("move it aside"), std::string::npos) << o.status();
+  EXPECT_NE(
+      o.status().message().find("move both checkpoint.json and checkpoint.json.journal aside"),
+      std::string::npos)
+      << o.status();
 }
 
 // Only a last line cut short (no end of line) is a torn append; a complete line that does not
@@ -217,21 +220,33 @@ TEST_F(StoreTest, OnlyAnIncompleteLastLineIsATornWrite) {
   }
 }
 
-TEST_F(StoreTest, NothingRecordedOnlyWhenNoSnapshotAndNoJournalRecord) {
-  EXPECT_TRUE(OpenOk().nothing_recorded) << "a new node";
-  EXPECT_TRUE(OpenOk().nothing_recorded) << "an empty journal records nothing";
+TEST_F(StoreTest, NewOnlyWhenNeitherSnapshotNorJournalIsThere) {
+  int asked = 0;
+  auto refuse = [&]() {
+    ++asked;
+    return absl::FailedPreconditionError("leftovers");
+  };
+  absl::StatusOr<StateStore::Opened> refused = StateStore::Open(path_, refuse);
+  EXPECT_EQ(refused.status(), absl::FailedPreconditionError("leftovers"));
+  EXPECT_FALSE(std::filesystem::exists(path_ + ".journal")) << "a refusal leaves nothing behind";
+  EXPECT_EQ(asked, 1);
+  EXPECT_TRUE(OpenOk().is_new) << "a new node";
+  EXPECT_FALSE(OpenOk().is_new) << "the journal Open created: a crash before the first record";
+  absl::StatusOr<StateStore::Opened> again = StateStore::Open(path_, refuse);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(asked, 1) << "not asked once a journal is there";
   {
     StateStore::Opened o = OpenOk();
     ASSERT_TRUE(o.store->Put(Claim("a", "0")).ok());
     ASSERT_TRUE(o.store->Remove(DraOwner("dra.cpu", "a")).ok());
   }
-  EXPECT_FALSE(OpenOk().nothing_recorded) << "records, even of an empty state";
+  EXPECT_FALSE(OpenOk().is_new) << "records, even of an empty state";
   {
     StateStore::Opened o = OpenOk();
     ASSERT_TRUE(o.store->Compact(State{}).ok());
   }
   StateStore::Opened o = OpenOk();
-  EXPECT_FALSE(o.nothing_recorded) << "a snapshot, even of an empty state";
+  EXPECT_FALSE(o.is_new) << "a snapshot, even of an empty state";
   EXPECT_TRUE(o.loaded.Empty());
 }
 
@@ -289,7 +304,7 @@ TEST_F(StoreTest, LostSnapshotOrJournalIsCorruption) {
   WriteFile(journal, records);
   StateStore::Opened back = OpenOk();
   EXPECT_EQ(back.loaded.HeldCpus().ToString(), "0-2");
-  EXPECT_FALSE(back.nothing_recorded);
+  EXPECT_FALSE(back.is_new);
 }
 
 TEST_F(StoreTest, CompactionKeepsStateAndEmptiesJournal) {
