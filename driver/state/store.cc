@@ -71,7 +71,9 @@ absl::Status StateStore::Apply(const json& body, State* state) {
 // not decode is DataLoss, the last one too: an append writes its line and '\n' in one write, so
 // a crash cuts a record short but never completes a wrong one; a complete bad line is damage
 // after the fact, and the change it held may have been acknowledged (a prepared claim whose CPUs
-// would otherwise go to another).
+// would otherwise go to another). One exception: a last line with NUL bytes is the tail of a
+// power cut (the file's size was kept, the data of an unsynced append was not): an acknowledged
+// record was fdatasynced with everything before it, so it cannot be followed or led by them.
 absl::Status StateStore::Replay(absl::string_view content, const std::string& journal,
                                 uint64_t snapshot_seq, State* state, Replayed* out) {
   const std::string todo_journal = absl::StrCat("journal \"", journal, "\": ");
@@ -95,6 +97,10 @@ absl::Status StateStore::Replay(absl::string_view content, const std::string& jo
                                     ? absl::StatusOr<json>(absl::DataLossError(absl::StrCat(
                                           "record longer than ", kMaxLineBytes, " bytes")))
                                     : DecodeJournalLine(line);
+    if (!body.ok() && nl + 1 == content.size() && line.find('\0') != absl::string_view::npos) {
+      out->dropped_torn = true;
+      break;
+    }
     if (!body.ok()) {
       return absl::DataLossError(absl::StrCat(
           where, body.status().message(),
