@@ -1,6 +1,7 @@
 #include "driver/metrics/http_server.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -24,6 +25,9 @@ namespace {
 
 constexpr uint64_t kListenTag = 0;
 constexpr uint64_t kWakeTag = 1;
+// How long the listening socket is left unwatched when no descriptor can be freed to refuse a
+// connection: it stays readable while its backlog holds one, which would spin the loop.
+constexpr std::chrono::milliseconds kListenPause{100};
 
 const char* Reason(int code) {
   switch (code) {
@@ -158,6 +162,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   s->wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (s->epoll_fd_ < 0 || s->wake_fd_ < 0)
     return fail(absl::StrCat("epoll: ", std::strerror(errno)));
+  s->spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   Watch(s->epoll_fd_, EPOLL_CTL_ADD, s->listen_fd_, kListenTag, EPOLLIN);
   Watch(s->epoll_fd_, EPOLL_CTL_ADD, s->wake_fd_, kWakeTag, EPOLLIN);
   if (std::any_of(s->routes_.begin(), s->routes_.end(),
@@ -181,7 +186,7 @@ HttpServer::~HttpServer() {
   if (loop_.joinable()) loop_.join();
   if (worker_.joinable()) worker_.join();
   for (auto& [id, c] : connections_) ::close(c.fd);
-  for (int fd : {listen_fd_, epoll_fd_, wake_fd_}) {
+  for (int fd : {listen_fd_, epoll_fd_, wake_fd_, spare_fd_}) {
     if (fd >= 0) ::close(fd);
   }
 }
@@ -204,6 +209,10 @@ void HttpServer::Loop() {
       }
     }
     ExpireDeadlines();
+    if (listen_resume_ <= Clock::now()) {
+      listen_resume_ = Clock::time_point::max();
+      Watch(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, kListenTag, EPOLLIN);
+    }
   }
 }
 
@@ -215,11 +224,17 @@ void HttpServer::AcceptAll() {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      // Out of descriptors: free one, or leave the rest in the backlog for the next round.
-      if ((errno == EMFILE || errno == ENFILE) && EvictOldest()) continue;
+      if (errno == EMFILE || errno == ENFILE) {
+        // Out of descriptors: free one of ours; when none can go (the rest of the process holds
+        // them), refuse the connection with the spare, as leaving it in the backlog would keep
+        // the listening socket readable and the loop spinning.
+        if (ReclaimSlot() || RefuseOne()) continue;
+        listen_resume_ = Clock::now() + kListenPause;
+        Watch(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, kListenTag, 0);
+      }
       return;  // EAGAIN: the backlog is empty
     }
-    if (connections_.size() >= options_.max_connections && !EvictOldest()) {
+    if (connections_.size() >= options_.max_connections && !ReclaimSlot()) {
       ::close(fd);  // every slot is being answered: this one will be soon again
       continue;
     }
@@ -230,6 +245,29 @@ void HttpServer::AcceptAll() {
     c.deadline = c.opened + options_.head_timeout;
     Watch(epoll_fd_, EPOLL_CTL_ADD, fd, id, EPOLLIN);
   }
+}
+
+// A slot for a new connection: one already answered and lingering goes first (no eviction: its
+// answer is sent), else the oldest not being answered.
+bool HttpServer::ReclaimSlot() {
+  auto closing = std::find_if(connections_.begin(), connections_.end(),
+                              [](const auto& e) { return e.second.state == State::kClosing; });
+  if (closing == connections_.end()) return EvictOldest();
+  Close(closing->first);
+  return true;
+}
+
+// Accepts one connection on the spare descriptor and closes it at once; false without a spare.
+bool HttpServer::RefuseOne() {
+  if (spare_fd_ < 0) return false;
+  ::close(spare_fd_);
+  const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd >= 0) {
+    ::close(fd);
+    refusals_.fetch_add(1);
+  }
+  spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  return true;
 }
 
 bool HttpServer::EvictOldest() {
@@ -258,6 +296,8 @@ void HttpServer::OnEvents(uint64_t id, uint32_t events) {
     Read(id, c);
   } else if (c.state == State::kWriting && (events & (EPOLLOUT | EPOLLHUP | EPOLLERR))) {
     Write(id, c);
+  } else if (c.state == State::kClosing) {
+    Discard(id, c);
   }
 }
 
@@ -308,12 +348,22 @@ void HttpServer::Dispatch(uint64_t id, Connection& c, const std::string& method,
     Respond(id, c, Call(*route));
     return;
   }
-  c.state = State::kHandling;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (jobs_.size() < options_.max_queued_jobs) {
+      jobs_.push_back(Job{id, static_cast<size_t>(route - routes_.begin())});
+      work_cv_.notify_one();
+      c.state = State::kHandling;
+    }
+  }
+  if (c.state != State::kHandling) {
+    Respond(id, c,
+            Text(503, absl::StrCat(options_.max_queued_jobs, " requests for ", path,
+                                   " are waiting already\n")));
+    return;
+  }
   c.deadline = Clock::time_point::max();
   Watch(epoll_fd_, EPOLL_CTL_MOD, c.fd, id, 0);
-  std::lock_guard<std::mutex> lock(mu_);
-  jobs_.push_back(Job{id, static_cast<size_t>(route - routes_.begin())});
-  work_cv_.notify_one();
 }
 
 void HttpServer::Respond(uint64_t id, Connection& c, const HttpResponse& r) {
@@ -325,8 +375,8 @@ void HttpServer::Respond(uint64_t id, Connection& c, const HttpResponse& r) {
   c.deadline = Clock::now() + options_.write_timeout;
   c.in.clear();
   c.in.shrink_to_fit();
+  Watch(epoll_fd_, EPOLL_CTL_MOD, c.fd, id, EPOLLOUT);
   Write(id, c);
-  if (connections_.contains(id)) Watch(epoll_fd_, EPOLL_CTL_MOD, c.fd, id, EPOLLOUT);
 }
 
 void HttpServer::Write(uint64_t id, Connection& c) {
@@ -340,20 +390,36 @@ void HttpServer::Write(uint64_t id, Connection& c) {
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     break;
   }
-  if (c.sent == c.out.size()) {
-    // Whatever the client sent after its head (a body we do not read) would make close() send a
-    // reset that can destroy the answer before the client reads it: end our side, drop the rest.
-    ::shutdown(c.fd, SHUT_WR);
-    char sink[4096];
-    while (::recv(c.fd, sink, sizeof(sink), 0) > 0) {
-    }
+  if (c.sent < c.out.size()) {
+    Close(id);  // the connection broke
+    return;
   }
-  Close(id);
+  // Whatever the client sent after its head (a body we do not read) would make close() send a
+  // reset that can destroy the answer before the client reads it: end our side and discard what
+  // still comes until the client closes, a bounded read per event and for a bounded time.
+  ::shutdown(c.fd, SHUT_WR);
+  c.state = State::kClosing;
+  c.deadline = Clock::now() + options_.close_linger;
+  c.out.clear();
+  c.out.shrink_to_fit();
+  Watch(epoll_fd_, EPOLL_CTL_MOD, c.fd, id, EPOLLIN);
+}
+
+void HttpServer::Discard(uint64_t id, Connection& c) {
+  char sink[16384];
+  const ssize_t n = ::recv(c.fd, sink, sizeof(sink), 0);
+  if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) return;
+  Close(id);  // the client closed its side, or the connection broke
 }
 
 void HttpServer::Close(uint64_t id) {
   auto it = connections_.find(id);
   if (it == connections_.end()) return;
+  if (it->second.state == State::kHandling) {
+    // Not rendered for nobody: a client that resets its scrapes must not queue work.
+    std::lock_guard<std::mutex> lock(mu_);
+    std::erase_if(jobs_, [id](const Job& j) { return j.id == id; });
+  }
   ::close(it->second.fd);  // also leaves the epoll set
   connections_.erase(it);
 }
@@ -370,6 +436,7 @@ void HttpServer::ExpireDeadlines() {
 int HttpServer::MillisecondsToNextDeadline() const {
   Clock::time_point next = Clock::time_point::max();
   for (const auto& [id, c] : connections_) next = std::min(next, c.deadline);
+  next = std::min(next, listen_resume_);
   if (next == Clock::time_point::max()) return -1;
   const auto left = std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now());
   return static_cast<int>(std::clamp<int64_t>(left.count(), 0, 60000));

@@ -55,6 +55,12 @@ struct HttpServerOptions {
   // From the answer being ready to its last byte taken by the client.
   std::chrono::milliseconds write_timeout{10000};
   size_t max_head_bytes = 8192;
+  // After the answer: how long the client may take to close its side while what it still sends
+  // is discarded (one bounded read per readiness event, so a client that never stops sending
+  // cannot hold the loop).
+  std::chrono::milliseconds close_linger{1000};
+  // Slow requests waiting for the worker (beside the one it runs); more are answered 503.
+  size_t max_queued_jobs = 4;
 };
 
 class HttpServer {
@@ -72,10 +78,12 @@ class HttpServer {
   int port() const { return port_; }
   // Connections closed to make room for a newer one (since start).
   uint64_t evictions() const { return evictions_.load(); }
+  // Connections closed unanswered because the process had no descriptor to spare (since start).
+  uint64_t refusals() const { return refusals_.load(); }
 
  private:
   using Clock = std::chrono::steady_clock;
-  enum class State { kReading, kHandling, kWriting };
+  enum class State { kReading, kHandling, kWriting, kClosing };
   struct Connection {
     int fd = -1;
     Clock::time_point opened;
@@ -97,12 +105,15 @@ class HttpServer {
   HttpServer() = default;
   void Loop();
   void AcceptAll();
+  bool ReclaimSlot();
   bool EvictOldest();
+  bool RefuseOne();
   void OnEvents(uint64_t id, uint32_t events);
   void Read(uint64_t id, Connection& c);
   void Dispatch(uint64_t id, Connection& c, const std::string& method, const std::string& path);
   void Respond(uint64_t id, Connection& c, const HttpResponse& r);
   void Write(uint64_t id, Connection& c);
+  void Discard(uint64_t id, Connection& c);
   void Close(uint64_t id);
   void ExpireDeadlines();
   int MillisecondsToNextDeadline() const;
@@ -117,6 +128,10 @@ class HttpServer {
   int wake_fd_ = -1;  // eventfd: stop, or the worker finished a job
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> evictions_{0};
+  std::atomic<uint64_t> refusals_{0};
+  int spare_fd_ = -1;  // /dev/null, given up to accept and close a connection at EMFILE
+  // Out of descriptors with no spare: the listening socket is not watched until then.
+  Clock::time_point listen_resume_ = Clock::time_point::max();
   uint64_t next_id_ = 2;  // 0 and 1 tag the listening socket and the eventfd in epoll
   std::unordered_map<uint64_t, Connection> connections_;  // the loop's only
   std::thread loop_;

@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "test/testing/http_get.h"
@@ -209,6 +211,156 @@ TEST(HttpServerTest, ASlowHandlerDoesNotHoldUpTheQuickOnes) {
   const ::topodra::testing::HttpResponse r = scrape.get();
   EXPECT_EQ(r.code, 200);
   EXPECT_EQ(r.body, "scraped\n");
+}
+
+// A client that keeps sending after its request must not hold the loop: what comes after the
+// answer is discarded a bounded read at a time, and only for a bounded time.
+TEST(HttpServerTest, AClientStreamingAfterItsRequestDoesNotKeepProbesOut) {
+  auto s = MustStart({Fixed("/healthz", 200, "ok\n")}, Patient());
+  ASSERT_NE(s, nullptr);
+  const int port = s->port();
+  std::atomic<bool> stop{false};
+  std::atomic<int> streams{0};
+  auto stream = [&] {
+    const std::string junk(1 << 20, 'x');
+    while (!stop.load()) {
+      const int fd = ConnectLoopback(port);
+      if (fd < 0) continue;
+      streams.fetch_add(1);
+      const std::string request = "GET /healthz HTTP/1.1\r\n\r\n" + junk;
+      // Blocks while the server's buffer is full; fails once the server has closed.
+      for (bool first = true; !stop.load(); first = false) {
+        const std::string& chunk = first ? request : junk;
+        if (::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL) <= 0) break;
+      }
+      ::close(fd);
+    }
+  };
+  std::vector<std::thread> streamers;
+  for (int i = 0; i < 3; ++i) streamers.emplace_back(stream);
+  while (streams.load() == 0) std::this_thread::yield();
+  int answered = 0;
+  for (int i = 0; i < 25; ++i) {
+    if (::topodra::testing::HttpGet(port, "/healthz", /*timeout_ms=*/5000).code != 200) break;
+    ++answered;
+  }
+  stop = true;
+  s.reset();  // closes the streamers' connections, so that their sends return
+  for (std::thread& t : streamers) t.join();
+  EXPECT_EQ(answered, 25);
+}
+
+// A handler for /metrics that counts its calls; the first waits until released.
+struct CountedScrape {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> renders{0};
+  HttpRoute Route() {
+    return HttpRoute{"/metrics",
+                     [this] {
+                       if (renders.fetch_add(1) == 0) released.wait();
+                       HttpResponse r;
+                       r.body = "scraped\n";
+                       return r;
+                     },
+                     /*slow=*/true};
+  }
+  // False when no render started within 10 s.
+  bool WaitForFirst() const {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (renders.load() == 0 && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::yield();
+    }
+    return renders.load() > 0;
+  }
+};
+
+// Sends `request` on a new connection and returns it; the probe that follows is answered after
+// the loop has seen the request (epoll reports descriptors in the order they became ready).
+int SendAndSync(int port, const std::string& request) {
+  const int fd = ConnectLoopback(port);
+  if (fd >= 0) (void)::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  EXPECT_EQ(::topodra::testing::HttpGet(port, "/healthz").code, 200);
+  return fd;
+}
+
+void Reset(int fd) {
+  const linger abort{1, 0};
+  (void)::setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort, sizeof(abort));
+  ::close(fd);
+}
+
+TEST(HttpServerTest, AScrapeWhoseClientIsGoneIsNotRendered) {
+  CountedScrape scrape;
+  HttpServerOptions o = Patient();
+  o.max_queued_jobs = 100;
+  auto s = MustStart({scrape.Route(), Fixed("/healthz", 200, "ok\n")}, o);
+  ASSERT_NE(s, nullptr);
+  const int port = s->port();
+  const int first = SendAndSync(port, "GET /metrics HTTP/1.1\r\n\r\n");
+  ASSERT_TRUE(scrape.WaitForFirst());
+  Reset(first);
+  // The worker is held in the first render; these queue behind it and are reset.
+  for (int i = 0; i < 40; ++i) Reset(SendAndSync(port, "GET /metrics HTTP/1.1\r\n\r\n"));
+  EXPECT_EQ(::topodra::testing::HttpGet(port, "/healthz").code, 200);  // resets seen
+  scrape.release.set_value();
+  // Rendered after whatever was queued before it.
+  EXPECT_EQ(::topodra::testing::HttpGet(port, "/metrics").code, 200);
+  EXPECT_EQ(scrape.renders.load(), 2);
+}
+
+TEST(HttpServerTest, ScrapesBeyondTheQueueBoundAreA503) {
+  CountedScrape scrape;
+  HttpServerOptions o = Patient();
+  o.max_queued_jobs = 2;
+  auto s = MustStart({scrape.Route(), Fixed("/healthz", 200, "ok\n")}, o);
+  ASSERT_NE(s, nullptr);
+  const int port = s->port();
+  std::vector<int> waiting;
+  waiting.push_back(SendAndSync(port, "GET /metrics HTTP/1.1\r\n\r\n"));
+  ASSERT_TRUE(scrape.WaitForFirst());
+  for (int i = 0; i < 2; ++i) waiting.push_back(SendAndSync(port, "GET /metrics HTTP/1.1\r\n\r\n"));
+  const std::string r = RawExchange(port, "GET /metrics HTTP/1.1\r\n\r\n");
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 503 Service Unavailable\r\n"));
+  EXPECT_THAT(r, HasSubstr("\r\n\r\n2 requests for /metrics are waiting already\n"));
+  scrape.release.set_value();
+  for (int fd : waiting) {
+    EXPECT_TRUE(ClosedByPeer(fd, 10000));
+    ::close(fd);
+  }
+  EXPECT_EQ(scrape.renders.load(), 3);
+}
+
+// Out of descriptors with none of its own to free, the server refuses a connection at once
+// instead of leaving it in the backlog, which keeps the listening socket readable and the loop
+// spinning.
+TEST(HttpServerTest, WithoutADescriptorForItAConnectionIsRefusedOnce) {
+  auto s = MustStart({Fixed("/healthz", 200, "ok\n")}, Patient());
+  ASSERT_NE(s, nullptr);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(s->port()));
+  const int client = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(client, 0);
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_GE(saved.rlim_cur, 256u);
+  rlimit low = saved;
+  low.rlim_cur = 256;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<int> filler;
+  for (int fd = ::dup(client); fd >= 0; fd = ::dup(client)) filler.push_back(fd);
+  const bool connected = ::connect(client, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  const bool refused = connected && ClosedByPeer(client, 10000);
+  for (int fd : filler) ::close(fd);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  ::close(client);
+  EXPECT_TRUE(connected);
+  EXPECT_TRUE(refused) << "the connection was left pending";
+  EXPECT_EQ(s->refusals(), 1u);
+  EXPECT_EQ(s->evictions(), 0u);
+  EXPECT_EQ(::topodra::testing::HttpGet(s->port(), "/healthz").code, 200);
 }
 
 TEST(HttpServerTest, AThrowingHandlerIsA500) {
