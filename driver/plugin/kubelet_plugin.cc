@@ -198,14 +198,43 @@ void KubeletPlugin::Watch() {
   std::unique_lock<std::mutex> lock(stop_mu_);
   while (!stop_cv_.wait_for(lock, period, [this] { return stopping_; })) {
     lock.unlock();
-    dra_server_->Keep();
-    reg_server_->Keep();
+    if (KeepLock()) {
+      dra_server_->Keep();
+      reg_server_->Keep();
+    }
     lock.lock();
   }
 }
 
+// Before the sockets: serving them again in a re-made plugin directory is for the instance that
+// holds the lock there.
+bool KubeletPlugin::KeepLock() {
+  if (!opts_.keep_lock) return true;
+  const absl::Status st = opts_.keep_lock();
+  std::lock_guard<std::mutex> lock(stop_mu_);
+  if (st.ok()) {
+    if (!lock_problem_.empty()) {
+      spdlog::info("driver {}: holds its instance lock again (before: {})", opts_.driver,
+                   lock_problem_);
+      lock_problem_.clear();
+    }
+    return true;
+  }
+  if (lock_problem_ != st.message()) {
+    spdlog::error("driver {}: {}; its sockets are not served again while another holds the lock",
+                  opts_.driver, std::string(st.message()));
+    lock_problem_ = std::string(st.message());
+  }
+  return false;
+}
+
 std::vector<std::string> KubeletPlugin::SocketProblems() const {
   std::vector<std::string> out;
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    if (!lock_problem_.empty())
+      out.push_back(absl::StrCat("driver ", opts_.driver, ": ", lock_problem_));
+  }
   for (const ServedSocket* s : {dra_server_.get(), reg_server_.get()}) {
     if (std::string p = s->Problem(); !p.empty()) out.push_back(std::move(p));
   }

@@ -39,6 +39,10 @@ struct PluginOptions {
   // The health stream re-sends the full device list this often; the kubelet marks a device
   // Unknown when it has not heard of it for 30 s.
   absl::Duration health_interval = absl::Seconds(10);
+  // Optional, called before each check of the sockets: the instance lock in the plugin directory
+  // taken again if that directory was deleted (InstanceLock::Renew). While it fails, the sockets
+  // are left to whoever holds the lock, and SocketProblems() says so.
+  std::function<absl::Status()> keep_lock;
 };
 
 class KubeletPlugin {
@@ -83,6 +87,7 @@ class KubeletPlugin {
  private:
   explicit KubeletPlugin(PluginOptions opts);
   void Watch();
+  bool KeepLock();    // false while keep_lock fails
   void EndStreams();  // before the DRA server is replaced
 
   PluginOptions opts_;
@@ -96,6 +101,7 @@ class KubeletPlugin {
   std::condition_variable stop_cv_;
   bool stopping_ = false;
   uint64_t stream_epoch_ = 0;  // guarded by stop_mu_
+  std::string lock_problem_;   // guarded by stop_mu_: why keep_lock failed, as last logged
   std::thread watcher_;
 };
 
