@@ -558,6 +558,7 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
     plugin::PluginOptions po;
     po.driver = setup.driver;
     po.kubelet_root = cmd.kubelet_root_dir;
+    if (i == 0) po.keep_lock = [lock = locks[1].get()] { return lock->Renew(); };  // its dir's
     absl::StatusOr<std::unique_ptr<plugin::KubeletPlugin>> p =
         plugin::KubeletPlugin::Start(po, d.service.get());
     if (!p.ok()) {

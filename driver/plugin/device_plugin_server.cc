@@ -197,7 +197,8 @@ absl::Status DevicePluginServer::Serve() {
       plugin::Serve(socket_, {grpc_service_.get()});
   if (!server.ok()) return server.status();
   server_ = *std::move(server);
-  socket_inode_ = InodeOf(socket_);
+  socket_held_ = HeldSocket(socket_);
+  socket_inode_ = socket_held_.id();
   return absl::OkStatus();
 }
 
@@ -275,7 +276,9 @@ void DevicePluginServer::Watch() {
         condition_.empty()) {
       if (absl::Status st = Register(); st.ok()) {
         registered_ = true;
-        kubelet_inode_ = kubelet;
+        // Held, so that a kubelet socket made again cannot come back with the same inode number.
+        kubelet_held_ = HeldSocket(kubelet_socket_);
+        kubelet_inode_ = kubelet_held_.id();
         const int n = ++registrations_;
         warned = false;
         backoff = absl::Milliseconds(500);
@@ -312,6 +315,8 @@ void DevicePluginServer::Stop() {
     // Only our own socket: a successor may already have made a new one.
     if (InodeOf(socket_) == socket_inode_.load()) ::unlink(socket_.c_str());
   }
+  socket_held_ = HeldSocket();
+  kubelet_held_ = HeldSocket();
 }
 
 std::string DevicePluginServer::SocketProblem() const {

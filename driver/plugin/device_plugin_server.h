@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "driver/deviceplugin/device_plugin_service.h"
 #include "driver/plugin/pod_resources.h"
+#include "driver/plugin/socket_server.h"
 
 namespace grpc {
 class Server;
@@ -67,10 +68,12 @@ class DevicePluginServer {
   deviceplugin::DevicePluginService* service_;
   std::string dir_, socket_, kubelet_socket_;
   std::unique_ptr<grpc::Service> grpc_service_;
-  std::unique_ptr<grpc::Server> server_;  // watcher thread (and Stop) only
-  std::atomic<unsigned long> socket_inode_{0};
-  unsigned long kubelet_inode_ = 0;  // watcher thread only
-  std::string condition_;            // watcher thread only: why the socket is not served, or ""
+  std::unique_ptr<grpc::Server> server_;        // watcher thread (and Stop) only
+  std::atomic<unsigned long> socket_inode_{0};  // socket_held_.id(), read by SocketProblem()
+  HeldSocket socket_held_;                      // watcher thread (and Stop) only
+  unsigned long kubelet_inode_ = 0;             // watcher thread only: kubelet_held_.id()
+  HeldSocket kubelet_held_;                     // the kubelet socket we registered on
+  std::string condition_;  // watcher thread only: why the socket is not served, or ""
   std::atomic<uint64_t> epoch_{0};
   std::atomic<int> registrations_{0};
   std::atomic<bool> registered_{false};

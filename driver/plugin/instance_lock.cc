@@ -2,10 +2,12 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <string>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -48,6 +50,20 @@ absl::StatusOr<std::unique_ptr<InstanceLock>> InstanceLock::Acquire(const std::s
     return files::ErrnoStatus(err, "write", path);
   }
   return std::unique_ptr<InstanceLock>(new InstanceLock(path, fd));
+}
+
+absl::Status InstanceLock::Renew() {
+  struct stat held {
+  }, at{};
+  if (::fstat(fd_, &held) == 0 && ::lstat(path_.c_str(), &at) == 0 && held.st_dev == at.st_dev &&
+      held.st_ino == at.st_ino) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<InstanceLock>> fresh = Acquire(path_);
+  if (!fresh.ok()) return fresh.status();
+  ::close(fd_);
+  fd_ = std::exchange((*fresh)->fd_, -1);
+  return absl::OkStatus();
 }
 
 InstanceLock::~InstanceLock() {

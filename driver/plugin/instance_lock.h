@@ -6,7 +6,9 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace topodra::plugin {
@@ -21,6 +23,12 @@ class InstanceLock {
   InstanceLock& operator=(const InstanceLock&) = delete;
 
   const std::string& path() const { return path_; }
+
+  // The lock file goes when its directory is deleted (the kubelet's plugin directory, by an
+  // operator): the flock then sits on a file no one else can open, and a second instance would
+  // lock a new one there. When the path no longer names the locked file, takes the lock at the
+  // path again, making the directory; FailedPrecondition when another process holds it.
+  absl::Status Renew();
 
  private:
   InstanceLock(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <exception>
@@ -101,6 +102,7 @@ class HealthService final : public ::v1alpha1::DRAResourceHealth::Service {
       grpc::ServerWriter<::v1alpha1::NodeWatchResourcesResponse>* writer) override {
     try {
       const uint64_t epoch = plugin_->stream_epoch();
+      const KubeletPlugin::StreamCount counted(plugin_);
       do {
         ::v1alpha1::NodeWatchResourcesResponse response;
         const int64_t now = absl::ToUnixSeconds(absl::Now());
@@ -112,7 +114,8 @@ class HealthService final : public ::v1alpha1::DRAResourceHealth::Service {
           h->set_last_updated_time(now);
         }
         if (context->IsCancelled() || !writer->Write(response)) break;
-      } while (plugin_->SleepUnlessStopping(interval_, epoch) && !context->IsCancelled());
+      } while (plugin_->SleepUnlessStopping(interval_, epoch,
+                                            [context] { return context->IsCancelled(); }));
       return grpc::Status::OK;
     } catch (const std::exception& e) {
       return grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat("health: ", e.what()));
@@ -195,24 +198,69 @@ void KubeletPlugin::Watch() {
   std::unique_lock<std::mutex> lock(stop_mu_);
   while (!stop_cv_.wait_for(lock, period, [this] { return stopping_; })) {
     lock.unlock();
-    dra_server_->Keep();
-    reg_server_->Keep();
+    if (KeepLock()) {
+      dra_server_->Keep();
+      reg_server_->Keep();
+    }
     lock.lock();
   }
 }
 
+// Before the sockets: serving them again in a re-made plugin directory is for the instance that
+// holds the lock there.
+bool KubeletPlugin::KeepLock() {
+  if (!opts_.keep_lock) return true;
+  const absl::Status st = opts_.keep_lock();
+  std::lock_guard<std::mutex> lock(stop_mu_);
+  if (st.ok()) {
+    if (!lock_problem_.empty()) {
+      spdlog::info("driver {}: holds its instance lock again (before: {})", opts_.driver,
+                   lock_problem_);
+      lock_problem_.clear();
+    }
+    return true;
+  }
+  if (lock_problem_ != st.message()) {
+    spdlog::error("driver {}: {}; its sockets are not served again while another holds the lock",
+                  opts_.driver, std::string(st.message()));
+    lock_problem_ = std::string(st.message());
+  }
+  return false;
+}
+
 std::vector<std::string> KubeletPlugin::SocketProblems() const {
   std::vector<std::string> out;
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    if (!lock_problem_.empty())
+      out.push_back(absl::StrCat("driver ", opts_.driver, ": ", lock_problem_));
+  }
   for (const ServedSocket* s : {dra_server_.get(), reg_server_.get()}) {
     if (std::string p = s->Problem(); !p.empty()) out.push_back(std::move(p));
   }
   return out;
 }
 
-bool KubeletPlugin::SleepUnlessStopping(absl::Duration d, uint64_t epoch) {
+bool KubeletPlugin::SleepUnlessStopping(absl::Duration d, uint64_t epoch,
+                                        const std::function<bool()>& cancelled) {
+  // gRPC's sync API has no callback for a cancelled call, so it is polled in short slices: a
+  // stream that began after EndStreams (the kubelet re-opened it on its connection to a server
+  // being replaced) ends when the replacement's grace cancels it, not an interval later.
+  constexpr auto kSlice = std::chrono::milliseconds(100);
+  const auto until = std::chrono::steady_clock::now() + absl::ToChronoMilliseconds(d);
   std::unique_lock<std::mutex> lock(stop_mu_);
-  return !stop_cv_.wait_for(lock, absl::ToChronoMilliseconds(d),
-                            [&] { return stopping_ || stream_epoch_ != epoch; });
+  while (true) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= until) return true;
+    if (stop_cv_.wait_for(lock, std::min<std::chrono::steady_clock::duration>(until - now, kSlice),
+                          [&] { return stopping_ || stream_epoch_ != epoch; })) {
+      return false;
+    }
+    lock.unlock();
+    const bool gone = cancelled();
+    lock.lock();
+    if (gone) return false;
+  }
 }
 
 uint64_t KubeletPlugin::stream_epoch() const {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -38,6 +39,10 @@ struct PluginOptions {
   // The health stream re-sends the full device list this often; the kubelet marks a device
   // Unknown when it has not heard of it for 30 s.
   absl::Duration health_interval = absl::Seconds(10);
+  // Optional, called before each check of the sockets: the instance lock in the plugin directory
+  // taken again if that directory was deleted (InstanceLock::Renew). While it fails, the sockets
+  // are left to whoever holds the lock, and SocketProblems() says so.
+  std::function<absl::Status()> keep_lock;
 };
 
 class KubeletPlugin {
@@ -60,14 +65,29 @@ class KubeletPlugin {
 
   // Internal, for the registration and health services.
   void OnRegistrationStatus(bool registered, const std::string& error);
-  // Waits up to `d`; false when the plugin is stopping, or when the DRA socket a stream of
-  // `epoch` came in on is being replaced (its server waits for the stream to end).
-  bool SleepUnlessStopping(absl::Duration d, uint64_t epoch);
+  // Waits up to `d`; false when the plugin is stopping, when the DRA socket a stream of `epoch`
+  // came in on is being replaced (its server waits for the stream to end), or once `cancelled`
+  // (the stream's call) says true, within 100 ms.
+  bool SleepUnlessStopping(absl::Duration d, uint64_t epoch,
+                           const std::function<bool()>& cancelled);
   uint64_t stream_epoch() const;
+  // Health streams whose handler is running.
+  int health_streams() const { return health_streams_.load(); }
+  class StreamCount {
+   public:
+    explicit StreamCount(KubeletPlugin* p) : p_(p) { ++p_->health_streams_; }
+    ~StreamCount() { --p_->health_streams_; }
+    StreamCount(const StreamCount&) = delete;
+    StreamCount& operator=(const StreamCount&) = delete;
+
+   private:
+    KubeletPlugin* p_;
+  };
 
  private:
   explicit KubeletPlugin(PluginOptions opts);
   void Watch();
+  bool KeepLock();    // false while keep_lock fails
   void EndStreams();  // before the DRA server is replaced
 
   PluginOptions opts_;
@@ -76,10 +96,12 @@ class KubeletPlugin {
   std::unique_ptr<grpc::Service> registration_service_;
   std::unique_ptr<ServedSocket> dra_server_, reg_server_;
   std::atomic<int> registrations_{0};
+  std::atomic<int> health_streams_{0};
   mutable std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stopping_ = false;
   uint64_t stream_epoch_ = 0;  // guarded by stop_mu_
+  std::string lock_problem_;   // guarded by stop_mu_: why keep_lock failed, as last logged
   std::thread watcher_;
 };
 

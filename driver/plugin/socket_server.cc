@@ -63,15 +63,49 @@ absl::Status RemoveStaleSocket(const std::string& path) {
   return absl::OkStatus();
 }
 
+namespace {
+
+unsigned long IdOf(const struct stat& st) {
+  const uint64_t id =
+      static_cast<uint64_t>(st.st_ino) ^ (static_cast<uint64_t>(st.st_dev) * 0x9E3779B97F4A7C15ULL);
+  return id == 0 ? 1 : static_cast<unsigned long>(id);
+}
+
+}  // namespace
+
 unsigned long InodeOf(const std::string& path) {
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) return 0;
-  // File systems reuse a deleted socket's inode number for the next one, so the change time is
-  // mixed in: a socket deleted and made again is a different socket.
-  const uint64_t ctime = static_cast<uint64_t>(st.st_ctim.tv_sec) * 1000000000ULL +
-                         static_cast<uint64_t>(st.st_ctim.tv_nsec);
-  const uint64_t id = static_cast<uint64_t>(st.st_ino) ^ (ctime * 0x9E3779B97F4A7C15ULL);
-  return id == 0 ? 1 : static_cast<unsigned long>(id);
+  return IdOf(st);
+}
+
+HeldSocket::HeldSocket(const std::string& path) {
+  // O_NOFOLLOW with O_PATH opens a symlink itself, which fstat then shows is not a socket.
+  const int fd = ::open(path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) {
+    ::close(fd);
+    return;
+  }
+  fd_ = fd;
+  id_ = IdOf(st);
+}
+
+HeldSocket::HeldSocket(HeldSocket&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), id_(std::exchange(other.id_, 0)) {}
+
+HeldSocket& HeldSocket::operator=(HeldSocket&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    id_ = std::exchange(other.id_, 0);
+  }
+  return *this;
+}
+
+HeldSocket::~HeldSocket() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 // Builds a server on `path` with owner-only permissions from the first moment: the umask is
@@ -167,7 +201,8 @@ absl::Status ServedSocket::ServeLocked() {
   absl::StatusOr<std::unique_ptr<grpc::Server>> fresh = plugin::Serve(path_, services_);
   if (!fresh.ok()) return fresh.status();
   server_ = *std::move(fresh);
-  inode_ = InodeOf(path_);
+  held_ = HeldSocket(path_);
+  inode_ = held_.id();
   return absl::OkStatus();
 }
 
@@ -233,6 +268,8 @@ void ServedSocket::Stop() {
   server_.reset();
   // Only our own socket (gRPC has usually removed it already).
   if (InspectSocketPath(path_, inode_.load()).kind == SocketPath::kOurs) ::unlink(path_.c_str());
+  held_ = HeldSocket();
+  inode_ = 0;
 }
 
 }  // namespace topodra::plugin

@@ -23,9 +23,32 @@ namespace topodra::plugin {
 
 // Removes a socket left by a dead instance; anything else at `path` is an error.
 absl::Status RemoveStaleSocket(const std::string& path);
-// An identity of the socket at `path` (inode and change time), 0 when there is none: how a
-// watcher tells "our socket" from "deleted" and "replaced by someone else's".
+// An identity of the socket at `path` (device and inode number), 0 when there is none: how a
+// watcher tells "our socket" from "deleted" and "replaced by someone else's". chmod, chown or
+// touch leave it as it is. A file system gives a deleted file's inode number to the next file it
+// makes, so an identity names one socket only while that socket is held (HeldSocket).
 unsigned long InodeOf(const std::string& path);
+
+// The socket at a path, opened with O_PATH (no I/O: it only keeps the inode alive). While it is
+// held, its inode number is not given to another file, so InodeOf(path) == id() means the path
+// still names this very socket.
+class HeldSocket {
+ public:
+  HeldSocket() = default;
+  explicit HeldSocket(const std::string& path);  // nothing is held when `path` is not a socket
+  HeldSocket(HeldSocket&& other) noexcept;
+  HeldSocket& operator=(HeldSocket&& other) noexcept;
+  HeldSocket(const HeldSocket&) = delete;
+  HeldSocket& operator=(const HeldSocket&) = delete;
+  ~HeldSocket();
+
+  // InodeOf() of the held socket; 0 when none is held.
+  unsigned long id() const { return id_; }
+
+ private:
+  int fd_ = -1;
+  unsigned long id_ = 0;
+};
 // Serves `services` on `path` (mode 0600 from the first moment).
 absl::StatusOr<std::unique_ptr<grpc::Server>> Serve(const std::string& path,
                                                     const std::vector<grpc::Service*>& services);
@@ -88,9 +111,10 @@ class ServedSocket {
   const mode_t dir_mode_;
   const std::chrono::milliseconds grace_;
   const std::function<void()> before_replacing_;
-  std::atomic<unsigned long> inode_{0};
-  std::mutex mu_;  // guards the members below
+  std::atomic<unsigned long> inode_{0};  // held_.id(), read without mu_
+  std::mutex mu_;                        // guards the members below
   std::unique_ptr<grpc::Server> server_;
+  HeldSocket held_;        // the socket server_ made, while it is served
   std::string condition_;  // why the socket is not served, as last logged; "" while it is
 };
 

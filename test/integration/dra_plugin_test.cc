@@ -2,8 +2,10 @@
 // the kubelet simulator, preparing claims it GETs from the fake API server, over real Unix
 // sockets. Every rejection rule of issue 4 is exercised end to end here, plus idempotency,
 // kill -9 and restart, concurrency, prioritized lists, DeviceClass configs and re-registration.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -11,6 +13,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -531,6 +535,54 @@ TEST_F(DraPluginTest, DraSocketIsServedAgainWhenDeleted) {
   EXPECT_THAT(LinesWith(daemon_.Log(), "DRA socket " + dra),
               ::testing::ElementsAre("driver dra.cpu: DRA socket " + dra +
                                      " was removed; serving a fresh one"));
+}
+
+// Review of issue 15: the daemon took its own socket for someone else's once its change time
+// moved (chmod, chown, touch, restorecon), and removed it, served a new one and cancelled the
+// calls in flight.
+TEST_F(DraPluginTest, ChmodOfTheLiveSocketsLeavesThemServed) {
+  StartNode();
+  const std::string dra = sim_->Find(kCpu)->endpoint, reg = sim_->Find(kCpu)->socket_path;
+  struct stat dra_before {
+  }, reg_before{};
+  ASSERT_EQ(::lstat(dra.c_str(), &dra_before), 0);
+  ASSERT_EQ(::lstat(reg.c_str(), &reg_before), 0);
+  ASSERT_EQ(::chmod(dra.c_str(), 0660), 0);
+  ASSERT_EQ(::chmod(reg.c_str(), 0660), 0);
+  // Several of the daemon's checks (every 250 ms).
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  struct stat dra_after {
+  }, reg_after{};
+  ASSERT_EQ(::lstat(dra.c_str(), &dra_after), 0);
+  ASSERT_EQ(::lstat(reg.c_str(), &reg_after), 0);
+  EXPECT_EQ(dra_after.st_ino, dra_before.st_ino);
+  EXPECT_EQ(reg_after.st_ino, reg_before.st_ino);
+  // Left as the operator set it: the daemon did not make it again.
+  EXPECT_EQ(dra_after.st_mode & 0777, 0660u);
+  EXPECT_EQ(reg_after.st_mode & 0777, 0660u);
+  // Over the kubelet's existing connection.
+  EXPECT_EQ(PrepareOne(CpuClaim("after-chmod", "cpudevnuma000", "2")).error, "");
+  EXPECT_EQ(sim_->Find(kCpu)->generation, 1);
+  EXPECT_EQ(daemon_.Terminate(), 0);
+  EXPECT_THAT(LinesWith(daemon_.Log(), "serving a fresh one"), ::testing::ElementsAre());
+}
+
+// Review of issue 15: the plugin directory deleted took the instance lock file with it; the
+// daemon made the directory and its socket again, but the lock stayed on the deleted file, so a
+// second instance could lock a new one there and take the sockets over.
+TEST_F(DraPluginTest, APluginDirectoryMadeAgainIsLockedAgain) {
+  StartNode();
+  const std::string dra = sim_->Find(kCpu)->endpoint;
+  const std::string dir = fs::path(dra).parent_path();
+  fs::remove_all(dir);
+  ASSERT_TRUE(WaitForSocket(dra)) << daemon_.Log();
+  const std::string lock = dir + "/topodra.lock";
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << lock << ": " << std::strerror(errno);
+  EXPECT_NE(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  EXPECT_EQ(errno, EWOULDBLOCK);
+  ::close(fd);
+  EXPECT_EQ(daemon_.Terminate(), 0);
 }
 
 // Issue 15: a regular file at the registration path logged 8 lines a second. The daemon runs

@@ -3,6 +3,7 @@
 // with one log line per change.
 #include "driver/plugin/socket_server.h"
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -177,6 +178,55 @@ TEST_F(SocketServerTest, StoppingKeepsASymlinkPutInPlaceOfTheSocket) {
   EXPECT_EQ(fs::read_symlink(path), target);
   EXPECT_TRUE(fs::is_socket(fs::symlink_status(target)));
   EXPECT_FALSE(fs::exists(fs::symlink_status(path + ".kept")));
+}
+
+// Issue 15 review: the identity of our socket had its change time in it, so a chmod, chown or
+// touch of the live socket (restorecon, an operator) made the daemon take it for someone else's:
+// it removed it, served a new one, cancelled the calls in flight and said so.
+TEST_F(SocketServerTest, ChmodOrTouchOfOurSocketLeavesItServed) {
+  const std::string path = dir_ + "/served.sock";
+  ::pluginregistration::Registration::Service service;
+  ServedSocket s("test socket", path, {&service}, 0750, std::chrono::milliseconds(100));
+  LogCapture log;
+  ASSERT_TRUE(s.Serve().ok());
+  struct stat before {};
+  ASSERT_EQ(::lstat(path.c_str(), &before), 0);
+  auto channel = grpc::CreateChannel("unix:" + path, grpc::InsecureChannelCredentials());
+  auto stub = ::pluginregistration::Registration::NewStub(channel);
+  auto call = [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    ::pluginregistration::PluginInfo info;
+    return stub->GetInfo(&ctx, ::pluginregistration::InfoRequest(), &info).error_code();
+  };
+  // Served (the service answers UNIMPLEMENTED: it has no methods of its own).
+  ASSERT_EQ(call(), grpc::StatusCode::UNIMPLEMENTED);
+
+  ASSERT_EQ(::chmod(path.c_str(), 0660), 0);
+  s.Keep();
+  ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+  s.Keep();
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), nullptr, AT_SYMLINK_NOFOLLOW), 0);
+  s.Keep();
+  EXPECT_EQ(s.Problem(), "");
+  struct stat after {};
+  ASSERT_EQ(::lstat(path.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);
+  EXPECT_EQ(after.st_mode & 0777, 0600u);
+  // The same connection, never broken.
+  EXPECT_EQ(call(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_THAT(log.Lines(), ElementsAre());
+
+  // A socket made in its place is still told apart, even where the file system hands the deleted
+  // socket's inode number to the next file: ours is held open, so its number is not free.
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  MakeSocketFile(path);
+  EXPECT_EQ(s.Problem(), "test socket " + path + " is not the daemon's socket");
+  s.Keep();
+  EXPECT_EQ(s.Problem(), "");
+  EXPECT_THAT(log.Lines(), ElementsAre("test socket " + path +
+                                       " was replaced by a socket the daemon did not make, which "
+                                       "it removes; serving a fresh one"));
 }
 
 }  // namespace
