@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "test/integration/daemon.h"
+#include "test/testing/eventually.h"
 #include "test/testing/fixtures.h"
 
 namespace {
@@ -27,16 +28,7 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using topodra::testing::Daemon;
 using topodra::testing::DaemonDirs;
-
-template <typename F>
-bool Eventually(F f) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (std::chrono::steady_clock::now() < end) {
-    if (f()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
-}
+using topodra::testing::Eventually;
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path);

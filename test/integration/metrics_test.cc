@@ -227,17 +227,23 @@ TEST_F(MetricsEndpointTest, ABadAddressIsAUsageError) {
   EXPECT_THAT(daemon_.Log(), HasSubstr("\"localhost:80\""));
 }
 
-TEST_F(MetricsEndpointTest, AnAddressInUseStopsTheDaemon) {
-  // Held open for the test: the daemon cannot bind it.
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+// Listens on a free loopback port, held open for the test so the daemon cannot bind it.
+void ListenOnLoopback(int* fd, std::string* address) {
+  *fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(a);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(::listen(fd, 1), 0);
-  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  const std::string taken = absl::StrCat("127.0.0.1:", ntohs(a.sin_port));
+  ASSERT_EQ(::bind(*fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(*fd, 1), 0);
+  ASSERT_EQ(::getsockname(*fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  *address = absl::StrCat("127.0.0.1:", ntohs(a.sin_port));
+}
+
+TEST_F(MetricsEndpointTest, AnAddressInUseStopsTheDaemon) {
+  int fd = -1;
+  std::string taken;
+  ASSERT_NO_FATAL_FAILURE(ListenOnLoopback(&fd, &taken));
   StartDaemon({"--metrics-address", taken});
   EXPECT_EQ(daemon_.WaitExit(), 1);
   ::close(fd);
@@ -288,15 +294,9 @@ TEST_F(MetricsEndpointTest, ABadHealthAddressIsAUsageError) {
 }
 
 TEST_F(MetricsEndpointTest, AHealthAddressInUseStopsTheDaemon) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  ASSERT_EQ(::listen(fd, 1), 0);
-  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  const std::string taken = absl::StrCat("127.0.0.1:", ntohs(a.sin_port));
+  int fd = -1;
+  std::string taken;
+  ASSERT_NO_FATAL_FAILURE(ListenOnLoopback(&fd, &taken));
   StartDaemon({"--health-address", taken});
   EXPECT_EQ(daemon_.WaitExit(), 1);
   ::close(fd);

@@ -19,6 +19,7 @@
 #include "driver/publish/slice_publisher.h"
 #include "test/integration/fake_apiserver.h"
 #include "test/integration/fake_apiserver_client.h"
+#include "test/testing/eventually.h"
 #include "test/testing/fixtures.h"
 #include "topology/json_text.h"
 
@@ -27,6 +28,7 @@ namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
+using topodra::testing::Eventually;
 using topodra::testing::FakeApiServer;
 using topodra::testing::FakeApiServerOptions;
 
@@ -108,16 +110,6 @@ void ExpectStoredEquals(kube::RestClient& client, const Pool& pool, bool expect_
     got.generation = w.generation = 0;
     EXPECT_EQ(got, w);
   }
-}
-
-template <typename F>
-bool Eventually(F f, std::chrono::milliseconds limit = std::chrono::seconds(15)) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (f()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return f();
 }
 
 struct Running {

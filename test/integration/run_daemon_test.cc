@@ -17,6 +17,7 @@
 #include "driver/kube/rest_client.h"
 #include "test/integration/daemon.h"
 #include "test/integration/fake_apiserver.h"
+#include "test/testing/eventually.h"
 #include "test/testing/fixtures.h"
 
 namespace {
@@ -28,6 +29,7 @@ using topodra::testing::FakeApiServerOptions;
 
 using topodra::testing::Daemon;
 using topodra::testing::DaemonDirs;
+using topodra::testing::Eventually;
 
 // Every daemon gets directories of its own: never /var/lib, and tests can run side by side.
 void Start(Daemon& d, const std::vector<std::string>& extra) {
@@ -39,16 +41,6 @@ size_t SliceCount(topodra::kube::RestClient& c, const std::string& driver) {
   absl::StatusOr<topodra::kube::Response> r =
       c.Get("/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.driver%3D" + driver);
   return r.ok() ? r->body["items"].size() : 0;
-}
-
-template <typename F>
-bool Eventually(F f) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (std::chrono::steady_clock::now() < end) {
-    if (f()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
 }
 
 std::string Fixture(const std::string& name) { return topodra::testing::FixturePath(name); }

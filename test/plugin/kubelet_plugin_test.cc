@@ -14,11 +14,13 @@
 
 #include "driver/prepare/claim_service.h"
 #include "proto/drahealth/v1alpha1/api.grpc.pb.h"
+#include "test/testing/eventually.h"
 
 namespace topodra::plugin {
 namespace {
 
 namespace fs = std::filesystem;
+using topodra::testing::Eventually;
 
 class KubeletPluginTest : public ::testing::Test {
  protected:
@@ -34,14 +36,6 @@ class KubeletPluginTest : public ::testing::Test {
   void TearDown() override {
     std::error_code ec;
     fs::remove_all(dir_, ec);
-  }
-  // Polls (up to 10 s) until `done` holds.
-  template <typename F>
-  static bool Eventually(F done) {
-    for (int i = 0; i < 500 && !done(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return done();
   }
 
   std::string dir_;
