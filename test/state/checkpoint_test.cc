@@ -180,7 +180,9 @@ TEST_F(CheckpointTest, CorruptFilesAreErrorsNamingTheFile) {
   const json payload = json::parse(good)["payload"];
   json edited = payload;
   edited["allocations"][0]["cpus"] = "0-4";
-  const std::string dl = "restore a good copy or move both checkpoint.json and checkpoint.json.journal aside to start empty";
+  const std::string dl =
+      "restore a good copy or move both checkpoint.json and checkpoint.json.journal aside to start "
+      "empty";
   const std::vector<CorruptCase> cases = {
       {"empty file", "", absl::StatusCode::kDataLoss, "malformed JSON"},
       {"not json", "hello", absl::StatusCode::kDataLoss, "malformed JSON"},
