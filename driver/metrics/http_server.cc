@@ -263,8 +263,8 @@ bool HttpServer::RefuseOne() {
   ::close(spare_fd_);
   const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
   if (fd >= 0) {
+    refusals_.fetch_add(1);  // before the close: whoever sees the close sees the count
     ::close(fd);
-    refusals_.fetch_add(1);
   }
   spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   return true;
@@ -277,8 +277,8 @@ bool HttpServer::EvictOldest() {
     if (oldest == connections_.end() || it->second.opened < oldest->second.opened) oldest = it;
   }
   if (oldest == connections_.end()) return false;
+  evictions_.fetch_add(1);  // before the close: whoever sees the close sees the count
   Close(oldest->first);
-  evictions_.fetch_add(1);
   return true;
 }
 
