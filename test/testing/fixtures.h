@@ -1,4 +1,4 @@
-// The machine exports in shared/topologies, for tests. Every test target gets
+// The machine exports in test/fixtures/topologies, for tests. Every test target gets
 // TOPODRA_TOPOLOGIES_DIR from test/CMakeLists.txt.
 #pragma once
 
@@ -15,7 +15,7 @@ inline std::string FixturePath(const std::string& name) {
   return std::string(TOPODRA_TOPOLOGIES_DIR) + "/" + name;
 }
 
-// Every file of shared/topologies/README.md.
+// Every file of test/fixtures/topologies/README.md.
 inline const std::vector<std::string>& AllFixtures() {
   static const std::vector<std::string> kAll = {
       "16em64t-4s2c2t.xml",

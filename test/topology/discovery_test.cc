@@ -1,4 +1,4 @@
-// Discovery against real machine exports (shared/topologies), synthetic shapes and the live
+// Discovery against real machine exports (test/fixtures/topologies), synthetic shapes and the live
 // machine. Expected values come from the fixtures' README and from reading the XML by hand.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -42,7 +42,7 @@ struct FixtureCounts {
   const char* offline;
 };
 
-// PUs/cores/NUMA/packages from shared/topologies/README.md; GPU counts are the PCI devices of
+// PUs/cores/NUMA/packages from test/fixtures/topologies/README.md; GPU counts are the PCI devices of
 // class 03xx in each file (grep 'pci_type="03').
 constexpr FixtureCounts kFixtures[] = {
     {"16em64t-4s2c2t.xml", 16, 8, 1, 4, 0, 2, "0-15", ""},
