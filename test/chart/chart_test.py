@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from concurrent.futures import ThreadPoolExecutor
 
 import yaml
 
@@ -89,6 +90,12 @@ _ENV = dict(os.environ,
 
 def helm(*args):
     return subprocess.run([HELM, *args], env=_ENV, capture_output=True, text=True, timeout=60)
+
+
+def parallel(fn, items):
+    """fn over items, a few helm processes at a time (each is mostly start-up), in order."""
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1)) as pool:
+        return list(pool.map(fn, items))
 
 
 def set_args(sets):
@@ -208,11 +215,11 @@ def version_tuple(v):
 class ChartTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.renders = {}
-        for name, sets in VARIANTS.items():
+        def render(item):
+            name, sets = item
             notes, values = dry_run_install(sets, name)
-            cls.renders[name] = {"documents": template(sets, what=name), "notes": notes,
-                                 "values": values}
+            return name, {"documents": template(sets, what=name), "notes": notes, "values": values}
+        cls.renders = dict(parallel(render, VARIANTS.items()))
         with open(os.path.join(CHART, "values.yaml")) as f:
             cls.values = yaml.safe_load(f)
         p = helm("show", "chart", CHART)
@@ -222,8 +229,9 @@ class ChartTest(unittest.TestCase):
         cls.flags = help_flags()
 
     def test_lint_strict_every_variant(self):
-        for name, sets in VARIANTS.items():
-            p = helm("lint", "--strict", CHART, "--namespace", NAMESPACE, *set_args(sets))
+        lints = parallel(lambda sets: helm("lint", "--strict", CHART, "--namespace", NAMESPACE,
+                                           *set_args(sets)), VARIANTS.values())
+        for name, p in zip(VARIANTS, lints):
             out = p.stdout + p.stderr
             self.assertEqual(p.returncode, 0, f"helm lint --strict, variant {name}:\n{out}")
             self.assertNotRegex(out, r"\[(WARNING|ERROR)\]", f"variant {name}")
@@ -325,9 +333,10 @@ class ChartTest(unittest.TestCase):
     ]
 
     def test_refused_values(self):
-        for args, want in self.REFUSED:
+        answers = parallel(lambda args: helm("template", RELEASE, CHART, "--namespace", NAMESPACE,
+                                             *args), [args for args, _ in self.REFUSED])
+        for (args, want), p in zip(self.REFUSED, answers):
             with self.subTest(args=args):
-                p = helm("template", RELEASE, CHART, "--namespace", NAMESPACE, *args)
                 self.assertNotEqual(p.returncode, 0, f"helm template {args} was accepted")
                 self.assertIn(want, p.stderr, f"helm template {args}")
 
@@ -342,9 +351,8 @@ class ChartTest(unittest.TestCase):
     ]
 
     def test_accepted_values(self):
-        for sets in self.ACCEPTED:
+        for sets, docs in zip(self.ACCEPTED, parallel(template, self.ACCEPTED)):
             with self.subTest(sets=sets):
-                docs = template(sets)
                 ds = [d["object"] for d in docs if d["object"]["kind"] == "DaemonSet"][0]
                 strategy = ds["spec"]["updateStrategy"]
                 # The API documents rollingUpdate as present only with type RollingUpdate.
