@@ -310,6 +310,7 @@ class ChartTest(unittest.TestCase):
         (["--set", "image.repository="], "at '/image/repository'"),
         (["--set", "kubelet.rootDir=var/lib/kubelet"], "at '/kubelet/rootDir'"),
         (["--set", "devicePlugin.reclaimInterval=0"], "at '/devicePlugin/reclaimInterval'"),
+        (["--set", "devicePlugin.reclaimInterval=3601"], "at '/devicePlugin/reclaimInterval'"),
         (["--set", "devicePlugin.gpuResource=kubernetes.io/gpu"], "at '/devicePlugin/gpuResource'"),
         (["--set", "devicePlugin.cpuResource=cpu"], "at '/devicePlugin/cpuResource'"),
         (["--set", "deviceClasses.cpuName=Dra.CPU"], "at '/deviceClasses/cpuName'"),
@@ -348,6 +349,7 @@ class ChartTest(unittest.TestCase):
         ["publish.gpuDriverName=" + "g" * 60 + ".io"],
         ["updateStrategy.type=OnDelete"],
         ["health.port=9477", "metrics.port=9478"],
+        ["devicePlugin.mode=cpu", "devicePlugin.reclaimInterval=3600"],
     ]
 
     def test_accepted_values(self):
@@ -358,6 +360,47 @@ class ChartTest(unittest.TestCase):
                 # The API documents rollingUpdate as present only with type RollingUpdate.
                 self.assertEqual("rollingUpdate" in strategy, strategy["type"] == "RollingUpdate",
                                  f"{sets}: updateStrategy {strategy}")
+
+    # Flags whose values the daemon restricts (`topodra run --help`: choices, ranges) and the
+    # chart value of each: the schema must refuse what the daemon would refuse at start (a pod
+    # in a crash loop) and accept what it takes.
+    FLAG_VALUES = {
+        "--cpu-device-mode": "publish.cpuDeviceMode", "--group-by": "publish.groupBy",
+        "--gpus": "publish.gpus", "--slice-mixins": "publish.sliceMixins",
+        "--topology-refresh": "publish.topologyRefresh", "--device-plugin": "devicePlugin.mode",
+        "--device-plugin-reclaim-interval": "devicePlugin.reclaimInterval",
+        "--enforce": "cpuPinning.enforce", "--reservations": None,
+        "--reservation-taints": "reservations.taints", "--log-format": "logging.format",
+    }
+
+    def test_schema_matches_daemon_flags(self):
+        p = subprocess.run([TOPODRA, "run", "--help"], capture_output=True, text=True)
+        restricted = {}
+        for m in re.finditer(r"^\s+(--[\w-]+) (\S.*)$", p.stdout, re.M):
+            if re.search(r":\{|(INT|FLOAT) in \[", m.group(2)):
+                restricted[m.group(1)] = m.group(2)
+        self.assertEqual(sorted(restricted), sorted(self.FLAG_VALUES),
+                         "flags of `topodra run --help` with choices or ranges")
+        with open(os.path.join(CHART, "values.schema.json")) as f:
+            schema = json.load(f)
+        for flag, path in self.FLAG_VALUES.items():
+            if path is None:
+                continue  # a boolean value (reservations.enabled) renders on/off
+            node = schema
+            for part in path.split("."):
+                node = node["properties"][part]
+            spec = restricted[flag]
+            choices = re.search(r":\{([^}]*)\}", spec)
+            if choices:
+                # "gpu,cpu" is one choice of --device-plugin: compare the words.
+                want = set(choices.group(1).split(","))
+                have = {w for v in node["enum"] for w in v.split(",")}
+                self.assertEqual(have, want, f"{path} (enum) against {flag} {spec}")
+                continue
+            kind, lo, hi = re.search(r"(INT|FLOAT) in \[([-\d.]+) - ([-\d.]+)\]", spec).groups()
+            self.assertEqual(node["type"], "integer" if kind == "INT" else "number", f"{path} against {flag} {spec}")
+            self.assertEqual((node.get("minimum"), node.get("maximum")), (float(lo), float(hi)),
+                             f"{path} (minimum, maximum) against {flag} {spec}")
 
     def test_kube_version_floor(self):
         self.assertIsNotNone(self.floor, f"kubeVersion {self.chart['kubeVersion']!r}: want \">=X.Y.Z-0\"")
