@@ -9,8 +9,9 @@ kinds; the DaemonSet's arguments are real flags of `topodra run --help` (and eve
 value); DaemonSet shape, RBAC, admission policy, DeviceClasses, NOTES (`helm install
 --dry-run=client`, which needs no cluster), the CRD (`--include-crds`) and the examples.
 Values that must be refused make helm fail with a message naming the value (values.schema.json
-and the chart's own checks); a Kubernetes version below the chart's floor is refused, and the
-floor is the oldest version serving every API the chart renders. The one check helm cannot
+and the chart's own checks), and the schema's choices and ranges are those of `topodra run
+--help`; a Kubernetes version below the chart's floor is refused, and the floor is the oldest
+version serving every API the chart renders. The one check helm cannot
 make, that every value of values.yaml is used by a template and every .Values path a template
 reads exists, reads the templates' actions. Needs Debian's python3-yaml.
 """
