@@ -106,3 +106,35 @@ none
 {{ .Values.cpuPinning.enforce }}
 {{- end -}}
 {{- end -}}
+
+{{/*
+Refusals the values schema cannot express (it sees one value at a time). Each would otherwise
+install a chart that fails later: the daemon exits on a port taken twice; a second DeviceClass
+of the same name silently replaces the first; a --config key for a flag the chart already passes
+is never read (the command line wins), so the operator's setting would be ignored without a word.
+Included by the DaemonSet, which every install renders.
+*/}}
+{{- define "topodra.validate" -}}
+{{- if eq (int .Values.health.port) (int .Values.metrics.port) -}}
+{{- fail (printf "health.port and metrics.port are both %d: the daemon listens on each, so they must differ" (int .Values.health.port)) -}}
+{{- end -}}
+{{- if .Values.deviceClasses.create -}}
+{{- $seen := dict -}}
+{{- range $key := list "cpuName" "gpuName" "reservedCpuName" "reservedGpuName" -}}
+{{- $name := get $.Values.deviceClasses $key -}}
+{{- if hasKey $seen $name -}}
+{{- fail (printf "deviceClasses.%s and deviceClasses.%s are both %q: each DeviceClass needs its own name" (get $seen $name) $key $name) -}}
+{{- end -}}
+{{- $_ := set $seen $name $key -}}
+{{- end -}}
+{{- end -}}
+{{- $flags := list -}}
+{{- range $arg := include "topodra.args" . | fromYamlArray -}}
+{{- $flags = append $flags (regexReplaceAll "=.*$" (toString $arg) "") -}}
+{{- end -}}
+{{- range $key, $_ := .Values.config -}}
+{{- if has (printf "--%s" $key) $flags -}}
+{{- fail (printf "config.%s: the chart already passes --%s on the command line, which wins over --config; set the chart's own value for it instead" $key $key) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
