@@ -5571,7 +5571,8 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 epilog="\n\n".join(
                                     para for para in __doc__.split("\n\n")
-                                    if para.startswith(("Custom resources", "Control endpoints",
+                                    if para.startswith(("For kubectl", "Custom resources",
+                                                        "Control endpoints",
                                                         "Where it differs"))),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0: ephemeral)")
