@@ -7,7 +7,12 @@ JSON shape):
   * ResourceClaims (namespaced; all verbs, plus GET/PUT/PATCH of the /status subresource;
     also listed and watched across namespaces at /apis/resource.k8s.io/<v>/resourceclaims),
   * DeviceClasses (cluster-scoped; create, get, list, watch, update, delete),
+  * ResourceClaimTemplates (namespaced; all verbs; spec.spec validated and defaulted as a
+    claim spec, spec immutable),
   * Nodes (read-only, from --node flags),
+  * Pods and Events (core v1, namespaced, all verbs; schemaless: stored as sent, only metadata
+    validated; there so that `kubectl apply` of the chart's examples and `kubectl describe`
+    work; Events take the real field selectors involvedObject.*, reason, source, type, ...),
   * custom resources of the CustomResourceDefinitions in --crd files (all verbs, see below),
 and enforces the rules of the real API that a node driver runs into: the schemas and validation
 limits of Kubernetes 1.36, resourceVersion conflicts, delete preconditions, watch with bookmarks
@@ -36,6 +41,24 @@ metadata.name and metadata.namespace. Namespaces are implicit: any DNS-label nam
 The object store is generic: a ResourceType describes a resource (paths, schema of known fields,
 field selectors, validation, an optional /status subresource), and all types share one
 resourceVersion counter and event history.
+
+For kubectl (`get`, `describe`, `apply`, `explain`, as an operator uses them):
+  * GET of a list or object with Accept application/json;as=Table;v=v1 (or v1beta1);
+    g=meta.k8s.io answers a meta.k8s.io Table (includeObject None, Metadata (default) or
+    Object): ResourceSlices with the real printer's NAME, NODE, DRIVER, POOL, AGE,
+    ResourceClaims NAME, STATE, AGE, ResourceClaimTemplates and DeviceClasses NAME, AGE, Nodes
+    NAME, STATUS, ROLES, AGE, VERSION, Pods NAME, READY, STATUS, RESTARTS, AGE (+ IP, NODE,
+    NOMINATED NODE, READINESS GATES at priority 1), Events LAST SEEN, TYPE, REASON, OBJECT,
+    MESSAGE, custom resources Name plus their additionalPrinterColumns (simple JSONPaths such
+    as .status.phase or .spec.items[0].name; type string cells print maps and lists as JSON,
+    date cells are ages; no columns: Age), ages as apimachinery's HumanDuration. An Accept
+    naming only other representations (PartialObjectMetadata, protobuf, YAML) is 406.
+  * /openapi/v3 lists a document per served group version (serverRelativeURL with a content
+    hash); each document has every path and operation with x-kubernetes-group-version-kind and
+    its query parameters, fieldValidation among them: kubectl then leaves validation to the
+    server (fieldValidation=Strict) instead of downloading /openapi/v2. Schemas: custom
+    resources only (their openAPIV3Schema); built-in kinds have none, so kubectl computes
+    strategic merge patches from its compiled-in types, with the real patch strategies.
 
 Custom resources (--crd FILE, repeatable; apiextensions.k8s.io/v1 CustomResourceDefinitions in
 YAML) are served in every served version of their group, Cluster or Namespaced, with discovery
@@ -91,7 +114,18 @@ Where it differs from a real 1.36 API server on purpose or by omission:
     (the real server accepts it for ResourceSlices, ResourceClaims and DeviceClasses).
   * Malformed quantities and JSON type mismatches are 400 BadRequest (decode errors), as on the
     real server, not 422.
-  * No server-side apply (415); strategic merge patch is handled as a JSON merge patch.
+  * No server-side apply (415); strategic merge patch is handled as a JSON merge patch, and one
+    carrying a directive ($setElementOrder/..., $patch, $retainKeys, $deleteFromPrimitiveList/
+    ...; kubectl apply sends them for a changed Pod container) is a 415 naming the directive
+    rather than stored as a field. Client-side `kubectl apply` works (create, unchanged,
+    configured through merge patches, the last-applied annotation).
+  * kubectl support left out: aggregated discovery (clients fall back to /api, /apis and one
+    request per group version), /openapi/v2 (406/404), schemas of built-in kinds in
+    /openapi/v3 (`kubectl explain` works for custom resources only), Tables on watch (a watch
+    streams plain objects even when a Table is asked for: `kubectl get -w` prints no rows),
+    Namespace objects (namespaces are implicit; kubectl's GET of one after a 404 is 404 and
+    harmless), the real printers' details for Pods (init containers, sidecars, readiness
+    gates) and Nodes (roles from labels), the aggregated Event series.
   * list ignores resourceVersion/resourceVersionMatch (always the current state; a future
     resourceVersion is 504); continue tokens are snapshots kept in memory.
   * No protobuf, no YAML bodies, no managedFields, no admission (RBAC, ValidatingAdmissionPolicy).
@@ -104,7 +138,7 @@ Where it differs from a real 1.36 API server on purpose or by omission:
     taints are accepted unless --device-taints drop (DRADeviceTaints off).
   * Custom resources: no conversion between versions other than apiVersion (strategy None), no
     validation ratcheting (the schema never changes here, so stored objects are valid), no CEL
-    cost limits, no Table output (additionalPrinterColumns are ignored), no scale subresource;
+    cost limits, no scale subresource;
     map values are reported as .key in schema errors and [key] in rule errors.
   * ResourceClaims/DeviceClasses: CEL selectors are checked for presence and length only (not
     compiled, no cost limit); adminAccess is allowed in every namespace (the real server wants
@@ -122,6 +156,7 @@ import base64
 import collections
 import datetime
 import fractions
+import hashlib
 import hmac
 import ipaddress
 import json
@@ -930,7 +965,8 @@ class ResourceType:
                  field_labels=None, validate_create=None, validate_update=None,
                  prepare=None, warnings=None, typed_list_items=False,
                  status_subresource=False, validate_status_update=None, decode=None,
-                 list_kind=None, short_names=(), categories=(), empty_status=True):
+                 list_kind=None, short_names=(), categories=(), empty_status=True,
+                 table=None, openapi_schema=None):
         self.group = group
         self.versions = tuple(versions)
         self.plural = plural
@@ -958,6 +994,12 @@ class ResourceType:
         # True: an object without status has `status: {}` (typed resources render the empty
         # struct); False: it has no status field (custom resources).
         self.empty_status = empty_status
+        # (column definitions, fn(obj) -> cells) of the meta.k8s.io Table answer; default: the
+        # real server's default table convertor (Name, Created At).
+        self.table = table or DEFAULT_TABLE
+        # The OpenAPI v3 schema of an object (a CRD's openAPIV3Schema), or None: a free-form
+        # object in /openapi/v3 (the fake's typed schemas are not exported).
+        self.openapi_schema = openapi_schema
         self.type_key = (group, plural)
 
     def _decode_with_schema(self, value):
@@ -1016,6 +1058,342 @@ class ResourceType:
         qualified_kind = self.kind + ("." + self.group if self.group else "")
         return ApiError(422, "Invalid", '%s "%s" is invalid: %s' % (qualified_kind, name, text),
                         {"name": name, "group": self.group, "kind": self.kind, "causes": causes})
+
+
+# --- Table output (Accept: application/json;as=Table;v=v1;g=meta.k8s.io) -----------------------
+
+_OBJECT_META_DOCS = {  # metav1.ObjectMeta{}.SwaggerDoc(), as the real printers describe columns
+    "name": "Name must be unique within a namespace. Is required when creating resources, "
+            "although some resources may allow a client to request the generation of an "
+            "appropriate name automatically. Name is primarily intended for creation "
+            "idempotence and configuration definition. Cannot be updated. More info: "
+            "https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
+    "creationTimestamp": "CreationTimestamp is a timestamp representing the server time when "
+                         "this object was created. It is not guaranteed to be set in "
+                         "happens-before order across separate operations. Clients may not set "
+                         "this value. It is represented in RFC3339 form and is in UTC.",
+}
+
+
+def table_column(name, typ="string", fmt="", description="", priority=0):
+    return {"name": name, "type": typ, "format": fmt, "description": description,
+            "priority": priority}
+
+
+NAME_COLUMN = table_column("Name", fmt="name", description=_OBJECT_META_DOCS["name"])
+AGE_COLUMN = table_column("Age", description=_OBJECT_META_DOCS["creationTimestamp"])
+
+
+def human_duration(seconds):
+    """apimachinery's duration.HumanDuration of a number of seconds."""
+    s = int(seconds)
+    if s < -1:
+        return "<invalid>"
+    if s < 0:
+        return "0s"
+    if s < 120:
+        return "%ds" % s
+    minutes = s // 60
+    if minutes < 10:
+        return "%dm%ds" % (minutes, s % 60) if s % 60 else "%dm" % minutes
+    if minutes < 180:
+        return "%dm" % minutes
+    hours = s // 3600
+    if hours < 8:
+        return "%dh%dm" % (hours, minutes % 60) if minutes % 60 else "%dh" % hours
+    if hours < 48:
+        return "%dh" % hours
+    if hours < 24 * 8:
+        return "%dd%dh" % (hours // 24, hours % 24) if hours % 24 else "%dd" % (hours // 24)
+    if hours < 24 * 365 * 2:
+        return "%dd" % (hours // 24)
+    if hours < 24 * 365 * 8:
+        days = (hours // 24) % 365
+        years = hours // 24 // 365
+        return "%dy%dd" % (years, days) if days else "%dy" % years
+    return "%dy" % (hours // 24 // 365)
+
+
+def age_of(timestamp):
+    """The Age cell of a creationTimestamp (translateTimestampSince): <unknown> when unset."""
+    if not timestamp:
+        return "<unknown>"
+    try:
+        then = parse_time(timestamp)
+    except ValueError:
+        return "<invalid>"
+    return human_duration((datetime.datetime.now(datetime.timezone.utc) - then).total_seconds())
+
+
+def _meta(obj, field):
+    return (obj.get("metadata") or {}).get(field, "")
+
+
+# rest.NewDefaultTableConvertor: what the real server answers for types without printers.
+DEFAULT_TABLE = (
+    [NAME_COLUMN, table_column("Created At", "date",
+                               description=_OBJECT_META_DOCS["creationTimestamp"])],
+    lambda obj: [_meta(obj, "name"), _meta(obj, "creationTimestamp") or None])
+
+# pkg/printers/internalversion/printers.go (AddHandlers) of Kubernetes 1.36.
+RESOURCESLICE_TABLE = (
+    [NAME_COLUMN,
+     table_column("Node", description="NodeName identifies the node which provides the "
+                  "resources in this pool."),
+     table_column("Driver", description="Driver identifies the DRA driver providing the "
+                  "capacity information."),
+     table_column("Pool", description="Name is used to identify the pool."),
+     AGE_COLUMN],
+    lambda obj: [_meta(obj, "name"), obj.get("spec", {}).get("nodeName", ""),
+                 obj.get("spec", {}).get("driver", ""),
+                 obj.get("spec", {}).get("pool", {}).get("name", ""),
+                 age_of(_meta(obj, "creationTimestamp"))])
+
+
+def _claim_state(obj):
+    """resourceClaimState of the real printer: deleted, pending, allocated, reserved."""
+    states = []
+    deleted = bool(_meta(obj, "deletionTimestamp"))
+    if deleted:
+        states.append("deleted")
+    status = obj.get("status") or {}
+    if not status.get("allocation"):
+        if not deleted:
+            states.append("pending")
+    else:
+        states.append("allocated")
+        if status.get("reservedFor"):
+            states.append("reserved")
+    return ",".join(states)
+
+
+RESOURCECLAIM_TABLE = (
+    [NAME_COLUMN,
+     table_column("State", description="A summary of the current state (allocated, pending, "
+                  "reserved, etc.)."),
+     AGE_COLUMN],
+    lambda obj: [_meta(obj, "name"), _claim_state(obj), age_of(_meta(obj, "creationTimestamp"))])
+
+NAME_AGE_TABLE = ([NAME_COLUMN, AGE_COLUMN],
+                  lambda obj: [_meta(obj, "name"), age_of(_meta(obj, "creationTimestamp"))])
+
+
+def _pod_row(obj):
+    """A simplified printPod: no init containers, sidecars, or readiness gates."""
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    statuses = status.get("containerStatuses") or []
+    ready = sum(1 for c in statuses if c.get("ready"))
+    restarts = sum(int(c.get("restartCount", 0)) for c in statuses)
+    reason = status.get("reason") or status.get("phase") or "Pending"
+    if _meta(obj, "deletionTimestamp"):
+        reason = "Terminating"
+    ips = status.get("podIP") or "<none>"
+    return [_meta(obj, "name"), "%d/%d" % (ready, len(spec.get("containers") or [])), reason,
+            str(restarts), age_of(_meta(obj, "creationTimestamp")), ips,
+            spec.get("nodeName") or "<none>", status.get("nominatedNodeName") or "<none>",
+            "<none>"]
+
+
+POD_TABLE = (
+    [NAME_COLUMN,
+     table_column("Ready", description="The aggregate readiness state of this pod for "
+                  "accepting traffic."),
+     table_column("Status", description="The aggregate status of the containers in this pod."),
+     table_column("Restarts", description="The number of times the containers in this pod "
+                  "have been restarted and when the last container in this pod has restarted."),
+     AGE_COLUMN,
+     table_column("IP", priority=1, description="podIP address allocated to the pod."),
+     table_column("Node", priority=1, description="NodeName indicates in which node this pod "
+                  "is scheduled."),
+     table_column("Nominated Node", priority=1, description="nominatedNodeName is set only "
+                  "when this pod preempts other pods on the node."),
+     table_column("Readiness Gates", priority=1, description="If specified, all readiness "
+                  "gates will be evaluated for pod readiness.")],
+    _pod_row)
+
+
+def _node_status(obj):
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready":
+            return {"True": "Ready", "False": "NotReady"}.get(c.get("status"), "Unknown")
+    return "Unknown"
+
+
+NODE_TABLE = (
+    [NAME_COLUMN, table_column("Status", description="The status of the node"),
+     table_column("Roles", description="The roles of the node"), AGE_COLUMN,
+     table_column("Version", description="Kubelet Version reported by the node.")],
+    lambda obj: [_meta(obj, "name"), _node_status(obj), "<none>",
+                 age_of(_meta(obj, "creationTimestamp")),
+                 ((obj.get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion", "")])
+
+
+def _event_row(obj):
+    io = obj.get("involvedObject") or {}
+    last = obj.get("lastTimestamp") or obj.get("eventTime") or _meta(obj, "creationTimestamp")
+    return [age_of(last), obj.get("type", ""), obj.get("reason", ""),
+            "%s/%s" % ((io.get("kind") or "").lower(), io.get("name", "")),
+            obj.get("message", "")]
+
+
+EVENT_TABLE = (
+    [table_column("Last Seen", description="The time of the last occurrence of the event."),
+     table_column("Type", description="Type of this event (Normal, Warning)."),
+     table_column("Reason", description="The reason for the transition into the object's "
+                  "current status."),
+     table_column("Object", description="The object that this event is about."),
+     table_column("Message", description="A human-readable description of the status of this "
+                  "operation.")],
+    _event_row)
+
+_TABLE_COLUMN_TYPES = ("integer", "number", "string", "boolean", "date")
+_TABLE_COLUMN_FORMATS = ("int32", "int64", "float", "double", "byte", "date", "date-time",
+                         "password")
+_SIMPLE_JSON_PATH_RE = re.compile(r"(\.[A-Za-z_][-A-Za-z0-9_]*(\[[0-9]+\])?)+")
+
+
+def _column_text(value):
+    """How the client-go JSONPath printer writes one value into a string column."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _column_cell(typ, value):
+    """cellForJSONValue of the apiextensions table convertor."""
+    if value is None:
+        return None
+    if typ == "integer" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return int(value)
+    if typ == "number" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if typ == "boolean" and isinstance(value, bool):
+        return value
+    if typ == "string" and isinstance(value, str):
+        return value
+    if typ == "date" and isinstance(value, str):
+        try:
+            parse_time(value)
+        except ValueError:
+            return "<invalid>"
+        return age_of(value)
+    return None
+
+
+def crd_table(columns, where):
+    """The Table of a CRD version's additionalPrinterColumns (Name first, as the real
+    tableconvertor does; a version without columns gets Age from creationTimestamp)."""
+    if not isinstance(columns, list):
+        raise CrdError("%s: must be a list" % where)
+    if not columns:
+        columns = [{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]
+    defs, paths = [NAME_COLUMN], []
+    for i, c in enumerate(columns):
+        cw = "%s[%d]" % (where, i)
+        if not isinstance(c, dict):
+            raise CrdError("%s: must be a mapping" % cw)
+        for k in c:
+            if k not in ("name", "type", "format", "description", "priority", "jsonPath"):
+                raise CrdError("%s.%s: not a field of a printer column" % (cw, k))
+        name = _crd_get(c, "name", str, cw)
+        typ = _crd_get(c, "type", str, cw)
+        if typ not in _TABLE_COLUMN_TYPES:
+            raise CrdError("%s.type: Unsupported value: %s: supported values: %s"
+                           % (cw, json.dumps(typ), ", ".join(_TABLE_COLUMN_TYPES)))
+        fmt = c.get("format", "")
+        if fmt and fmt not in _TABLE_COLUMN_FORMATS:
+            raise CrdError("%s.format: Unsupported value: %s" % (cw, json.dumps(fmt)))
+        priority = c.get("priority", 0)
+        if not isinstance(priority, int) or isinstance(priority, bool) or priority < 0:
+            raise CrdError("%s.priority: must be a non-negative integer" % cw)
+        path = _crd_get(c, "jsonPath", str, cw)
+        if not _SIMPLE_JSON_PATH_RE.fullmatch(path):
+            raise CrdError("%s.jsonPath: the fake API server takes only simple paths such as "
+                           ".status.phase or .spec.items[0].name, got %s" % (cw, json.dumps(path)))
+        steps = []
+        for part in path[1:].split("."):
+            field, _, idx = part.partition("[")
+            steps.append(field)
+            if idx:
+                steps.append(int(idx[:-1]))
+        defs.append(table_column(
+            name, typ, fmt, c.get("description") or
+            "Custom resource definition column (in JSONPath format): %s" % path, priority))
+        paths.append((typ, steps))
+
+    def row(obj):
+        cells = [_meta(obj, "name")]
+        for typ, steps in paths:
+            v = obj
+            for s in steps:
+                if isinstance(s, int):
+                    v = v[s] if isinstance(v, list) and s < len(v) else None
+                else:
+                    v = v.get(s) if isinstance(v, dict) else None
+                if v is None:
+                    break
+            if v is not None and typ == "string":
+                cells.append(_column_text(v))
+            else:
+                cells.append(_column_cell(typ, v))
+        return cells
+    return defs, row
+
+
+def wants_table(accept):
+    """The meta.k8s.io version of the Table the Accept header asks for first, or None when a
+    plain object comes first (or the header names no Table); 406 when it only names
+    representations the fake does not produce (PartialObjectMetadata, protobuf, YAML, CBOR)."""
+    if not accept:
+        return None
+    for part in accept.split(","):
+        fields = [f.strip() for f in part.split(";")]
+        media = fields[0].lower()
+        params = {}
+        for f in fields[1:]:
+            k, _, v = f.partition("=")
+            params[k.strip().lower()] = v.strip()
+        if media not in ("application/json", "*/*", "application/*"):
+            continue
+        if "as" not in params:
+            return None
+        if (params.get("as") == "Table" and params.get("g") == "meta.k8s.io"
+                and params.get("v") in ("v1", "v1beta1")):
+            return params["v"]
+    raise ApiError(406, "NotAcceptable", "only the following media types are accepted: "
+                   "application/json, application/json;as=Table;v=v1;g=meta.k8s.io")
+
+
+def to_table(rt, version, body, table_version, params):
+    """A meta.k8s.io Table of a list or single object answer (of the resource version)."""
+    include = params.get("includeObject", "") or "Metadata"
+    if include not in ("None", "Metadata", "Object"):
+        raise bad_request("includeObject: Unsupported value: \"%s\": supported values: "
+                          "\"None\", \"Metadata\", \"Object\"" % include)
+    columns, row_of = rt.table
+    items = body["items"] if "items" in body else [body]
+    rows = []
+    for obj in items:
+        row = {"cells": row_of(obj)}
+        if include == "Object":
+            row["object"] = obj if "kind" in obj else rt.render(obj, version)
+        elif include == "Metadata":
+            row["object"] = {"kind": "PartialObjectMetadata",
+                             "apiVersion": "meta.k8s.io/" + table_version,
+                             "metadata": obj.get("metadata", {})}
+        rows.append(row)
+    meta = {"resourceVersion": body.get("metadata", {}).get("resourceVersion", "")}
+    for k in ("continue", "remainingItemCount"):
+        if k in body.get("metadata", {}):
+            meta[k] = body["metadata"][k]
+    return {"kind": "Table", "apiVersion": "meta.k8s.io/" + table_version, "metadata": meta,
+            "columnDefinitions": columns, "rows": rows}
 
 
 # --- object metadata --------------------------------------------------------------------------
@@ -1807,7 +2185,8 @@ def make_resourceslice_type(cfg):
         validate_create=validator.validate_create,
         validate_update=validator.validate_update,
         prepare=prepare_resourceslice,
-        warnings=resourceslice_warnings)
+        warnings=resourceslice_warnings,
+        table=RESOURCESLICE_TABLE)
     rt.slice_validator = validator
     return rt
 
@@ -2416,6 +2795,7 @@ def make_resourceclaim_type(cfg):
         validate_create=validator.validate_create,
         validate_update=validator.validate_update,
         prepare=prepare_resourceclaim,
+        table=RESOURCECLAIM_TABLE,
         status_subresource=True,
         validate_status_update=validator.validate_status_update)
 
@@ -2428,14 +2808,99 @@ def make_deviceclass_type(cfg):
         verbs=("create", "delete", "get", "list", "update", "watch"),
         schema=deviceclass_schema(),
         validate_create=validator.validate_create,
-        validate_update=validator.validate_update)
+        validate_update=validator.validate_update,
+        table=NAME_AGE_TABLE)
+
+
+_EVENT_FIELDS = ("involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
+                 "involvedObject.uid", "involvedObject.apiVersion",
+                 "involvedObject.resourceVersion", "involvedObject.fieldPath", "reason",
+                 "reportingComponent", "source", "type")
+
+
+def _event_field(obj, name):
+    if name == "source":  # the real field set uses the component (or reportingController)
+        return (obj.get("source") or {}).get("component") or obj.get("reportingComponent", "")
+    head, _, rest = name.partition(".")
+    v = obj.get(head) or ({} if rest else "")
+    return str(v.get(rest, "") if rest else v)
+
+
+def make_event_type():
+    """core/v1 Events, schemaless: what kubectl describe lists (fieldSelector on
+    involvedObject.*) and what a component may post; no validation beyond metadata."""
+    return ResourceType(
+        "", ("v1",), "events", "event", "Event", namespaced=True,
+        verbs=("create", "delete", "deletecollection", "get", "list", "patch", "update",
+               "watch"),
+        schema=Obj({"apiVersion": STR, "kind": STR, "metadata": METADATA_SCHEMA,
+                    **{f: ANY for f in ("involvedObject", "reason", "message", "source",
+                                        "firstTimestamp", "lastTimestamp", "count", "type",
+                                        "eventTime", "series", "action", "related",
+                                        "reportingComponent", "reportingInstance")}}),
+        field_labels={f: (lambda o, f=f: _event_field(o, f)) for f in _EVENT_FIELDS},
+        validate_create=lambda o: validate_object_meta(o.get("metadata", {}), True),
+        validate_update=lambda o, old: validate_object_meta(o.get("metadata", {}), True),
+        short_names=("ev",), table=EVENT_TABLE, empty_status=False)
+
+
+def make_pod_type():
+    """core/v1 Pods, schemaless (spec and status kept as sent, nothing validated beyond
+    metadata, no defaults, no scheduling, no kubelet): enough to kubectl apply the chart's
+    examples, which put a Pod next to its claim."""
+    return ResourceType(
+        "", ("v1",), "pods", "pod", "Pod", namespaced=True,
+        verbs=("create", "delete", "deletecollection", "get", "list", "patch", "update",
+               "watch"),
+        schema=Obj({"apiVersion": STR, "kind": STR, "metadata": METADATA_SCHEMA, "spec": ANY,
+                    "status": ANY}),
+        field_labels={"spec.nodeName": lambda o: (o.get("spec") or {}).get("nodeName", ""),
+                      "status.phase": lambda o: (o.get("status") or {}).get("phase", "")},
+        validate_create=lambda o: validate_object_meta(o.get("metadata", {}), True),
+        validate_update=lambda o, old: validate_object_meta(o.get("metadata", {}), True),
+        short_names=("po",), categories=("all",), table=POD_TABLE, status_subresource=True,
+        validate_status_update=lambda o, old: [])
+
+
+def make_resourceclaimtemplate_type(cfg):
+    """ResourceClaimTemplates: spec.spec is a ResourceClaim spec (same defaults and
+    validation), spec.metadata the generated claim's labels and annotations; spec is
+    immutable."""
+    claim = resourceclaim_schema()
+    schema = Obj({"apiVersion": STR, "kind": STR, "metadata": METADATA_SCHEMA,
+                  "spec": Obj({"metadata": METADATA_SCHEMA, "spec": claim.fields["spec"]},
+                              zero=("spec",))},
+                 zero=("spec",))
+    validator = ClaimValidator()
+
+    def validate_create(obj):
+        errs = validate_object_meta(obj.get("metadata", {}), namespaced=True)
+        return errs + validator.validate_spec(obj["spec"].get("spec", {}), "spec.spec")
+
+    def validate_update(obj, old):
+        errs = validate_object_meta(obj.get("metadata", {}), namespaced=True)
+        if obj["spec"] != old["spec"]:
+            errs.append(f_invalid("spec", obj["spec"], "field is immutable"))
+        return errs
+
+    def prepare(obj, old):
+        prepare_resourceclaim({"spec": obj.get("spec", {}).get("spec", {})}, None)
+
+    return ResourceType(
+        RESOURCE_GROUP, cfg.versions, "resourceclaimtemplates", "resourceclaimtemplate",
+        "ResourceClaimTemplate", namespaced=True,
+        verbs=("create", "delete", "deletecollection", "get", "list", "patch", "update",
+               "watch"),
+        schema=schema, validate_create=validate_create, validate_update=validate_update,
+        prepare=prepare, table=NAME_AGE_TABLE, empty_status=False)
 
 
 def make_node_type():
     return ResourceType(
         "", ("v1",), "nodes", "node", "Node", namespaced=False, verbs=("get", "list", "watch"),
         schema=Obj({"apiVersion": STR, "kind": STR, "metadata": METADATA_SCHEMA, "spec": ANY,
-                    "status": ANY}))
+                    "status": ANY}),
+        table=NODE_TABLE)
 
 
 # --- CustomResourceDefinitions (--crd) ----------------------------------------------------------
@@ -3422,6 +3887,8 @@ def make_crd_types(crd, where):
             if label in field_labels:
                 raise CrdError("%s.jsonPath: Duplicate value: %s" % (sw, sf["jsonPath"]))
             field_labels[label] = _selectable_field(root, sf["jsonPath"], sw + ".jsonPath")
+        table = crd_table(v.get("additionalPrinterColumns", []),
+                          vw + ".additionalPrinterColumns")
         if not served:
             continue
         hooks = CrdVersion(root, namespaced)
@@ -3434,7 +3901,7 @@ def make_crd_types(crd, where):
             status_subresource=status_subresource,
             validate_status_update=hooks.validate if status_subresource else None,
             typed_list_items=True, list_kind=list_kind, short_names=short_names,
-            categories=categories, empty_status=False))
+            categories=categories, empty_status=False, table=table, openapi_schema=schema))
     if storage != 1:
         raise CrdError("%s.spec.versions: exactly one version must be the storage version, got %d"
                        % (where, storage))
@@ -3619,6 +4086,25 @@ def merge_patch(target, patch):
     return out
 
 
+def smp_directive(patch, path=""):
+    """The first strategic merge patch directive ($patch, $setElementOrder/..., $retainKeys,
+    $deleteFromPrimitiveList/...) in a patch, as "<key> at <path>", or None. The fake applies
+    strategic merge patches as JSON merge patches, which would store a directive as a field."""
+    if isinstance(patch, dict):
+        for k, v in patch.items():
+            if k.startswith("$"):
+                return "%s at %s" % (k, path or ".")
+            found = smp_directive(v, child(path, k))
+            if found:
+                return found
+    elif isinstance(patch, list):
+        for i, v in enumerate(patch):
+            found = smp_directive(v, index(path, i))
+            if found:
+                return found
+    return None
+
+
 def _pointer(path):
     if path == "":
         return []
@@ -3777,6 +4263,9 @@ class Api:
         self.register(make_deviceclass_type(cfg))
         self.register(make_node_type())
         self.node_type = self.type_list[-1]
+        self.register(make_resourceclaimtemplate_type(cfg))
+        self.register(make_event_type())
+        self.register(make_pod_type())
         for rt in cfg.crd_types:
             self.register(rt)
         self.requests = []
@@ -4158,6 +4647,12 @@ class Api:
             patch = parse_json(body)
         except ValueError as e:
             raise bad_request("error decoding patch: %s" % e)
+        if content_type == "application/strategic-merge-patch+json":
+            directive = smp_directive(patch)
+            if directive:
+                raise ApiError(415, "UnsupportedMediaType", "strategic merge patch directive %s: "
+                               "not supported by the fake API server, which applies strategic "
+                               "merge patches as JSON merge patches" % directive)
         with self.store.lock:  # re-entrant: read, patch and update atomically
             old = self.store.tables[rt.type_key].get(self._ns_name(rt, ns, name))
             if old is None:
@@ -4304,6 +4799,121 @@ class Api:
                 "groupVersion": group + "/" + version if group else version,
                 "resources": resources}
 
+    def group_versions(self):
+        """[(group, version)] of every served group version, core first."""
+        out = [("", v) for v in self.served_versions("")]
+        for g in sorted({rt.group for rt in self.type_list if rt.group}):
+            out.extend((g, v) for v in self.served_versions(g))
+        return out
+
+    def openapi_document(self, group, version):
+        """The OpenAPI v3 document of one group version (/openapi/v3/apis/<g>/<v>): every
+        operation with its parameters (kubectl looks for fieldValidation on PATCH to leave
+        validation to the server), and the schemas of custom resources only. Built-in types
+        have none: kubectl then computes strategic merge patches from its compiled-in types,
+        which carry the real patch strategies and list types."""
+        paths, schemas = {}, {}
+        for rt in self.type_list:
+            if rt.group != group or version not in rt.versions:
+                continue
+            ref = None
+            if rt.openapi_schema is not None:
+                name = openapi_schema_name(rt, version)
+                schema = json.loads(json.dumps(rt.openapi_schema))
+                schema["x-kubernetes-group-version-kind"] = [
+                    {"group": rt.group, "version": version, "kind": rt.kind}]
+                schemas[name] = schema
+                ref = "#/components/schemas/" + name
+            paths.update(openapi_paths(rt, version, ref))
+        return {"openapi": "3.0.0",
+                "info": {"title": "Kubernetes", "version": "v1.36.0-fake"},
+                "paths": paths, "components": {"schemas": schemas}}
+
+    def openapi_root(self):
+        """/openapi/v3: where each group version's document is, with a hash of its content (the
+        client caches documents by that URL)."""
+        paths = {}
+        for group, version in self.group_versions():
+            key = "apis/%s/%s" % (group, version) if group else "api/" + version
+            doc = json.dumps(self.openapi_document(group, version), sort_keys=True)
+            digest = hashlib.sha512(doc.encode()).hexdigest().upper()
+            paths[key] = {"serverRelativeURL": "/openapi/v3/%s?hash=%s" % (key, digest)}
+        return {"paths": paths}
+
+
+# ---------------------------------------------------------------------------------------------
+# OpenAPI v3 (/openapi/v3): what kubectl reads to find out that the server validates fields
+# ---------------------------------------------------------------------------------------------
+
+def openapi_schema_name(rt, version):
+    """A CRD's schema name: its group reversed, then version and kind (as the real server)."""
+    return ".".join(reversed(rt.group.split("."))) + "." + version + "." + rt.kind
+
+
+def _openapi_param(name, where="query", typ="string", required=False):
+    return {"name": name, "in": where, "required": required, "schema": {"type": typ},
+            "uniqueItems": True}
+
+
+def openapi_paths(rt, version, ref):
+    """The paths of one resource: list/create/deletecollection on the collection, get/update/
+    patch/delete on an object, with the query parameters the fake understands (no apply
+    patch, no force: server-side apply is not served). ref: the object's schema, or None."""
+    gvk = {"group": rt.group, "version": version, "kind": rt.kind}
+    base = "/apis/%s/%s" % (rt.group, version) if rt.group else "/api/" + version
+    content = {"application/json": {"schema": {"$ref": ref} if ref else {"type": "object"}}}
+    listed = {"application/json": {"schema": {"type": "object"}}}
+
+    def op(action, params, ok=content, body=None):
+        o = {"operationId": "%s%s" % (action, rt.kind), "parameters": params,
+             "responses": {"200": {"description": "OK", "content": ok}},
+             "x-kubernetes-action": action, "x-kubernetes-group-version-kind": dict(gvk)}
+        if body:
+            o["requestBody"] = {"content": body, "required": True}
+        return o
+
+    write = [_openapi_param("dryRun"), _openapi_param("fieldManager"),
+             _openapi_param("fieldValidation")]
+    selectors = [_openapi_param(n) for n in ("fieldSelector", "labelSelector", "continue",
+                                              "resourceVersion", "resourceVersionMatch")] + [
+        _openapi_param("limit", typ="integer"), _openapi_param("watch", typ="boolean"),
+        _openapi_param("allowWatchBookmarks", typ="boolean")]
+    patch_types = ["application/json-patch+json", "application/merge-patch+json"]
+    if rt.openapi_schema is None:
+        patch_types.append("application/strategic-merge-patch+json")
+    path_params = [_openapi_param("name", "path", required=True)]
+    coll = base
+    if rt.namespaced:
+        path_params.append(_openapi_param("namespace", "path", required=True))
+        coll += "/namespaces/{namespace}"
+    coll += "/" + rt.plural
+    item = coll + "/{name}"
+    paths = {}
+    c, i = {}, {}
+    if "list" in rt.verbs:
+        c["get"] = op("list", selectors, listed)
+    if "create" in rt.verbs:
+        c["post"] = op("post", write, body=content)
+    if "deletecollection" in rt.verbs:
+        c["delete"] = op("deletecollection", selectors + [_openapi_param("dryRun")], listed)
+    if "get" in rt.verbs:
+        i["get"] = op("get", [])
+    if "update" in rt.verbs:
+        i["put"] = op("put", write, body=content)
+    if "patch" in rt.verbs:
+        i["patch"] = op("patch", write, body={t: {"schema": {"type": "object"}}
+                                              for t in patch_types})
+    if "delete" in rt.verbs:
+        i["delete"] = op("delete", [_openapi_param("dryRun")])
+    if rt.namespaced:
+        c["parameters"] = [_openapi_param("namespace", "path", required=True)]
+        if "list" in rt.verbs:
+            paths[base + "/" + rt.plural] = {"get": op("list", selectors, listed)}
+    i["parameters"] = path_params
+    paths[coll] = c
+    paths[item] = i
+    return paths
+
 
 # ---------------------------------------------------------------------------------------------
 # HTTP
@@ -4376,10 +4986,10 @@ class Handler(BaseHTTPRequestHandler):
                 except OSError:
                     pass
 
-    def send_json(self, code, body, headers=()):
+    def send_json(self, code, body, headers=(), content_type="application/json"):
         data = json.dumps(body, separators=(",", ":")).encode()
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         for k, v in headers:
             self.send_header(k, v)
@@ -4489,10 +5099,7 @@ class Handler(BaseHTTPRequestHandler):
         failure = api.take_injected_failure(method, path)
         if failure:
             raise failure
-        accept = self.headers.get("Accept", "")
-        if accept and not any(t in accept for t in ("json", "*/*", "application/*")):
-            raise ApiError(406, "NotAcceptable", "only the following media types are accepted: "
-                           "application/json")
+        self.table_version = wants_table(self.headers.get("Accept", ""))
 
         segs = [urllib.parse.unquote(s) for s in path.split("/") if s]
         discovery = self.discovery(segs)
@@ -4568,6 +5175,16 @@ class Handler(BaseHTTPRequestHandler):
     def discovery(self, segs):
         """The discovery document at segs, or None when segs is not a discovery path."""
         api = self.api
+        if segs[:2] == ["openapi", "v3"]:
+            if len(segs) == 2:
+                return api.openapi_root()
+            rest = segs[2:]
+            if len(rest) == 2 and rest[0] == "api" and rest[1] in api.served_versions(""):
+                return api.openapi_document("", rest[1])
+            if (len(rest) == 3 and rest[0] == "apis"
+                    and rest[2] in api.served_versions(rest[1])):
+                return api.openapi_document(rest[1], rest[2])
+            raise not_found_path()
         if segs == ["version"]:
             return {"major": "1", "minor": "36", "gitVersion": "v1.36.0-fake",
                     "platform": "linux/amd64"}
@@ -4606,7 +5223,7 @@ class Handler(BaseHTTPRequestHandler):
                     need("watch")
                     return self.watch(rt, version, ns, params)
                 need("list")
-                return self.send_json(200, api.list(rt, version, ns, params))
+                return self.send_object(rt, version, api.list(rt, version, ns, params), params)
             if method == "POST":
                 need("create")
                 if rt.namespaced and not ns:
@@ -4629,7 +5246,7 @@ class Handler(BaseHTTPRequestHandler):
                     s for s in (params.get("fieldSelector", ""), extra) if s)
                 return self.watch(rt, version, ns, params)
             need("get")
-            return self.send_json(200, api.get(rt, version, ns, name))
+            return self.send_object(rt, version, api.get(rt, version, ns, name), params)
         if method == "PUT":
             need("update")
             code, obj, warnings = api.update(rt, version, ns, name, body, params)
@@ -4644,6 +5261,14 @@ class Handler(BaseHTTPRequestHandler):
             code, obj = api.delete(rt, version, ns, name, body, params)
             return self.send_json(code, obj)
         raise method_not_allowed()
+
+    def send_object(self, rt, version, body, params):
+        """A GET answer: the object or list, or its Table when the client asked for one."""
+        if self.table_version is None:
+            return self.send_json(200, body)
+        table = to_table(rt, version, body, self.table_version, params)
+        return self.send_json(200, table, content_type="application/json;as=Table;v=%s;"
+                              "g=meta.k8s.io" % self.table_version)
 
     @staticmethod
     def warning_headers(warnings):
@@ -4946,7 +5571,8 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 epilog="\n\n".join(
                                     para for para in __doc__.split("\n\n")
-                                    if para.startswith(("Custom resources", "Control endpoints",
+                                    if para.startswith(("For kubectl", "Custom resources",
+                                                        "Control endpoints",
                                                         "Where it differs"))),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (0: ephemeral)")
