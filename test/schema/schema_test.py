@@ -1,0 +1,353 @@
+#!/usr/bin/python3
+"""Every object topodra produces, validated against the upstream Kubernetes 1.36 schemas.
+
+usage: schema_test.py selftest|slices|chart|examples   (environment: see CMakeLists.txt)
+
+validate.mjs runs kubernetes-models@5.1.0's generated validators and lists the fields those
+schemas do not have; this script gathers the objects and applies the rules:
+  - a flat ResourceSlice, every chart object and every example: no errors, no unknown field;
+  - a ResourceSlice in mixin form (KEP-5234, not in the 1.36 schema): no errors, and no unknown
+    field but spec.mixins and spec.devices[].includes;
+  - a Reservation: the CRD's own openAPIV3Schema (ajv) and its structural field list.
+Parts:
+  selftest  deliberately bad objects (unknown field in a flat slice, wrong type, missing
+            required field, an extra unknown field in mixin form, bad Reservations) must fail,
+            and their unbroken originals must pass;
+  slices    every machine x CPU device mode x reservation case of test/testing/slice_cases.h,
+            flat and in mixin form: `topodra slices` where the CLI can express the case (and
+            equal to what slice_cases_dump builds), slice_cases_dump's output where it cannot
+            (Reservations);
+  chart     `helm template --include-crds` of every variant of test/chart/variants.json;
+  examples  charts/topodra/examples/*.yaml, and the CRDs of charts/topodra/crds/.
+"""
+import concurrent.futures
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import yaml
+
+ENV = os.environ
+SOURCE = ENV["TOPODRA_SOURCE_DIR"]
+HERE = os.path.dirname(os.path.abspath(__file__))
+CHART = os.path.join(SOURCE, "charts", "topodra")
+
+# The only fields of the mixin form the 1.36 schema does not know (KEP-5234).
+MIXIN_FIELDS = {"spec.mixins", "spec.devices[].includes"}
+CHART_KINDS = {"DaemonSet", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+               "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DeviceClass",
+               "ConfigMap", "CustomResourceDefinition"}
+
+
+def validate(items):
+    """items: [{"name", "object", "crd"?}] -> {name: {"errors", "unknown", "kind"}}."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(items, f)
+        path = f.name
+    try:
+        r = subprocess.run([ENV["TOPODRA_NODE"], os.path.join(HERE, "validate.mjs"), path],
+                           capture_output=True, text=True, check=False,
+                           env=dict(ENV, NODE_NO_WARNINGS="1"))
+    finally:
+        os.unlink(path)
+    if r.returncode != 0:
+        sys.exit(f"validate.mjs failed ({r.returncode}): {r.stderr}")
+    results = json.loads(r.stdout)
+    if len(results) != len(items):
+        sys.exit(f"validate.mjs answered {len(results)} results for {len(items)} objects")
+    return {x["name"]: x for x in results}
+
+
+def shape(path):
+    """spec.devices[12].includes -> spec.devices[].includes: the rule names fields, not indices."""
+    return re.sub(r"\[\d+\]", "[]", path)
+
+
+def flat_problems(result):
+    return result["errors"] + [f"unknown field {u}" for u in result["unknown"]]
+
+
+def mixin_problems(result, obj):
+    problems = list(result["errors"])
+    problems += [f"unknown field {u} (only {sorted(MIXIN_FIELDS)} may be)"
+                 for u in result["unknown"] if shape(u) not in MIXIN_FIELDS]
+    has_includes = any(shape(u) == "spec.devices[].includes" for u in result["unknown"])
+    if has_includes and "mixins" not in obj.get("spec", {}):
+        problems.append("devices include mixins but spec.mixins is missing")
+    return problems
+
+
+def items_of(doc):
+    """A List / ResourceSliceList or one object -> its objects."""
+    if isinstance(doc, dict) and doc.get("kind", "").endswith("List") and "items" in doc:
+        return doc["items"]
+    return [doc]
+
+
+def yaml_docs(text, where):
+    try:
+        return [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as e:
+        sys.exit(f"{where}: not YAML: {e}")
+
+
+def report(failures, checked, what):
+    for f in failures:
+        print(f"FAIL {f}")
+    print(f"{checked} {what} checked, {len(failures)} failing")
+    return 1 if failures else 0
+
+
+def crds():
+    out = {}
+    for path in sorted(glob.glob(os.path.join(CHART, "crds", "*.yaml"))):
+        for d in yaml_docs(open(path).read(), path):
+            out[(d["spec"]["group"], d["spec"]["names"]["kind"])] = (path, d)
+    return out
+
+
+def item_for(name, obj, crd_by_kind):
+    item = {"name": name, "object": obj}
+    group = str(obj.get("apiVersion", "")).split("/")[0] if isinstance(obj, dict) else ""
+    key = (group, obj.get("kind") if isinstance(obj, dict) else None)
+    if key in crd_by_kind:
+        item["crd"] = crd_by_kind[key][1]
+    return item
+
+
+# ---- slices --------------------------------------------------------------------------------
+
+def run_topodra(args):
+    r = subprocess.run([ENV["TOPODRA_BINARY"], *args], capture_output=True, text=True,
+                       check=False)
+    if r.returncode != 0:
+        return None, f"topodra {' '.join(args)} exited {r.returncode}: {r.stderr.strip()}"
+    return json.loads(r.stdout), None
+
+
+def slice_cases():
+    r = subprocess.run([ENV["TOPODRA_SLICE_CASES_DUMP"], ENV["TOPODRA_TOPOLOGIES_DIR"]],
+                       capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        sys.exit(f"slice_cases_dump failed: {r.stderr}")
+    return json.loads(r.stdout)
+
+
+def test_slices():
+    cases = slice_cases()
+    failures = []
+    # What the CLI prints, for every case it can express, flat and in mixin form.
+    jobs = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        for c in cases:
+            if c["cli"]:
+                jobs[(c["label"], "flat")] = pool.submit(run_topodra, c["cli"] + ["--flatten"])
+                jobs[(c["label"], "mixins")] = pool.submit(run_topodra, c["cli"])
+    items, rules = [], {}
+    cli_cases = 0
+    for c in cases:
+        for form in ("flat", "mixins"):
+            doc, source = c[form], "slice_cases_dump"
+            if (c["label"], form) in jobs:
+                cli_doc, err = jobs[(c["label"], form)].result()
+                if err:
+                    failures.append(f"{c['label']}, {form}: {err}")
+                    continue
+                if cli_doc != doc:
+                    failures.append(f"{c['label']}, {form}: `topodra slices` differs from the "
+                                    "slice builder's output for the same options")
+                doc, source = cli_doc, "topodra slices"
+                cli_cases += 1
+            for i, obj in enumerate(items_of(doc)):
+                name = f"{c['label']}, {form}, slice {i} ({source})"
+                items.append({"name": name, "object": obj})
+                rules[name] = (form, obj)
+    results = validate(items)
+    mixin_slices = 0
+    includes = 0
+    for name, (form, obj) in rules.items():
+        r = results[name]
+        problems = flat_problems(r) if form == "flat" else mixin_problems(r, obj)
+        failures += [f"{name}: {p}" for p in problems]
+        if form == "mixins" and "mixins" in obj.get("spec", {}):
+            mixin_slices += 1
+            includes += sum(1 for u in r["unknown"] if shape(u) == "spec.devices[].includes")
+    # The mixin form really was checked with mixins in it, and the reservation cases are there.
+    if mixin_slices < 40 or includes == 0:
+        failures.append(f"only {mixin_slices} slices in mixin form carry mixins ({includes} "
+                        "devices include them): the mixin rule was not exercised")
+    held = sum(1 for c in cases if c["cli"] is None)
+    if held < 40:
+        failures.append(f"only {held} Reservation cases: the case list lost them")
+    print(f"{len(cases)} cases ({cli_cases} outputs of `topodra slices`, {held} Reservation "
+          f"cases from slice_cases_dump); {mixin_slices} slices in mixin form with mixins")
+    return report(failures, len(items), "ResourceSlices")
+
+
+# ---- chart ---------------------------------------------------------------------------------
+
+def helm_template(sets):
+    args = [ENV["TOPODRA_HELM"], "template", "topodra", CHART, "--include-crds"]
+    for s in sets:
+        # One --set per entry: a comma inside the value is the value's, not a separator.
+        args += ["--set", re.sub(r"(?<!\\),", r"\\,", s)]
+    r = subprocess.run(args, capture_output=True, text=True, check=False)
+    return r.stdout, (r.stderr.strip() if r.returncode != 0 else None)
+
+
+def test_chart():
+    variants = json.load(open(os.path.join(SOURCE, "test", "chart", "variants.json")))
+    variants = {k: v for k, v in variants.items() if not k.startswith("_")}
+    failures, items = [], []
+    crd_by_kind = crds()
+    kinds = set()
+    for variant, sets in variants.items():
+        text, err = helm_template(sets)
+        if err:
+            failures.append(f"variant {variant}: helm template failed: {err}")
+            continue
+        for i, obj in enumerate(yaml_docs(text, f"variant {variant}")):
+            kind = obj.get("kind")
+            name = f"variant {variant}: {kind} {obj.get('metadata', {}).get('name')} (doc {i})"
+            if kind not in CHART_KINDS:
+                failures.append(f"{name}: a kind this test does not expect from the chart")
+            kinds.add(kind)
+            items.append(item_for(name, obj, crd_by_kind))
+    for name, r in validate(items).items():
+        failures += [f"{name}: {p}" for p in flat_problems(r)]
+    for must in ("DaemonSet", "ClusterRole", "DeviceClass", "ValidatingAdmissionPolicy",
+                 "ServiceAccount", "CustomResourceDefinition"):
+        if must not in kinds:
+            failures.append(f"no variant renders a {must}: the chart check lost it")
+    print(f"{len(variants)} variants, kinds {sorted(kinds)}")
+    return report(failures, len(items), "rendered objects")
+
+
+# ---- examples and CRDs ---------------------------------------------------------------------
+
+def test_examples():
+    failures, items = [], []
+    crd_by_kind = crds()
+    for path, crd in crd_by_kind.values():
+        items.append({"name": f"{os.path.basename(path)}: CustomResourceDefinition", "object": crd})
+    kinds = set()
+    for path in sorted(glob.glob(os.path.join(CHART, "examples", "*.yaml"))):
+        for i, obj in enumerate(yaml_docs(open(path).read(), path)):
+            kinds.add(obj.get("kind"))
+            name = f"{os.path.basename(path)}: {obj.get('kind')} {obj.get('metadata', {}).get('name')}"
+            items.append(item_for(name, obj, crd_by_kind))
+    for name, r in validate(items).items():
+        failures += [f"{name}: {p}" for p in flat_problems(r)]
+    if "Reservation" not in kinds:
+        failures.append("no example Reservation: the CRD check lost its input")
+    print(f"example kinds {sorted(kinds)}")
+    return report(failures, len(items), "examples and CRDs")
+
+
+# ---- self-test -----------------------------------------------------------------------------
+
+def test_selftest():
+    """The rules must catch what they exist for; each broken object names what must be found."""
+    failures = []
+    flat, err = run_topodra(["slices", "-o", "json", "--flatten", "--topology-synthetic",
+                             "pack:2 core:2 pu:2", "--node-name", "self-test"])
+    mixed, err2 = run_topodra(["slices", "-o", "json", "--topology-synthetic",
+                               "pack:2 numa:2 core:4 pu:2", "--group-by", "socket",
+                               "--node-name", "self-test"])
+    if err or err2:
+        sys.exit(err or err2)
+    flat = items_of(flat)[0]
+    mixed = next((s for s in items_of(mixed) if "mixins" in s["spec"]), None)
+    if mixed is None:
+        sys.exit("the self-test's machine no longer gives a slice with mixins")
+    crd_by_kind = crds()
+    reservation = next(d for d in yaml_docs(open(os.path.join(CHART, "examples",
+                                                              "reservation.yaml")).read(), "")
+                       if d["kind"] == "Reservation")
+    daemonset = next(d for d in yaml_docs(helm_template([])[0], "chart")
+                     if d.get("kind") == "DaemonSet")
+
+    def broken(obj, edit):
+        o = json.loads(json.dumps(obj))
+        edit(o)
+        return o
+
+    def first_device(o):
+        return o["spec"]["devices"][0]
+
+    # (name, object, rule, text a problem must contain; None: must pass)
+    cases = [
+        ("flat slice as built", flat, "flat", None),
+        ("mixin slice as built", mixed, "mixins", None),
+        ("Reservation example", reservation, "flat", None),
+        ("DaemonSet as rendered", daemonset, "flat", None),
+        ("flat slice with an unknown device field", broken(
+            flat, lambda o: first_device(o).update(bogus=1)), "flat",
+         "unknown field spec.devices[0].bogus"),
+        ("flat slice with mixins (an unknown field to a flat server)", mixed, "flat",
+         "unknown field spec.mixins"),
+        ("flat slice with an unknown attribute value field", broken(
+            flat, lambda o: next(iter(first_device(o)["attributes"].values())).update(quux="x")),
+         "flat", ".quux"),
+        ("flat slice with a string pool generation", broken(
+            flat, lambda o: o["spec"]["pool"].update(generation="1")), "flat",
+         "/spec/pool/generation must be integer"),
+        ("flat slice without its driver", broken(
+            flat, lambda o: o["spec"].pop("driver")), "flat",
+         'must have required property "driver"'),
+        ("flat slice with an int attribute that is a string", broken(
+            flat, lambda o: first_device(o)["attributes"].update({"x.io/n": {"int": "2"}})),
+         "flat", "must be integer"),
+        ("mixin slice with an extra unknown field", broken(
+            mixed, lambda o: first_device(o).update(includesAlso=["x"])), "mixins",
+         "unknown field spec.devices[0].includesAlso"),
+        ("mixin slice with an unknown spec field", broken(
+            mixed, lambda o: o["spec"].update(sharedMixins=[])), "mixins",
+         "unknown field spec.sharedMixins"),
+        ("mixin slice with a wrong type", broken(
+            mixed, lambda o: first_device(o).update(name=5)), "mixins",
+         "/spec/devices/0/name must be string"),
+        ("Reservation with an unknown spec field", broken(
+            reservation, lambda o: o["spec"].update(cpuCount=2)), "flat",
+         "unknown field spec.cpuCount"),
+        ("Reservation with a string count", broken(
+            reservation, lambda o: o["spec"]["cpus"].update(count="8")), "flat",
+         "/spec/cpus/count must be integer"),
+        ("Reservation without nodeName", broken(
+            reservation, lambda o: o["spec"].pop("nodeName")), "flat",
+         'must have required property "nodeName"'),
+        ("Reservation with an unknown metadata field", broken(
+            reservation, lambda o: o["metadata"].update(labelz={})), "flat",
+         "unknown field metadata.labelz"),
+        ("DaemonSet with an unknown container field", broken(
+            daemonset, lambda o: o["spec"]["template"]["spec"]["containers"][0].update(
+                securityContexts={})), "flat",
+         "unknown field spec.template.spec.containers[0].securityContexts"),
+        ("DaemonSet without a selector", broken(
+            daemonset, lambda o: o["spec"].pop("selector")), "flat",
+         'must have required property "selector"'),
+    ]
+    items = [item_for(name, obj, crd_by_kind) for name, obj, _, _ in cases]
+    results = validate(items)
+    for name, obj, rule, want in cases:
+        r = results[name]
+        problems = flat_problems(r) if rule == "flat" else mixin_problems(r, obj)
+        if want is None and problems:
+            failures.append(f"{name}: must pass, got {problems}")
+        elif want is not None and not any(want in p for p in problems):
+            failures.append(f"{name}: must fail with \"{want}\", got {problems or 'no problem'}")
+        else:
+            print(f"ok   {name}: {problems[0] if problems else 'passes'}")
+    return report(failures, len(cases), "self-test objects")
+
+
+if __name__ == "__main__":
+    parts = {"selftest": test_selftest, "slices": test_slices, "chart": test_chart,
+             "examples": test_examples}
+    if len(sys.argv) != 2 or sys.argv[1] not in parts:
+        sys.exit(f"usage: {sys.argv[0]} {'|'.join(parts)}")
+    sys.exit(parts[sys.argv[1]]())
