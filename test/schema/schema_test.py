@@ -16,7 +16,7 @@ Parts:
   slices    every machine x CPU device mode x reservation case of test/testing/slice_cases.h,
             flat and in mixin form: `topodra slices` where the CLI can express the case (and
             equal to what slice_cases_dump builds), slice_cases_dump's output where it cannot
-            (Reservations);
+            (Reservations); and the golden slices of test/fixtures/slices;
   chart     `helm template --include-crds` of every variant of test/chart/variants.json;
   examples  charts/topodra/examples/*.yaml, and the CRDs of charts/topodra/crds/.
 """
@@ -79,6 +79,57 @@ def mixin_problems(result, obj):
     if has_includes and "mixins" not in obj.get("spec", {}):
         problems.append("devices include mixins but spec.mixins is missing")
     return problems
+
+
+# KEP-5234's Mixins: lists of DeviceMixin (name, attributes, capacity) and CounterSetMixin.
+MIXIN_LISTS = {"device", "counterSet"}
+
+
+def mixin_probe(obj):
+    """The device mixins of a slice as the devices of a flat slice, so the 1.36 schema checks
+    their attribute and capacity values too (a DeviceMixin's fields are a subset of Device's).
+    None without device mixins."""
+    mixins = obj.get("spec", {}).get("mixins")
+    if not isinstance(mixins, dict) or not mixins.get("device"):
+        return None
+    probe = json.loads(json.dumps(obj))
+    probe["spec"].pop("mixins")
+    probe["spec"]["devices"] = mixins["device"]
+    return probe
+
+
+def mixin_list_problems(obj):
+    mixins = obj.get("spec", {}).get("mixins")
+    if mixins is None:
+        return []
+    if not isinstance(mixins, dict):
+        return ["spec.mixins is not an object"]
+    return [f"unknown field spec.mixins.{k} (KEP-5234 has {sorted(MIXIN_LISTS)})"
+            for k in mixins if k not in MIXIN_LISTS]
+
+
+def check(entries, crd_by_kind=None):
+    """entries: [(name, object, "flat" | "mixins")] -> ({name: [problem]}, {name: result})."""
+    crd_by_kind = crd_by_kind or {}
+    items = [item_for(name, obj, crd_by_kind) for name, obj, _ in entries]
+    probes = {}
+    for name, obj, rule in entries:
+        probe = mixin_probe(obj) if rule == "mixins" else None
+        if probe is not None:
+            probes[name] = name + ", its device mixins as devices"
+            items.append({"name": probes[name], "object": probe})
+    results = validate(items)
+    problems = {}
+    for name, obj, rule in entries:
+        r = results[name]
+        if rule == "flat":
+            problems[name] = flat_problems(r)
+            continue
+        problems[name] = mixin_problems(r, obj) + mixin_list_problems(obj)
+        if name in probes:
+            problems[name] += [f"device mixins: {p.replace('devices', 'mixins.device')}"
+                               for p in flat_problems(results[probes[name]])]
+    return problems, results
 
 
 def items_of(doc):
@@ -147,7 +198,7 @@ def test_slices():
             if c["cli"]:
                 jobs[(c["label"], "flat")] = pool.submit(run_topodra, c["cli"] + ["--flatten"])
                 jobs[(c["label"], "mixins")] = pool.submit(run_topodra, c["cli"])
-    items, rules = [], {}
+    entries = []
     cli_cases = 0
     for c in cases:
         for form in ("flat", "mixins"):
@@ -163,19 +214,22 @@ def test_slices():
                 doc, source = cli_doc, "topodra slices"
                 cli_cases += 1
             for i, obj in enumerate(items_of(doc)):
-                name = f"{c['label']}, {form}, slice {i} ({source})"
-                items.append({"name": name, "object": obj})
-                rules[name] = (form, obj)
-    results = validate(items)
+                entries.append((f"{c['label']}, {form}, slice {i} ({source})", obj, form))
+    # The golden slices of test/fixtures/slices (slice_builder_test), whichever form each is in.
+    goldens = sorted(glob.glob(os.path.join(SOURCE, "test", "fixtures", "slices", "*.json")))
+    for path in goldens:
+        for i, obj in enumerate(items_of(json.load(open(path)))):
+            form = "mixins" if "mixins" in obj.get("spec", {}) else "flat"
+            entries.append((f"{os.path.basename(path)}, slice {i} (golden)", obj, form))
+    problems, results = check(entries)
     mixin_slices = 0
     includes = 0
-    for name, (form, obj) in rules.items():
-        r = results[name]
-        problems = flat_problems(r) if form == "flat" else mixin_problems(r, obj)
-        failures += [f"{name}: {p}" for p in problems]
+    for name, obj, form in entries:
+        failures += [f"{name}: {p}" for p in problems[name]]
         if form == "mixins" and "mixins" in obj.get("spec", {}):
             mixin_slices += 1
-            includes += sum(1 for u in r["unknown"] if shape(u) == "spec.devices[].includes")
+            includes += sum(1 for u in results[name]["unknown"]
+                            if shape(u) == "spec.devices[].includes")
     # The mixin form really was checked with mixins in it, and the reservation cases are there.
     if mixin_slices < 40 or includes == 0:
         failures.append(f"only {mixin_slices} slices in mixin form carry mixins ({includes} "
@@ -184,8 +238,9 @@ def test_slices():
     if held < 40:
         failures.append(f"only {held} Reservation cases: the case list lost them")
     print(f"{len(cases)} cases ({cli_cases} outputs of `topodra slices`, {held} Reservation "
-          f"cases from slice_cases_dump); {mixin_slices} slices in mixin form with mixins")
-    return report(failures, len(items), "ResourceSlices")
+          f"cases from slice_cases_dump), {len(goldens)} golden files; {mixin_slices} slices in "
+          "mixin form with mixins")
+    return report(failures, len(entries), "ResourceSlices")
 
 
 # ---- chart ---------------------------------------------------------------------------------
@@ -253,11 +308,12 @@ def test_examples():
 def test_selftest():
     """The rules must catch what they exist for; each broken object names what must be found."""
     failures = []
-    flat, err = run_topodra(["slices", "-o", "json", "--flatten", "--topology-synthetic",
-                             "pack:2 core:2 pu:2", "--node-name", "self-test"])
-    mixed, err2 = run_topodra(["slices", "-o", "json", "--topology-synthetic",
-                               "pack:2 numa:2 core:4 pu:2", "--group-by", "socket",
-                               "--node-name", "self-test"])
+    # 4 sockets sharing one NUMA node: the socket devices share their NUMA attributes (a mixin).
+    machine = ["--topology-file",
+               os.path.join(ENV["TOPODRA_TOPOLOGIES_DIR"], "16em64t-4s2c2t.xml"),
+               "--group-by", "socket", "--node-name", "self-test"]
+    flat, err = run_topodra(["slices", "-o", "json", "--flatten", *machine])
+    mixed, err2 = run_topodra(["slices", "-o", "json", *machine])
     if err or err2:
         sys.exit(err or err2)
     flat = items_of(flat)[0]
@@ -311,6 +367,15 @@ def test_selftest():
         ("mixin slice with a wrong type", broken(
             mixed, lambda o: first_device(o).update(name=5)), "mixins",
          "/spec/devices/0/name must be string"),
+        ("mixin slice with an unknown Mixins list", broken(
+            mixed, lambda o: o["spec"]["mixins"].update(attributeSet=[])), "mixins",
+         "unknown field spec.mixins.attributeSet"),
+        ("mixin slice with a bool attribute that is a string in a mixin", broken(
+            mixed, lambda o: o["spec"]["mixins"]["device"][0].setdefault("attributes", {}).update(
+                {"x.io/b": {"bool": "yes"}})), "mixins", "must be boolean"),
+        ("mixin slice with an unknown field in a device mixin", broken(
+            mixed, lambda o: o["spec"]["mixins"]["device"][0].update(colour="red")), "mixins",
+         "unknown field spec.mixins.device[0].colour"),
         ("Reservation with an unknown spec field", broken(
             reservation, lambda o: o["spec"].update(cpuCount=2)), "flat",
          "unknown field spec.cpuCount"),
@@ -331,11 +396,9 @@ def test_selftest():
             daemonset, lambda o: o["spec"].pop("selector")), "flat",
          'must have required property "selector"'),
     ]
-    items = [item_for(name, obj, crd_by_kind) for name, obj, _, _ in cases]
-    results = validate(items)
+    found, _ = check([(name, obj, rule) for name, obj, rule, _ in cases], crd_by_kind)
     for name, obj, rule, want in cases:
-        r = results[name]
-        problems = flat_problems(r) if rule == "flat" else mixin_problems(r, obj)
+        problems = found[name]
         if want is None and problems:
             failures.append(f"{name}: must pass, got {problems}")
         elif want is not None and not any(want in p for p in problems):
