@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Every object topodra produces, validated against the upstream Kubernetes 1.36 schemas.
 
-usage: schema_test.py selftest|slices|chart|examples   (environment: see CMakeLists.txt)
+usage: schema_test.py selftest|slices|daemon|chart|examples   (environment: see CMakeLists.txt)
 
 validate.mjs runs kubernetes-models@5.1.0's generated validators and lists the fields those
 schemas do not have; this script gathers the objects and applies the rules:
@@ -17,17 +17,25 @@ Parts:
             flat and in mixin form: `topodra slices` where the CLI can express the case (and
             equal to what slice_cases_dump builds), slice_cases_dump's output where it cannot
             (Reservations); and the golden slices of test/fixtures/slices;
+  daemon    a whole node (topodra run, nvidiaDGX2, a Reservation) against the fake API server,
+            once refusing and once keeping mixins: the slices as the publisher sent them and
+            the Reservation with the status the daemon wrote, read back from the server;
   chart     `helm template --include-crds` of every variant of test/chart/variants.json;
   examples  charts/topodra/examples/*.yaml, and the CRDs of charts/topodra/crds/.
 """
 import concurrent.futures
 import glob
+import http.client
+import http.server
 import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+import urllib.request
 
 import yaml
 
@@ -243,6 +251,205 @@ def test_slices():
     return report(failures, len(entries), "ResourceSlices")
 
 
+# ---- what a daemon publishes ----------------------------------------------------------------
+
+def http_json(port, path, body=None):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
+                                 data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"},
+                                 method="GET" if body is None else "POST")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.load(r)
+
+
+class RecordingProxy:
+    """Forwards HTTP to the fake API server and keeps every request body (JSON) it forwards:
+    what the daemon sends, before the server prunes fields its schema does not have (a custom
+    resource's status written without strict field validation loses them silently)."""
+
+    def __init__(self, upstream_port):
+        self.sent = []
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def forward(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                if body:
+                    try:
+                        proxy.sent.append((self.command, self.path, json.loads(body)))
+                    except ValueError:
+                        pass
+                try:
+                    self.relay(body)
+                except (OSError, ValueError, http.client.HTTPException):
+                    # A watch cut when the test stops the daemon or the server.
+                    self.close_connection = True
+
+            def relay(self, body):
+                conn = http.client.HTTPConnection("127.0.0.1", upstream_port, timeout=600)
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() not in ("host", "connection")}
+                conn.request(self.command, self.path, body=body, headers=headers)
+                resp = conn.getresponse()
+                chunked = resp.getheader("Transfer-Encoding", "").lower() == "chunked"
+                self.send_response(resp.status, resp.reason)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(k, v)
+                if chunked:
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    while True:
+                        data = resp.read1(65536)
+                        if not data:
+                            break
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                else:
+                    data = resp.read()
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                self.wfile.flush()
+                conn.close()
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = forward
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def daemon_run(root, mixins):
+    """Runs a whole node against the fake API server (fake_apiserver.py, serving the Reservation
+    CRD and keeping or refusing mixins) with a Reservation of 2 CPUs and a GPU on nvidiaDGX2, and
+    returns what the server then holds: the ResourceSlices as the publisher sent them (owner
+    reference, generation, reserved devices tainted) and the Reservation with the status the
+    daemon wrote. None and a reason on failure."""
+    os.makedirs(root)
+    procs = []
+    proxy = None
+    try:
+        fake = subprocess.Popen(
+            ["/usr/bin/python3", os.path.join(SOURCE, "test", "integration", "fake_apiserver.py"),
+             "--port", "0", "--port-file", f"{root}/port", "--mixins", mixins,
+             "--crd", glob.glob(os.path.join(CHART, "crds", "*.yaml"))[0],
+             "--node", "node-a=uid-node-a"],
+            stdout=subprocess.DEVNULL, stderr=open(f"{root}/fake.log", "w"))
+        procs.append(fake)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(f"{root}/port") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        port = open(f"{root}/port").read().strip()
+        proxy = RecordingProxy(int(port))
+        with open(f"{root}/kubeconfig", "w") as f:
+            f.write(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: fake, cluster: {{server: "http://127.0.0.1:{proxy.port}"}}}}]
+users: [{{name: test, user: {{}}}}]
+contexts: [{{name: test, context: {{cluster: fake, user: test}}}}]
+current-context: test
+""")
+        example = next(d for d in yaml_docs(open(os.path.join(CHART, "examples",
+                                                              "reservation.yaml")).read(), "")
+                       if d["kind"] == "Reservation")
+        example["spec"]["nodeName"] = "node-a"
+        example["spec"]["cpus"] = {"count": 2}
+        http_json(port, "/apis/topodra.io/v1alpha1/reservations", example)
+        daemon = subprocess.Popen(
+            [ENV["TOPODRA_BINARY"], "run", "--kubelet-root-dir", f"{root}/kubelet",
+             "--cdi-dir", f"{root}/cdi", "--state-dir", f"{root}/state", "--enforce", "none",
+             "--metrics-address", "none", "--health-address", "none",
+             "--cgroup-root", f"{root}/cgroup", "--hook-dir", f"{root}/hook",
+             "--host-root", f"{root}/host", "--reservations", "on",
+             "--kubeconfig", f"{root}/kubeconfig", "--node-name", "node-a",
+             "--topology-file", os.path.join(ENV["TOPODRA_TOPOLOGIES_DIR"], "nvidiaDGX2.xml")],
+            stdout=subprocess.DEVNULL, stderr=open(f"{root}/daemon.log", "w"))
+        procs.append(daemon)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            slices = http_json(port, "/apis/resource.k8s.io/v1/resourceslices")["items"]
+            resv = http_json(port, "/apis/topodra.io/v1alpha1/reservations")["items"]
+            tainted = {s["spec"]["driver"] for s in slices
+                       if any(d.get("taints") for d in s["spec"].get("devices", []))}
+            if (resv and resv[0].get("status", {}).get("phase") == "Available"
+                    and tainted == {"dra.cpu", "gpu.topodra.io"}):
+                daemon.terminate()
+                daemon.wait(timeout=20)
+                return slices, resv, proxy.sent, None
+            if daemon.poll() is not None:
+                break
+            time.sleep(0.2)
+        return None, None, None, ("the daemon did not publish both drivers' reserved devices tainted "
+                            f"and mark the Reservation Available: {open(f'{root}/daemon.log').read()[-2000:]}")
+    finally:
+        if proxy:
+            proxy.close()
+        for p in reversed(procs):
+            p.terminate()
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def test_daemon():
+    failures, entries = [], []
+    sent_kinds = set()
+    crd_by_kind = crds()
+    with tempfile.TemporaryDirectory(prefix="schema-daemon-") as tmp:
+        for mixins, form in (("reject", "flat"), ("accept", "mixins")):
+            slices, resv, sent, err = daemon_run(os.path.join(tmp, mixins), mixins)
+            if err:
+                failures.append(f"server that {mixins}s mixins: {err}")
+                continue
+            for s in slices:
+                # A list's items carry no type meta (as from a real server): the list's.
+                s = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", **s}
+                if not s["metadata"].get("ownerReferences"):
+                    failures.append(f"{s['metadata']['name']}: no owner reference: not what the "
+                                    "publisher sends")
+                entries.append((f"server that {mixins}s mixins: {s['metadata']['name']}", s, form))
+            for r in resv:
+                entries.append((f"server that {mixins}s mixins: Reservation "
+                                f"{r['metadata']['name']} with the daemon's status", r, "flat"))
+            # Every body the daemon sent: slices (strict field validation, so the server would
+            # refuse unknown fields) and Reservation status updates (not strict: the server
+            # prunes what the CRD lacks without a word, so only the sent body shows it).
+            for i, (method, path, body) in enumerate(sent):
+                if not isinstance(body, dict) or "kind" not in body:
+                    continue
+                form = ("mixins" if body.get("kind") == "ResourceSlice" and
+                        "mixins" in body.get("spec", {}) else "flat")
+                entries.append((f"server that {mixins}s mixins: sent #{i} {method} "
+                                f"{path.split('?')[0]}", body, form))
+                sent_kinds.add(body["kind"])
+    for kind in ("ResourceSlice", "Reservation"):
+        if kind not in sent_kinds:
+            failures.append(f"the daemon sent no {kind}: the sent-body check lost its input")
+    if not any("mixins" in obj["spec"] for _, obj, form in entries if form == "mixins"):
+        failures.append("the daemon published no mixins to the server that accepts them")
+    problems, _ = check(entries, crd_by_kind)
+    for name, _, _ in entries:
+        failures += [f"{name}: {p}" for p in problems[name]]
+    for name, _, _ in entries:
+        print(f"checked {name}")
+    return report(failures, len(entries), "objects a daemon wrote")
+
+
 # ---- chart ---------------------------------------------------------------------------------
 
 def helm_template(sets):
@@ -409,8 +616,8 @@ def test_selftest():
 
 
 if __name__ == "__main__":
-    parts = {"selftest": test_selftest, "slices": test_slices, "chart": test_chart,
-             "examples": test_examples}
+    parts = {"selftest": test_selftest, "slices": test_slices, "daemon": test_daemon,
+             "chart": test_chart, "examples": test_examples}
     if len(sys.argv) != 2 or sys.argv[1] not in parts:
         sys.exit(f"usage: {sys.argv[0]} {'|'.join(parts)}")
     sys.exit(parts[sys.argv[1]]())
