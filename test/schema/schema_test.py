@@ -155,8 +155,18 @@ def yaml_docs(text, where):
 
 
 def report(failures, checked, what):
-    for f in failures:
+    # A defect in a builder fails hundreds of objects the same way: the first ones, then how
+    # often each problem occurs.
+    for f in failures[:40]:
         print(f"FAIL {f}")
+    if len(failures) > 40:
+        counts = {}
+        for f in failures:
+            problem = re.sub(r"\[\d+\]", "[]", f.rsplit("): ", 1)[-1])
+            counts[problem] = counts.get(problem, 0) + 1
+        print(f"... and {len(failures) - 40} more; by problem:")
+        for problem, n in sorted(counts.items(), key=lambda x: -x[1])[:15]:
+            print(f"  {n:6d}  {problem}")
     print(f"{checked} {what} checked, {len(failures)} failing")
     return 1 if failures else 0
 
