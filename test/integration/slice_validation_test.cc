@@ -18,15 +18,16 @@
 #include "test/integration/fake_apiserver.h"
 #include "test/integration/fake_apiserver_client.h"
 #include "test/testing/fixtures.h"
+#include "test/testing/slice_cases.h"
 
 namespace topodra::publish {
 namespace {
 
 using topodra::testing::FakeApiServer;
 using topodra::testing::FakeApiServerOptions;
-
-// 1024 CPUs: 2 packages x 4 NUMA nodes x 64 cores x 2 threads.
-constexpr char kSynthetic1024[] = "pack:2 numa:4 core:64 pu:2";
+using topodra::testing::kSynthetic1024;
+using topodra::testing::SliceCase;
+using topodra::testing::SliceMode;
 
 std::unique_ptr<FakeApiServer> StartServer(bool accept_mixins) {
   FakeApiServerOptions o;
@@ -42,72 +43,6 @@ std::unique_ptr<kube::RestClient> ClientFor(const FakeApiServer& server) {
       topodra::testing::ClientFor(server, std::chrono::milliseconds(10000));
   EXPECT_NE(client, nullptr);
   return client;
-}
-
-struct Mode {
-  CpuDeviceMode mode;
-  GroupBy by;
-  std::string name;
-};
-
-const std::vector<Mode>& Modes() {
-  static const std::vector<Mode> kModes = {
-      {CpuDeviceMode::kGrouped, GroupBy::kNuma, "numa"},
-      {CpuDeviceMode::kGrouped, GroupBy::kSocket, "socket"},
-      {CpuDeviceMode::kGrouped, GroupBy::kMachine, "machine"},
-      {CpuDeviceMode::kIndividual, GroupBy::kNuma, "individual"},
-  };
-  return kModes;
-}
-
-// The online CPUs of each group of the mode, in group order (one group in individual mode).
-std::vector<CpuSet> Groups(const topology::Topology& t, GroupBy by) {
-  std::vector<CpuSet> out;
-  if (by == GroupBy::kNuma) {
-    for (const topology::NumaNode& n : t.numa_nodes) out.push_back(n.cpus & t.online);
-  } else if (by == GroupBy::kSocket) {
-    for (const topology::Package& p : t.packages) out.push_back(p.cpus & t.online);
-  }
-  if (out.empty() || by == GroupBy::kMachine) out = {t.online};
-  std::erase_if(out, [](const CpuSet& c) { return c.Empty(); });
-  return out;
-}
-
-CpuSet AllButFirst(const CpuSet& cpus) {
-  CpuSet rest = cpus;
-  if (!cpus.Empty()) rest -= CpuSet{*cpus.begin()};
-  return rest;
-}
-
-struct Case {
-  std::string name;
-  PublishOptions opts;
-};
-
-// The reservation cases of one fixture and mode: none; --reserved-cpus leaving one CPU in the
-// first group and in the last; a Reservation of one CPU; a Reservation of all but one CPU of the
-// last group (its group and the reservation's device both keep the rest).
-std::vector<Case> CasesFor(const topology::Topology& t, const Mode& m) {
-  PublishOptions base;
-  base.cpu_mode = m.mode;
-  base.group_by = m.by;
-  const std::vector<CpuSet> groups = Groups(t, m.by);
-  std::vector<Case> out;
-  out.push_back({"nothing reserved", base});
-  if (groups.empty()) return out;
-  Case first{"reserved-cpus leave one CPU in the first group", base};
-  first.opts.reserved_cpus = AllButFirst(groups.front());
-  if (first.opts.reserved_cpus != t.online) out.push_back(first);
-  Case last{"reserved-cpus leave one CPU in the last group and the first", base};
-  last.opts.reserved_cpus = AllButFirst(groups.back()) | AllButFirst(groups.front());
-  if (last.opts.reserved_cpus != t.online) out.push_back(last);
-  Case one{"a Reservation of one CPU", base};
-  one.opts.reservations = {{"one.cpu", CpuSet{*groups.front().begin()}, {}, ""}};
-  out.push_back(one);
-  Case most{"a Reservation leaves one CPU in the last group", base};
-  most.opts.reservations = {{"most", AllButFirst(groups.back()), {}, "2025-03-01T09:00:00Z"}};
-  if (!most.opts.reservations[0].cpus.Empty()) out.push_back(most);
-  return out;
 }
 
 // What the server stores for the driver's pool on the node.
@@ -138,8 +73,8 @@ TEST(SliceValidationTest, EveryFixtureModeAndReservationIsAccepted) {
   for (const std::string& machine : machines) {
     const topology::Topology t = topodra::testing::LoadTopology(machine);
     ASSERT_FALSE(t.online.Empty()) << machine;
-    for (const Mode& m : Modes()) {
-      for (const Case& c : CasesFor(t, m)) {
+    for (const SliceMode& m : topodra::testing::SliceModes()) {
+      for (const SliceCase& c : topodra::testing::SliceCasesFor(t, m)) {
         PublishOptions opts = c.opts;
         opts.node_name = absl::StrCat("node-", node_index++);
         SCOPED_TRACE(absl::StrCat(machine, ", ", m.name, ", ", c.name, " (", opts.node_name, ")"));
