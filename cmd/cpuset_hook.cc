@@ -153,6 +153,26 @@ int main(int argc, char** argv) {
   const bool v2 =
       !IsDir(cgroup_root + "/cpuset") && std::ifstream(cgroup_root + "/cgroup.controllers").good();
   const std::string hierarchy = v2 ? cgroup_root : cgroup_root + "/cpuset";
+  // A CPU the machine does not have (a spec written for another machine, a stale claim) fails
+  // here, named, before the record or any cgroup is written: the kernel's own refusal (ERANGE
+  // on the first ancestor widened) names neither the CPU nor the cause.
+  {
+    const std::string root_file = hierarchy + (v2 ? "/cpuset.cpus.effective" : "/cpuset.cpus");
+    bool root_ok = false;
+    const std::string root_text = Read(root_file, &root_ok);
+    const std::optional<std::set<int>> machine =
+        root_ok ? hook::ParseList(root_text) : std::nullopt;
+    if (machine && !machine->empty()) {
+      std::set<int> missing;
+      for (int c : *cpus) {
+        if (!machine->contains(c)) missing.insert(c);
+      }
+      if (!missing.empty()) {
+        Fail("--cpus \"" + cpus_arg + "\": CPU " + hook::FormatList(missing) +
+             " is not on this machine (" + root_file + " has " + hook::FormatList(*machine) + ")");
+      }
+    }
+  }
   bool ok = false;
   const std::string proc = Read("/proc/" + std::to_string(pid) + "/cgroup", &ok);
   if (!ok) Fail("cannot read /proc/" + std::to_string(pid) + "/cgroup");

@@ -69,11 +69,14 @@ std::optional<std::string> SystemdPodUid(std::string_view escaped) {
 // slice. It is the container's monitor, not the container, so it is given the id
 // "conmon-<id>", which never holds a claim: conmon runs on the shared CPUs even when its
 // container is exclusive, instead of competing with the workload on the claimed ones.
+// Podman names the same pair "libpod-<id>.scope" and "libpod-conmon-<id>.scope".
 std::optional<std::string> SystemdContainerId(std::string_view name) {
-  if (auto id = Between(name, "crio-conmon-", ".scope"); id && IsContainerId(*id)) {
-    return "conmon-" + std::string(*id);
+  for (std::string_view conmon : {"crio-conmon-", "libpod-conmon-"}) {
+    if (auto id = Between(name, conmon, ".scope"); id && IsContainerId(*id)) {
+      return "conmon-" + std::string(*id);
+    }
   }
-  for (std::string_view prefix : {"cri-containerd-", "crio-", "docker-"}) {
+  for (std::string_view prefix : {"cri-containerd-", "crio-", "docker-", "libpod-"}) {
     if (auto id = Between(name, prefix, ".scope"); id && IsContainerId(*id)) {
       return std::string(*id);
     }
@@ -82,12 +85,15 @@ std::optional<std::string> SystemdContainerId(std::string_view name) {
 }
 
 // The same below a cgroupfs pod directory: CRI-O names it "crio-<id>" (and conmon's
-// "crio-conmon-<id>"), containerd and Docker use the bare id.
+// "crio-conmon-<id>"), containerd and Docker use the bare id, podman "libpod-<id>" (its conmon
+// goes to a "conmon" directory beside it, which is a container id no claim has).
 std::optional<std::string> CgroupfsContainerId(std::string_view name) {
   if (auto id = Between(name, "crio-conmon-", ""); id && IsContainerId(*id)) {
     return "conmon-" + std::string(*id);
   }
-  if (auto id = Between(name, "crio-", ""); id && IsContainerId(*id)) return std::string(*id);
+  for (std::string_view prefix : {"crio-", "libpod-"}) {
+    if (auto id = Between(name, prefix, ""); id && IsContainerId(*id)) return std::string(*id);
+  }
   if (IsContainerId(name)) return std::string(name);
   return std::nullopt;
 }

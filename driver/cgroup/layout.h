@@ -7,9 +7,10 @@
 //   systemd:  kubepods.slice/[kubepods-{burstable,besteffort}.slice/]
 //             kubepods[-{burstable,besteffort}]-pod<uid with _ for ->.slice/
 //             {cri-containerd-<id>.scope | crio-<id>.scope | crio-conmon-<id>.scope |
-//             docker-<id>.scope}
+//             docker-<id>.scope | libpod-<id>.scope | libpod-conmon-<id>.scope}
 //             [/container]
-//   cgroupfs: kubepods/[{burstable,besteffort}/]pod<uid>/{<id> | crio-<id> | crio-conmon-<id>}
+//   cgroupfs: kubepods/[{burstable,besteffort}/]pod<uid>/{<id> | crio-<id> | crio-conmon-<id> |
+//             libpod-<id>}
 // Guaranteed pods sit right under kubepods; burstable and besteffort pods under their QoS
 // cgroup. Anything else (system.slice, the QoS cgroups' other children, ...) is not ours, and
 // neither is a non-default --cgroup-root (kind's kubelet.slice/kubelet-kubepods.slice/...).
@@ -21,6 +22,11 @@
 //     container as its scope.
 //   - crio-conmon-<id>: CRI-O's container monitor (conmon_cgroup = "pod"), classified as a
 //     container with id "conmon-<id>": no claim has that id, so conmon stays on the shared CPUs.
+//     The same for podman's libpod-conmon-<id>.scope (systemd driver; with cgroupfs podman puts
+//     conmon in "conmon" beside the containers, a container id no claim has either).
+//   - libpod-<id>: a container podman runs with --cgroup-parent set to a pod cgroup, as the
+//     runtime test does (the kubelet never creates these, but such a container holds claims
+//     through CDI like the kubelet's).
 #pragma once
 
 #include <map>

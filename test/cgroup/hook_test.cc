@@ -169,6 +169,30 @@ TEST(HookBinaryRealHostTest, PinsARealProcessAndWidensItsParents) {
   EXPECT_FALSE(fs::exists(records + "/abc123_uid-2.json"));
 }
 
+// A CPU not in the cpuset hierarchy's root fails with the CPU named (runc reports the hook's
+// stderr: this is what an operator reads), before the record or any cgroup is written.
+TEST(HookBinaryTest, CpuNotOnTheMachineIsNamed) {
+  const std::string dir = ::testing::TempDir() + "/hook-cpu-named-" + std::to_string(::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir + "/cgroup/cpuset");
+  std::ofstream(dir + "/cgroup/cpuset/cpuset.cpus") << "0-1\n";
+  const std::string cmd = "echo '{\"id\": \"abc123\", \"pid\": 1}' | " +
+                          std::string(TOPODRA_HOOK_BINARY) +
+                          " --cpus 1,64-65 --claim u --records " + dir + "/records --cgroup-root " +
+                          dir + "/cgroup 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[512] = {0};
+  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, p);
+  EXPECT_EQ(WEXITSTATUS(::pclose(p)), 1);
+  EXPECT_THAT(std::string(buf, n),
+              ::testing::HasSubstr("--cpus \"1,64-65\": CPU 64-65 is not on this machine (" + dir +
+                                   "/cgroup/cpuset/cpuset.cpus has 0-1)"));
+  EXPECT_FALSE(fs::exists(dir + "/records"));
+  EXPECT_EQ(Slurp(dir + "/cgroup/cpuset/cpuset.cpus"), "0-1\n");
+  fs::remove_all(dir);
+}
+
 TEST(HookBinaryTest, BadInputFailsWithAMessage) {
   const std::string cmd =
       std::string(TOPODRA_HOOK_BINARY) + " --cpus 1-0 --claim u --records /tmp/x 2>&1 </dev/null";

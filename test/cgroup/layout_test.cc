@@ -129,6 +129,16 @@ std::vector<ClassifyCase> AcceptedCases() {
        Make(cb + "/crio-" + kCid, Level::kContainer, fs, kUid, kCid)},
       {"fs_crio_conmon", cg + "/crio-conmon-" + kCid,
        Make(cg + "/crio-conmon-" + kCid, Level::kContainer, fs, kUid, S("conmon-") + kCid)},
+      // podman run --cgroup-parent <pod cgroup> (test/runtime's containers)
+      {"fs_podman", ce + "/libpod-" + kCid,
+       Make(ce + "/libpod-" + kCid, Level::kContainer, fs, kUid, kCid)},
+      {"fs_podman_conmon", ce + "/conmon",
+       Make(ce + "/conmon", Level::kContainer, fs, kUid, "conmon")},
+      {"sd_podman", epod + "/libpod-" + kCid + ".scope",
+       Make(epod + "/libpod-" + kCid + ".scope", Level::kContainer, sd, kUid, kCid)},
+      {"sd_podman_conmon", epod + "/libpod-conmon-" + kCid + ".scope",
+       Make(epod + "/libpod-conmon-" + kCid + ".scope", Level::kContainer, sd, kUid,
+            S("conmon-") + kCid)},
   };
 }
 
@@ -202,6 +212,9 @@ std::vector<ClassifyCase> RejectedCases() {
       cb + "/" + kCid + "/container",  // no crun sub-cgroup without systemd
       cb + "/crio-",
       cb + "/crio-conmon-",
+      cb + "/libpod-",
+      bpod + "/libpod-.scope",
+      bpod + "/libpod-conmon-.scope",
       cb + "/cri-containerd-" + kCid + ".scope",
       cb + "/" + kCid + ".scope",
       cb + "/" + std::string(129, 'a'),

@@ -3,10 +3,15 @@
 //   kubelet_sim --root-dir D wait DRIVER [--timeout 10s]
 //   kubelet_sim --root-dir D prepare DRIVER NS/NAME/UID... [--timeout 10s]
 //   kubelet_sim --root-dir D unprepare DRIVER NS/NAME/UID... [--timeout 10s]
+//   kubelet_sim --root-dir D allocate RESOURCE COUNT [--timeout 10s]
 //
 // Each run is a freshly started kubelet: it discovers the plugin's registration socket, registers
 // it (waiting up to --timeout) and then makes the one call. Exit codes: 0 ok (prepare/unprepare:
 // the RPC succeeded, even with per-claim errors), 1 the work failed, 2 bad flags.
+// `allocate` is the device manager's side: it serves <root-dir>/device-plugins/kubelet.sock,
+// waits for the plugin of RESOURCE to register and list COUNT healthy devices, asks for its
+// preferred allocation of COUNT among the healthy ones and allocates them for one container,
+// as the kubelet does when a container requests COUNT of RESOURCE.
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -17,8 +22,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "test/kubelet_sim/device_plugin_sim.h"
 #include "test/kubelet_sim/kubelet_sim.h"
 
 namespace {
@@ -36,7 +43,9 @@ constexpr char kUsage[] =
     "commands:\n"
     "  wait DRIVER                   wait for the driver to register; print the registration\n"
     "  prepare DRIVER NS/NAME/UID... NodePrepareResources for the claims; print the response\n"
-    "  unprepare DRIVER NS/NAME/UID... NodeUnprepareResources for the claims; print the response\n";
+    "  unprepare DRIVER NS/NAME/UID... NodeUnprepareResources for the claims; print the response\n"
+    "  allocate RESOURCE COUNT       device manager: GetPreferredAllocation + Allocate of COUNT\n"
+    "                                healthy devices for one container; print the response\n";
 
 int Fail(int code, const std::string& msg) {
   std::cerr << "kubelet_sim: " << msg << "\n";
@@ -71,6 +80,48 @@ Json PrepareJson(const std::map<std::string, ClaimResult>& results) {
     out[uid] = Json{{"devices", std::move(devices)}, {"error", result.error}};
   }
   return out;
+}
+
+int Allocate(const std::string& dir, const std::string& resource, int count,
+             absl::Duration timeout) {
+  using topodra::testing::DevicePluginSimulator;
+  using topodra::testing::PluginDevice;
+  auto dp = DevicePluginSimulator::Start({dir});
+  if (!dp.ok()) return Fail(2, std::string(dp.status().message()));
+  if (auto reg = (*dp)->WaitForResource(resource, 1, timeout); !reg.ok()) {
+    return Fail(1, std::string(reg.status().message()));
+  }
+  auto healthy_of = [](const std::vector<PluginDevice>& devices) {
+    std::vector<std::string> ids;
+    for (const PluginDevice& d : devices) {
+      if (d.health == "Healthy") ids.push_back(d.id);
+    }
+    return ids;
+  };
+  auto devices = (*dp)->WaitForDevices(
+      resource,
+      [&](const std::vector<PluginDevice>& d) {
+        return healthy_of(d).size() >= static_cast<size_t>(count);
+      },
+      timeout);
+  if (!devices.ok()) {
+    return Fail(1, resource + ": fewer than " + std::to_string(count) +
+                       " healthy devices: " + std::string(devices.status().message()));
+  }
+  auto preferred = (*dp)->GetPreferredAllocation(resource, healthy_of(*devices), {}, count);
+  if (!preferred.ok()) return Fail(1, "GetPreferredAllocation: " + preferred.status().ToString());
+  auto allocated = (*dp)->Allocate(resource, {*preferred});
+  if (!allocated.ok()) return Fail(1, "Allocate: " + allocated.status().ToString());
+  const auto& a = allocated->at(0);
+  Json envs = Json::object();
+  for (const auto& [k, v] : a.envs) envs[k] = v;
+  std::cout << Dump(Json{{"deviceIds", *preferred},
+                         {"envs", std::move(envs)},
+                         {"devices", a.device_node_host_paths},
+                         {"cdiDevices", a.cdi_devices}},
+                    2)
+            << std::endl;
+  return 0;
 }
 
 int Run(int argc, char** argv) {
@@ -114,6 +165,14 @@ int Run(int argc, char** argv) {
   const std::string command = args[0];
   const std::string driver = args[1];
   std::vector<PrepareClaim> claims;
+  if (command == "allocate") {
+    if (args.size() != 3) return Fail(2, "allocate takes RESOURCE COUNT");
+    int count = 0;
+    if (!absl::SimpleAtoi(args[2], &count) || count < 1) {
+      return Fail(2, "invalid COUNT \"" + args[2] + "\" (want a positive number)");
+    }
+    return Allocate(opts.root_dir + "/device-plugins", driver, count, timeout);
+  }
   if (command == "wait") {
     if (args.size() != 2) return Fail(2, "wait takes only DRIVER");
   } else if (command == "prepare" || command == "unprepare") {

@@ -685,6 +685,12 @@ TEST_F(KubeletSimTest, CommandLine) {
   EXPECT_EQ(RunCli(root + " wait other.example.com --timeout 200ms").first, 1);
   EXPECT_EQ(RunCli(root + " prepare cpu.example.com not-a-claim").first, 2);
   EXPECT_EQ(RunCli("wait cpu.example.com").first, 2);
+  // The device manager's side (its success is test/runtime's, against the real daemon): bad
+  // counts are flag errors, a resource no plugin registers fails after --timeout.
+  EXPECT_EQ(RunCli(root + " allocate example.com/cpu 0").first, 2);
+  EXPECT_EQ(RunCli(root + " allocate example.com/cpu two").first, 2);
+  EXPECT_EQ(RunCli(root + " allocate example.com/cpu").first, 2);
+  EXPECT_EQ(RunCli(root + " allocate example.com/cpu 1 --timeout 200ms").first, 1);
 }
 
 TEST_F(KubeletSimTest, CommandLineFailsWhenTheRpcFails) {
