@@ -632,6 +632,37 @@ class ChartTest(unittest.TestCase):
                         self.assertEqual(len({"exactly", "firstAvailable"} & set(req)), 1, f)
                 if d["kind"] == "Pod":
                     self.assertTrue(d["spec"].get("resourceClaims"), f)
+                    self.check_pod_claims(f, d, docs)
+
+    def check_pod_claims(self, f, pod, docs):
+        """The references an API server would only check at scheduling (the fake stores Pods
+        as sent): containers' claims name pod claims, pod claims name a ResourceClaim or
+        ResourceClaimTemplate of the same file and namespace, a claim's request one of its
+        requests."""
+        ns = pod["metadata"].get("namespace")
+        where = f"{f}: Pod {pod['metadata']['name']}"
+        by_kind = {(d["kind"], d["metadata"]["name"]): d for d in docs
+                   if d["metadata"].get("namespace") == ns}
+        targets = {}
+        for pc in pod["spec"]["resourceClaims"]:
+            refs = [k for k in ("resourceClaimName", "resourceClaimTemplateName") if pc.get(k)]
+            self.assertEqual(len(refs), 1, f"{where}: resourceClaims {pc['name']!r} must name "
+                             "exactly one of resourceClaimName, resourceClaimTemplateName")
+            kind = "ResourceClaim" if refs[0] == "resourceClaimName" else "ResourceClaimTemplate"
+            target = by_kind.get((kind, pc[refs[0]]))
+            self.assertIsNotNone(target, f"{where}: resourceClaims {pc['name']!r}: no {kind} "
+                                 f"{pc[refs[0]]!r} in namespace {ns or '(default)'} of {f}")
+            spec = target["spec"] if kind == "ResourceClaim" else target["spec"]["spec"]
+            targets[pc["name"]] = {r["name"] for r in spec["devices"]["requests"]}
+        containers = pod["spec"]["containers"] + pod["spec"].get("initContainers", [])
+        for c in containers:
+            for claim in c.get("resources", {}).get("claims", []):
+                self.assertIn(claim["name"], targets, f"{where}: container {c['name']} uses claim "
+                              f"{claim['name']!r}, not in spec.resourceClaims {sorted(targets)}")
+                if claim.get("request"):
+                    self.assertIn(claim["request"], targets[claim["name"]],
+                                  f"{where}: container {c['name']}: claim {claim['name']!r} "
+                                  f"has no request {claim['request']!r}")
 
 
 def daemonset(r):
