@@ -10,8 +10,11 @@ value); DaemonSet shape, RBAC, admission policy, DeviceClasses, NOTES (`helm ins
 --dry-run=client`, which needs no cluster), the CRD (`--include-crds`) and the examples.
 Values that must be refused make helm fail with a message naming the value (values.schema.json
 and the chart's own checks), and the schema's choices and ranges are those of `topodra run
---help`; a Kubernetes version below the chart's floor is refused, and the floor is the oldest
-version serving every API the chart renders. The one check helm cannot
+--help`; a Kubernetes version below the chart's floor is refused, the floor is the oldest
+version serving every API the chart renders there, and from the floor on every version gets
+only APIs it serves (DeviceClasses v1beta1 before 1.34, v1 from 1.34). Every rendering passes
+--kube-version (1.36.0 unless the floor test's own): helm's default differs between helm builds.
+The examples' Pods reference claims, templates and requests that exist. The one check helm cannot
 make, that every value of values.yaml is used by a template and every .Values path a template
 reads exists, reads the templates' actions. Needs Debian's python3-yaml.
 """
