@@ -10,8 +10,11 @@ value); DaemonSet shape, RBAC, admission policy, DeviceClasses, NOTES (`helm ins
 --dry-run=client`, which needs no cluster), the CRD (`--include-crds`) and the examples.
 Values that must be refused make helm fail with a message naming the value (values.schema.json
 and the chart's own checks), and the schema's choices and ranges are those of `topodra run
---help`; a Kubernetes version below the chart's floor is refused, and the floor is the oldest
-version serving every API the chart renders. The one check helm cannot
+--help`; a Kubernetes version below the chart's floor is refused, the floor is the oldest
+version serving every API the chart renders there, and from the floor on every version gets
+only APIs it serves (DeviceClasses v1beta1 before 1.34, v1 from 1.34). Every rendering passes
+--kube-version (1.36.0 unless the floor test's own): helm's default differs between helm builds.
+The examples' Pods reference claims, templates and requests that exist. The one check helm cannot
 make, that every value of values.yaml is used by a template and every .Values path a template
 reads exists, reads the templates' actions. Needs Debian's python3-yaml.
 """
@@ -31,21 +34,32 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TOPODRA, CHART, HELM = sys.argv[1], sys.argv[2], sys.argv[3]
 RELEASE, NAMESPACE = "topodra", "kube-system"
 
+# helm's default Kubernetes version (.Capabilities.KubeVersion without --kube-version) is baked
+# into each helm build (v1.20.0 in 4.0.0 builds, v1.35.0 in 4.1.4), and the templates choose
+# apiVersions by it: every helm call that renders passes this one, except the floor test's own.
+KUBE = "1.36.0"
+
 # The oldest Kubernetes that serves each kind the chart renders (at that apiVersion, by default)
 # and supports it as the chart uses it. The chart's floor (Chart.yaml kubeVersion) must be the
-# highest of these.
+# highest of these among what the chart renders at the floor.
 NEEDS = {
     ("v1", "ServiceAccount"): (1, 0),
     ("v1", "ConfigMap"): (1, 0),
     ("apps/v1", "DaemonSet"): (1, 9),
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): (1, 8),
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): (1, 8),
-    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): (1, 16),
-    # Served from 1.30; the policy denies every write without the node-name claim of pod-bound
-    # tokens, which 1.32 puts there by default (ServiceAccountTokenPodNodeInfo).
-    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): (1, 32),
+    # apiextensions.k8s.io/v1 is 1.16, but the Reservation CRD declares selectableFields
+    # (CustomResourceFieldSelectors: alpha 1.30, beta and on 1.31, GA 1.32); an older API
+    # server drops them and the daemon's field-selected list of its node's Reservations fails.
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"): (1, 31),
+    # Served from 1.30; the policy denies every write without the node-name extra of pod-bound
+    # tokens (authentication.kubernetes.io/node-name), which 1.30 puts there by default
+    # (ServiceAccountTokenPodNodeInfo: beta and on in 1.30, GA in 1.32).
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): (1, 30),
     ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): (1, 30),
-    # DRA GA: 1.32/1.33 serve resource.k8s.io only as v1beta1/v1beta2, and off by default.
+    # DRA: v1beta1 from 1.32 (off by default; 1.33 adds v1beta2), v1 from 1.34 (GA). The
+    # template renders v1beta1 below 1.34.
+    ("resource.k8s.io/v1beta1", "DeviceClass"): (1, 32),
     ("resource.k8s.io/v1", "DeviceClass"): (1, 34),
 }
 KINDS = set(NEEDS) - {("apiextensions.k8s.io/v1", "CustomResourceDefinition")}
@@ -125,7 +139,8 @@ def parse_manifest(text, what):
 
 
 def template(sets, *extra, what=None):
-    p = helm("template", RELEASE, CHART, "--namespace", NAMESPACE, *set_args(sets), *extra)
+    kube = [] if "--kube-version" in extra else ["--kube-version", KUBE]
+    p = helm("template", RELEASE, CHART, "--namespace", NAMESPACE, *kube, *set_args(sets), *extra)
     if p.returncode != 0:
         raise AssertionError(f"helm template {what or sets} failed:\n{p.stderr}")
     return parse_manifest(p.stdout, what or str(sets))
@@ -145,7 +160,9 @@ def coalesce(dst, src):
 
 def dry_run_install(sets, what):
     """`helm install --dry-run=client`: no cluster, but NOTES rendered and helm's own parse of
-    the --set values (its typing: 9477 an int, true a bool)."""
+    the --set values (its typing: 9477 an int, true a bool). `helm install` has no
+    --kube-version (helm's default decides): only NOTES and values are read from it, which do
+    not depend on the version; the manifest comes from template()."""
     p = helm("install", RELEASE, CHART, "--namespace", NAMESPACE, "--dry-run=client", "-o", "json",
              *set_args(sets))
     if p.returncode != 0:
@@ -231,7 +248,8 @@ class ChartTest(unittest.TestCase):
 
     def test_lint_strict_every_variant(self):
         lints = parallel(lambda sets: helm("lint", "--strict", CHART, "--namespace", NAMESPACE,
-                                           *set_args(sets)), VARIANTS.values())
+                                           "--kube-version", KUBE, *set_args(sets)),
+                         VARIANTS.values())
         for name, p in zip(VARIANTS, lints):
             out = p.stdout + p.stderr
             self.assertEqual(p.returncode, 0, f"helm lint --strict, variant {name}:\n{out}")
@@ -336,7 +354,8 @@ class ChartTest(unittest.TestCase):
 
     def test_refused_values(self):
         answers = parallel(lambda args: helm("template", RELEASE, CHART, "--namespace", NAMESPACE,
-                                             *args), [args for args, _ in self.REFUSED])
+                                             "--kube-version", KUBE, *args),
+                           [args for args, _ in self.REFUSED])
         for (args, want), p in zip(self.REFUSED, answers):
             with self.subTest(args=args):
                 self.assertNotEqual(p.returncode, 0, f"helm template {args} was accepted")
@@ -406,23 +425,50 @@ class ChartTest(unittest.TestCase):
     def test_kube_version_floor(self):
         self.assertIsNotNone(self.floor, f"kubeVersion {self.chart['kubeVersion']!r}: want \">=X.Y.Z-0\"")
         floor = version_tuple(self.floor.group(1))
-        # The floor is the oldest Kubernetes serving every kind the chart renders, no older
-        # (the install would fail half-way) and no newer (it would refuse clusters that work).
-        rendered = {k for r in self.renders.values() for k in kinds_of(r["documents"])}
-        rendered |= set(kinds_of(template([], "--include-crds", what="--include-crds")))
-        unknown = sorted(k for k in rendered if k not in NEEDS)
-        self.assertEqual(unknown, [], "rendered kinds without a known oldest Kubernetes (NEEDS)")
-        need = max(NEEDS[k] for k in rendered)
-        self.assertEqual(floor, need, f"kubeVersion {self.chart['kubeVersion']}: the rendered kinds "
-                         f"need {need}: {sorted(k for k in rendered if NEEDS[k] == need)}")
         below = f"{floor[0]}.{floor[1] - 1}.99"
         p = helm("template", RELEASE, CHART, "--kube-version", below)
         self.assertNotEqual(p.returncode, 0, f"--kube-version {below} was accepted")
         self.assertIn(f"incompatible with Kubernetes v{below}", p.stderr)
         self.assertIn(self.chart["kubeVersion"], p.stderr)
+        # At every version from the floor on, every variant (and the CRD) renders only kinds
+        # that version serves; at the floor something needs the floor itself (else the floor
+        # refuses clusters that work). DeviceClasses follow the version: v1beta1 before DRA GA.
         # Vendor builds carry a pre-release suffix; "-0" in the constraint admits them.
-        for ok in [f"{floor[0]}.{floor[1]}.0", f"{floor[0]}.{floor[1]}.1-gke.100", "1.36.0"]:
-            template([], "--kube-version", ok, what=f"--kube-version {ok}")
+        versions = [f"{floor[0]}.{floor[1]}.0", f"{floor[0]}.{floor[1]}.1-gke.100", "1.33.5",
+                    "1.34.0", "1.34.1-eks-113cf36", KUBE]
+        device_class = {"1.32": "resource.k8s.io/v1beta1", "1.33": "resource.k8s.io/v1beta1",
+                        "1.34": "resource.k8s.io/v1", "1.36": "resource.k8s.io/v1"}
+        jobs = [(v, name, sets) for v in versions for name, sets in VARIANTS.items()]
+        jobs += [(v, "--include-crds", ["--include-crds"]) for v in versions]
+
+        def render(job):
+            v, name, sets = job
+            what = f"--kube-version {v}, {name}"
+            if name == "--include-crds":
+                return template([], "--kube-version", v, "--include-crds", what=what)
+            return template(sets, "--kube-version", v, what=what)
+        at = {}
+        for (v, name, _), docs in zip(jobs, parallel(render, jobs)):
+            kinds = kinds_of(docs)
+            unknown = sorted(set(k for k in kinds if k not in NEEDS))
+            self.assertEqual(unknown, [], f"--kube-version {v}, {name}: rendered kinds without a "
+                             "known oldest Kubernetes (NEEDS)")
+            for k in kinds:
+                self.assertLessEqual(NEEDS[k], version_tuple(v),
+                                     f"--kube-version {v}, {name}: {k} needs {NEEDS[k]}")
+            at.setdefault(v, set()).update(kinds)
+            minor = ".".join(v.split(".")[:2])
+            classes = {a for a, k in kinds if k == "DeviceClass"}
+            if classes and minor in device_class:
+                self.assertEqual(classes, {device_class[minor]},
+                                 f"--kube-version {v}, {name}: DeviceClass apiVersion")
+        need = max(NEEDS[k] for k in at[versions[0]])
+        self.assertEqual(floor, need, f"kubeVersion {self.chart['kubeVersion']}: at the floor the "
+                         f"rendered kinds need {need}: "
+                         f"{sorted(k for k in at[versions[0]] if NEEDS[k] == need)}")
+        for v in versions:
+            self.assertIn("DeviceClass", {k for _, k in at[v]}, f"--kube-version {v}")
+        for ok in versions:
             p = helm("lint", "--strict", CHART, "--kube-version", ok)
             self.assertEqual(p.returncode, 0, f"helm lint --kube-version {ok}:\n{p.stdout}{p.stderr}")
 
@@ -589,6 +635,37 @@ class ChartTest(unittest.TestCase):
                         self.assertEqual(len({"exactly", "firstAvailable"} & set(req)), 1, f)
                 if d["kind"] == "Pod":
                     self.assertTrue(d["spec"].get("resourceClaims"), f)
+                    self.check_pod_claims(f, d, docs)
+
+    def check_pod_claims(self, f, pod, docs):
+        """The references an API server would only check at scheduling (the fake stores Pods
+        as sent): containers' claims name pod claims, pod claims name a ResourceClaim or
+        ResourceClaimTemplate of the same file and namespace, a claim's request one of its
+        requests."""
+        ns = pod["metadata"].get("namespace")
+        where = f"{f}: Pod {pod['metadata']['name']}"
+        by_kind = {(d["kind"], d["metadata"]["name"]): d for d in docs
+                   if d["metadata"].get("namespace") == ns}
+        targets = {}
+        for pc in pod["spec"]["resourceClaims"]:
+            refs = [k for k in ("resourceClaimName", "resourceClaimTemplateName") if pc.get(k)]
+            self.assertEqual(len(refs), 1, f"{where}: resourceClaims {pc['name']!r} must name "
+                             "exactly one of resourceClaimName, resourceClaimTemplateName")
+            kind = "ResourceClaim" if refs[0] == "resourceClaimName" else "ResourceClaimTemplate"
+            target = by_kind.get((kind, pc[refs[0]]))
+            self.assertIsNotNone(target, f"{where}: resourceClaims {pc['name']!r}: no {kind} "
+                                 f"{pc[refs[0]]!r} in namespace {ns or '(default)'} of {f}")
+            spec = target["spec"] if kind == "ResourceClaim" else target["spec"]["spec"]
+            targets[pc["name"]] = {r["name"] for r in spec["devices"]["requests"]}
+        containers = pod["spec"]["containers"] + pod["spec"].get("initContainers", [])
+        for c in containers:
+            for claim in c.get("resources", {}).get("claims", []):
+                self.assertIn(claim["name"], targets, f"{where}: container {c['name']} uses claim "
+                              f"{claim['name']!r}, not in spec.resourceClaims {sorted(targets)}")
+                if claim.get("request"):
+                    self.assertIn(claim["request"], targets[claim["name"]],
+                                  f"{where}: container {c['name']}: claim {claim['name']!r} "
+                                  f"has no request {claim['request']!r}")
 
 
 def daemonset(r):

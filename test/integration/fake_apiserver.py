@@ -1370,14 +1370,16 @@ def wants_table(accept):
                    "application/json, application/json;as=Table;v=v1;g=meta.k8s.io")
 
 
-def to_table(rt, version, body, table_version, params):
-    """A meta.k8s.io Table of a list or single object answer (of the resource version)."""
+def to_table(rt, version, body, table_version, params, is_list):
+    """A meta.k8s.io Table of a list (is_list: the request was a list) or single object answer
+    (of the resource version). The request decides, not the body: a custom resource may have a
+    top-level field named items."""
     include = params.get("includeObject", "") or "Metadata"
     if include not in ("None", "Metadata", "Object"):
         raise bad_request("includeObject: Unsupported value: \"%s\": supported values: "
                           "\"None\", \"Metadata\", \"Object\"" % include)
     columns, row_of = rt.table
-    items = body["items"] if "items" in body else [body]
+    items = body["items"] if is_list else [body]
     rows = []
     for obj in items:
         row = {"cells": row_of(obj)}
@@ -4086,13 +4088,25 @@ def merge_patch(target, patch):
     return out
 
 
+# The keys strategic merge patch gives a meaning (k8s.io/apimachinery strategicpatch: "$patch",
+# "$retainKeys", and keys starting "$setElementOrder" or "$deleteFromPrimitiveList", which are
+# followed by "/<field>"); any other key, "$schema" in a claim's opaque parameters too, is an
+# ordinary field.
+SMP_DIRECTIVES = ("$patch", "$retainKeys")
+SMP_DIRECTIVE_PREFIXES = ("$setElementOrder", "$deleteFromPrimitiveList")
+
+
+def is_smp_directive(key):
+    return key in SMP_DIRECTIVES or key.startswith(SMP_DIRECTIVE_PREFIXES)
+
+
 def smp_directive(patch, path=""):
     """The first strategic merge patch directive ($patch, $setElementOrder/..., $retainKeys,
     $deleteFromPrimitiveList/...) in a patch, as "<key> at <path>", or None. The fake applies
     strategic merge patches as JSON merge patches, which would store a directive as a field."""
     if isinstance(patch, dict):
         for k, v in patch.items():
-            if k.startswith("$"):
+            if is_smp_directive(k):
                 return "%s at %s" % (k, path or ".")
             found = smp_directive(v, child(path, k))
             if found:
@@ -5223,7 +5237,8 @@ class Handler(BaseHTTPRequestHandler):
                     need("watch")
                     return self.watch(rt, version, ns, params)
                 need("list")
-                return self.send_object(rt, version, api.list(rt, version, ns, params), params)
+                return self.send_object(rt, version, api.list(rt, version, ns, params), params,
+                                        is_list=True)
             if method == "POST":
                 need("create")
                 if rt.namespaced and not ns:
@@ -5246,7 +5261,8 @@ class Handler(BaseHTTPRequestHandler):
                     s for s in (params.get("fieldSelector", ""), extra) if s)
                 return self.watch(rt, version, ns, params)
             need("get")
-            return self.send_object(rt, version, api.get(rt, version, ns, name), params)
+            return self.send_object(rt, version, api.get(rt, version, ns, name), params,
+                                    is_list=False)
         if method == "PUT":
             need("update")
             code, obj, warnings = api.update(rt, version, ns, name, body, params)
@@ -5262,11 +5278,11 @@ class Handler(BaseHTTPRequestHandler):
             return self.send_json(code, obj)
         raise method_not_allowed()
 
-    def send_object(self, rt, version, body, params):
+    def send_object(self, rt, version, body, params, is_list):
         """A GET answer: the object or list, or its Table when the client asked for one."""
         if self.table_version is None:
             return self.send_json(200, body)
-        table = to_table(rt, version, body, self.table_version, params)
+        table = to_table(rt, version, body, self.table_version, params, is_list)
         return self.send_json(200, table, content_type="application/json;as=Table;v=%s;"
                               "g=meta.k8s.io" % self.table_version)
 

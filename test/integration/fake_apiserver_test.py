@@ -2815,6 +2815,27 @@ class KubectlSupportTest(CrdTestCase, ClaimTestCase):
         self.assertStatus(self.client.post(PODS, dict(make_pod(), metadata={"name": "Bad"})),
                           422, "Invalid")
 
+    def test_strategic_merge_patch_refuses_only_real_directives(self):
+        # "$schema" (or any "$" key) in opaque parameters is data, not a directive.
+        params = {"$schema": "https://example.com/cpu-config.json", "$id": "c", "kind": "CpuConfig"}
+        claim = self.create_claim(make_claim(config=[opaque_config(params)]))
+        r = self.client.request("PATCH", CLAIMS + "/claim-a",
+                                {"metadata": {"labels": {"a": "b"}}, "spec": claim["spec"]},
+                                content_type="application/strategic-merge-patch+json")
+        self.assertEqual(r.code, 200, r.data)
+        self.assertEqual(r.json["metadata"]["labels"], {"a": "b"})
+        self.assertEqual(r.json["spec"]["devices"]["config"][0]["opaque"]["parameters"], params)
+        for directive in ({"$patch": "replace"}, {"$retainKeys": ["a"]},
+                          {"$deleteFromPrimitiveList/finalizers": ["x"]},
+                          {"$setElementOrder/finalizers": [], "finalizers": []}):
+            with self.subTest(directive=directive):
+                r = self.client.request("PATCH", CLAIMS + "/claim-a", {"metadata": directive},
+                                        content_type="application/strategic-merge-patch+json")
+                self.assertStatus(r, 415, "UnsupportedMediaType")
+                self.assertIn("%s at metadata" % next(iter(directive)), r.json["message"])
+        self.assertEqual(self.client.get(CLAIMS + "/claim-a").json["metadata"]["labels"],
+                         {"a": "b"})
+
     def test_resourceclaimtemplates_validate_and_default_the_claim_spec(self):
         template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
                     "metadata": {"name": "four-cpus"},
@@ -2950,12 +2971,95 @@ class WidgetCrdTest(ServerTestCase):
         self.assertStatus(self.client.put(path + "/w/status", w), 404, "NotFound")
 
 
+# A custom resource whose top-level field is named items, as a list answer's is.
+BUNDLE_CRD = """
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: bundles.example.com
+spec:
+  group: example.com
+  scope: Cluster
+  names: {plural: bundles, singular: bundle, kind: Bundle}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      additionalPrinterColumns:
+        - {name: Owner, type: string, jsonPath: .owner}
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            owner: {type: string}
+            items:
+              type: array
+              items: {type: object, properties: {name: {type: string}}}
+"""
+BUNDLES = "/apis/example.com/v1/bundles"
+
+
+class TableOfItemsFieldTest(ServerTestCase):
+    """A Table of one object is one row even when the object has a top-level items field."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="fake-apiserver-crd-")
+        path = os.path.join(cls.tmp, "bundles.yaml")
+        with open(path, "w") as f:
+            f.write(BUNDLE_CRD)
+        cls.ARGS = ServerTestCase.ARGS + ("--crd", path)
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls):
+        super().tearDownClass()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_object_with_items_field(self):
+        for name, owner in (("b1", "team-a"), ("b2", "team-b")):
+            r = self.client.post(BUNDLES, {
+                "apiVersion": "example.com/v1", "kind": "Bundle", "metadata": {"name": name},
+                "owner": owner, "items": [{"name": "x"}, {"name": "y"}, {"name": "z"}]})
+            self.assertEqual(r.code, 201, r.data)
+        self.assertEqual(len(self.client.get(BUNDLES + "/b1").json["items"]), 3)
+        one = self.client.get(BUNDLES + "/b1", headers={"Accept": TABLE_ACCEPT})
+        self.assertEqual(one.code, 200, one.data)
+        self.assertEqual(one.json["kind"], "Table")
+        self.assertEqual([row["cells"][:2] for row in one.json["rows"]], [["b1", "team-a"]])
+        full = self.client.get(BUNDLES + "/b1?includeObject=Object",
+                               headers={"Accept": TABLE_ACCEPT}).json
+        self.assertEqual(full["rows"][0]["object"]["kind"], "Bundle")
+        everything = self.client.get(BUNDLES, headers={"Accept": TABLE_ACCEPT}).json
+        self.assertEqual([row["cells"][:2] for row in everything["rows"]],
+                         [["b1", "team-a"], ["b2", "team-b"]])
+
+
 def import_fake_apiserver():
     import sys
     if HERE not in sys.path:
         sys.path.insert(0, HERE)
     import fake_apiserver
     return fake_apiserver
+
+
+class SmpDirectiveTest(unittest.TestCase):
+    """Which keys of a strategic merge patch the fake refuses as directives."""
+
+    def test_only_the_keys_strategicpatch_knows(self):
+        fake = import_fake_apiserver()
+        for patch, found in (
+                ({"spec": {"$patch": "replace"}}, "$patch at spec"),
+                ({"a": [{"b": {"$retainKeys": ["c"]}}]}, "$retainKeys at a[0].b"),
+                ({"spec": {"$setElementOrder/containers": []}},
+                 "$setElementOrder/containers at spec"),
+                ({"$deleteFromPrimitiveList/finalizers": ["x"]},
+                 "$deleteFromPrimitiveList/finalizers at ."),
+                ({"spec": {"parameters": {"$schema": "s", "$ref": "#/x", "$": 1, "$patches": 2,
+                                          "x$patch": 3}}}, None),
+                ({"$schema": "s"}, None)):
+            with self.subTest(patch=patch):
+                self.assertEqual(fake.smp_directive(patch), found)
 
 
 class CrdLoadTest(unittest.TestCase):

@@ -174,6 +174,12 @@ class KubectlTest(unittest.TestCase):
             self.fail("kubectl %s: no answer in %ds" % (" ".join(args), CALL_TIMEOUT))
         self.assertEqual(p.returncode, expect, "kubectl %s exited %d\nstdout:\n%s\nstderr:\n%s"
                          % (" ".join(args), p.returncode, p.stdout, p.stderr))
+        if expect == 0:
+            # A success says nothing on stderr: server warnings ("Warning: ..."), kubectl's own
+            # ("warning: error calculating patch from openapi v3 spec ...") and client-go's log
+            # lines (a failed discovery) would otherwise pass unseen.
+            self.assertEqual(p.stderr, "", "kubectl %s succeeded but wrote to stderr (warnings?)"
+                             % " ".join(args))
         return p.stdout if expect == 0 else p.stdout + p.stderr
 
     # --- get -----------------------------------------------------------------------------------

@@ -20,7 +20,8 @@ Parts:
   daemon    a whole node (topodra run, nvidiaDGX2, a Reservation) against the fake API server,
             once refusing and once keeping mixins: the slices as the publisher sent them and
             the Reservation with the status the daemon wrote, read back from the server;
-  chart     `helm template --include-crds` of every variant of test/chart/variants.json;
+  chart     `helm template --include-crds --kube-version 1.36.0` of every variant of
+            test/chart/variants.json;
   examples  charts/topodra/examples/*.yaml, and the CRDs of charts/topodra/crds/.
 """
 import concurrent.futures
@@ -462,8 +463,15 @@ def test_daemon():
 
 # ---- chart ---------------------------------------------------------------------------------
 
+# The Kubernetes version the chart is rendered for: the templates choose apiVersions by it (the
+# schemas are 1.36's), and without --kube-version helm's built-in default (different in each
+# helm build) would decide.
+KUBE_VERSION = "1.36.0"
+
+
 def helm_template(sets):
-    args = [ENV["TOPODRA_HELM"], "template", "topodra", CHART, "--include-crds"]
+    args = [ENV["TOPODRA_HELM"], "template", "topodra", CHART, "--include-crds",
+            "--kube-version", KUBE_VERSION]
     for s in sets:
         # One --set per entry: a comma inside the value is the value's, not a separator.
         args += ["--set", re.sub(r"(?<!\\),", r"\\,", s)]
