@@ -364,8 +364,8 @@ const Ajv = require("ajv").default;
 const addFormats = require("ajv-formats").default;
 
 // The CRD's version schema as a JSON schema ajv runs: OpenAPI's nullable becomes a null type,
-// x-kubernetes-int-or-string an integer-or-string, and the x-kubernetes-* keywords (and CEL
-// rules, which need a CEL engine) are left for the caller to note.
+// x-kubernetes-int-or-string an integer-or-string; the other x-kubernetes-* keywords (CEL rules,
+// list types) are schema_test.py's, which runs the fake API server's CRD validation on them.
 function toJsonSchema(s) {
   if (Array.isArray(s)) return s.map(toJsonSchema);
   if (!isObject(s)) return s;
