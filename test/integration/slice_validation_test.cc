@@ -25,7 +25,6 @@ namespace {
 
 using topodra::testing::FakeApiServer;
 using topodra::testing::FakeApiServerOptions;
-using topodra::testing::kSynthetic1024;
 using topodra::testing::SliceCase;
 using topodra::testing::SliceMode;
 
@@ -58,8 +57,7 @@ int StoredSlices(kube::RestClient& client, const std::string& driver, const std:
 }
 
 TEST(SliceValidationTest, EveryFixtureModeAndReservationIsAccepted) {
-  std::vector<std::string> machines = topodra::testing::AllFixtures();
-  machines.push_back(kSynthetic1024);
+  const std::vector<std::string> machines = topodra::testing::SliceMachines();
   auto flat_server = StartServer(false);
   auto mixin_server = StartServer(true);
   ASSERT_NE(flat_server, nullptr);

@@ -6,13 +6,22 @@ usage: schema_test.py selftest|slices|daemon|chart|examples   (environment: see 
 validate.mjs runs kubernetes-models@5.1.0's generated validators and lists the fields those
 schemas do not have; this script gathers the objects and applies the rules:
   - a flat ResourceSlice, every chart object and every example: no errors, no unknown field;
-  - a ResourceSlice in mixin form (KEP-5234, not in the 1.36 schema): no errors, and no unknown
-    field but spec.mixins and spec.devices[].includes;
-  - a Reservation: the CRD's own openAPIV3Schema (ajv) and its structural field list.
+  - a ResourceSlice in mixin form (KEP-5234, not in the 1.36 schema): no errors, no unknown
+    field but those the mixin form adds, and spec.mixins exactly as KEP-5234 shapes it (its
+    three lists, and only name/attributes/capacity in a device mixin, name/counters in a
+    counter-set or counter-consumption mixin), the mixins' values checked as the Device and
+    CounterSet parts of the 1.36 schema. Both field lists come from the fake API server's model
+    of KEP-5234 (fake_apiserver.resourceslice_schema), not from a copy here;
+  - a Reservation: the CRD's own openAPIV3Schema (ajv) and its structural field list, and the
+    fake API server's CRD validation, imported (its CEL subset of the x-kubernetes-validations
+    rules, x-kubernetes-list-type set/map): as a create, and a Reservation the daemon writes back
+    as an update of the stored one (the transition rules: nodeName, cpus, gpus immutable).
+Every object checked has a unique name (results are matched by name; a clash stops the test).
 Parts:
   selftest  deliberately bad objects (unknown field in a flat slice, wrong type, missing
-            required field, an extra unknown field in mixin form, bad Reservations) must fail,
-            and their unbroken originals must pass;
+            required field, an extra unknown field in mixin form, a Device-only field in a
+            device mixin, Reservations breaking the CRD's schema, CEL rules and list types)
+            must fail, and their unbroken originals must pass;
   slices    every machine x CPU device mode x reservation case of test/testing/slice_cases.h,
             flat and in mixin form: `topodra slices` where the CLI can express the case (and
             equal to what slice_cases_dump builds), slice_cases_dump's output where it cannot
@@ -45,8 +54,43 @@ SOURCE = ENV["TOPODRA_SOURCE_DIR"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHART = os.path.join(SOURCE, "charts", "topodra")
 
-# The only fields of the mixin form the 1.36 schema does not know (KEP-5234).
-MIXIN_FIELDS = {"spec.mixins", "spec.devices[].includes"}
+# Our model of the API server (test/integration/fake_apiserver.py) is the one place that knows
+# KEP-5234's mixin fields and evaluates a CRD's x-kubernetes-validations rules: this test reads
+# both from it instead of keeping a second copy.
+sys.path.insert(0, os.path.join(SOURCE, "test", "integration"))
+import fake_apiserver as fake  # noqa: E402
+
+
+def schema_fields(node, path, out):
+    """Every field path of one of the fake's ResourceSlice schemas, in shape() form."""
+    if isinstance(node, fake.Obj):
+        for k, sub in node.fields.items():
+            p = f"{path}.{k}" if path else k
+            out.add(p)
+            schema_fields(sub, p, out)
+    elif isinstance(node, fake.ListOf):
+        schema_fields(node.item, path + "[]", out)
+    elif isinstance(node, fake.MapOf):
+        schema_fields(node.value, path + "{}", out)
+    return out
+
+
+def mixin_model():
+    """(the outermost fields the mixin form adds to a ResourceSlice, the schema of spec.mixins),
+    both from the fake's model of KEP-5234 (resourceslice_schema with and without mixins), which
+    follows the KEP's proposed API: spec.mixins.{device, deviceCounterConsumption, counterSet}
+    and includes in devices[], devices[].consumesCounters[] and sharedCounters[]."""
+    with_mixins = fake.resourceslice_schema(True, True)
+    added = (schema_fields(with_mixins, "", set())
+             - schema_fields(fake.resourceslice_schema(False, True), "", set()))
+    outermost = {p for p in added
+                 if not any(p != q and (p.startswith(q + ".") or p.startswith(q + "["))
+                            for q in added)}
+    return outermost, with_mixins.fields["spec"].fields["mixins"]
+
+
+# The only fields of the mixin form the 1.36 schema does not know, and what spec.mixins holds.
+MIXIN_FIELDS, MIXIN_SCHEMA = mixin_model()
 CHART_KINDS = {"DaemonSet", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
                "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "DeviceClass",
                "ConfigMap", "CustomResourceDefinition"}
@@ -66,9 +110,19 @@ def validate(items):
     if r.returncode != 0:
         sys.exit(f"validate.mjs failed ({r.returncode}): {r.stderr}")
     results = json.loads(r.stdout)
-    if len(results) != len(items):
-        sys.exit(f"validate.mjs answered {len(results)} results for {len(items)} objects")
+    if [x["name"] for x in results] != [x["name"] for x in items]:
+        sys.exit(f"validate.mjs answered {len(results)} results for {len(items)} objects, "
+                 "not one per object in order")
     return {x["name"]: x for x in results}
+
+
+def unique_names(names):
+    """Results are looked up by name: two objects of one name would share one result."""
+    seen, dups = set(), set()
+    for n in names:
+        (dups if n in seen else seen).add(n)
+    if dups:
+        sys.exit(f"two objects to check share a name: {sorted(dups)[:5]}")
 
 
 def shape(path):
@@ -90,55 +144,118 @@ def mixin_problems(result, obj):
     return problems
 
 
-# KEP-5234's Mixins: lists of DeviceMixin (name, attributes, capacity) and CounterSetMixin.
-MIXIN_LISTS = {"device", "counterSet"}
-
-
-def mixin_probe(obj):
-    """The device mixins of a slice as the devices of a flat slice, so the 1.36 schema checks
-    their attribute and capacity values too (a DeviceMixin's fields are a subset of Device's).
-    None without device mixins."""
+def mixin_probes(obj):
+    """The mixins of a slice as parts of flat slices, so the 1.36 schema checks their values
+    (attributes, capacities, counters): device mixins as devices (DeviceMixin's fields are
+    Device's name, attributes and capacity), counter-set and counter-consumption mixins as
+    sharedCounters (both are a name and counters). Which keys a mixin may have at all is
+    mixin_shape_problems' check: the 1.36 Device would let taints through.
+    -> [(what, probe, [(probe path, mixin path)])]"""
     mixins = obj.get("spec", {}).get("mixins")
-    if not isinstance(mixins, dict) or not mixins.get("device"):
-        return None
-    probe = json.loads(json.dumps(obj))
-    probe["spec"].pop("mixins")
-    probe["spec"]["devices"] = mixins["device"]
-    return probe
-
-
-def mixin_list_problems(obj):
-    mixins = obj.get("spec", {}).get("mixins")
-    if mixins is None:
-        return []
     if not isinstance(mixins, dict):
-        return ["spec.mixins is not an object"]
-    return [f"unknown field spec.mixins.{k} (KEP-5234 has {sorted(MIXIN_LISTS)})"
-            for k in mixins if k not in MIXIN_LISTS]
+        return []
+    out = []
+    for key, target in (("device", "devices"), ("counterSet", "sharedCounters"),
+                        ("deviceCounterConsumption", "sharedCounters")):
+        if not isinstance(mixins.get(key), list) or not mixins[key]:
+            continue
+        probe = json.loads(json.dumps(obj))
+        probe["spec"].pop("mixins")
+        probe["spec"].pop("devices", None)
+        probe["spec"].pop("sharedCounters", None)
+        probe["spec"][target] = mixins[key]
+        out.append((f"mixins.{key} as {target}", probe,
+                    [(f"spec.{target}", f"spec.mixins.{key}"),
+                     (f"/spec/{target}/", f"/spec/mixins/{key}/")]))
+    return out
+
+
+def fake_shape_problems(value, node, path):
+    """Keys not in the fake's schema, and values of the wrong JSON kind for its structure."""
+    out = []
+    if isinstance(node, fake.Obj):
+        if not isinstance(value, dict):
+            return [f"{path} must be an object"]
+        for k, v in value.items():
+            if k not in node.fields:
+                out.append(f"unknown field {path}.{k} ({shape(path)} may have only "
+                           f"{sorted(node.fields)})")
+            else:
+                out += fake_shape_problems(v, node.fields[k], f"{path}.{k}")
+    elif isinstance(node, fake.ListOf):
+        if not isinstance(value, list):
+            return [f"{path} must be an array"]
+        for i, v in enumerate(value):
+            out += fake_shape_problems(v, node.item, f"{path}[{i}]")
+    elif isinstance(node, fake.MapOf):
+        if not isinstance(value, dict):
+            return [f"{path} must be an object"]
+        for k, v in value.items():
+            out += fake_shape_problems(v, node.value, f"{path}[{json.dumps(k)}]")
+    return out
+
+
+def mixin_shape_problems(obj):
+    """spec.mixins against KEP-5234's shape: its lists, and exactly the keys of each mixin type."""
+    if "mixins" not in obj.get("spec", {}):
+        return []
+    return fake_shape_problems(obj["spec"]["mixins"], MIXIN_SCHEMA, "spec.mixins")
 
 
 def check(entries, crd_by_kind=None):
-    """entries: [(name, object, "flat" | "mixins")] -> ({name: [problem]}, {name: result})."""
+    """entries: [(name, object, "flat" | "mixins"[, old object])] -> ({name: [problem]},
+    {name: result}); a custom resource with an old object is checked as an update of it."""
     crd_by_kind = crd_by_kind or {}
-    items = [item_for(name, obj, crd_by_kind) for name, obj, _ in entries]
+    items = [item_for(name, obj, crd_by_kind) for name, obj, *_ in entries]
     probes = {}
-    for name, obj, rule in entries:
-        probe = mixin_probe(obj) if rule == "mixins" else None
-        if probe is not None:
-            probes[name] = name + ", its device mixins as devices"
-            items.append({"name": probes[name], "object": probe})
+    for name, obj, rule, *_ in entries:
+        for i, (what, probe, renames) in enumerate(mixin_probes(obj) if rule == "mixins" else []):
+            probes.setdefault(name, []).append((f"{name}, probe {i}: {what}", renames))
+            items.append({"name": probes[name][-1][0], "object": probe})
+    unique_names(x["name"] for x in items)
     results = validate(items)
+    items_by_name = {x["name"]: x for x in items}
     problems = {}
-    for name, obj, rule in entries:
+    for name, obj, rule, *old in entries:
         r = results[name]
         if rule == "flat":
             problems[name] = flat_problems(r)
-            continue
-        problems[name] = mixin_problems(r, obj) + mixin_list_problems(obj)
-        if name in probes:
-            problems[name] += [f"device mixins: {p.replace('devices', 'mixins.device')}"
-                               for p in flat_problems(results[probes[name]])]
+        else:
+            problems[name] = mixin_problems(r, obj) + mixin_shape_problems(obj)
+        for probe_name, renames in probes.get(name, []):
+            for p in flat_problems(results[probe_name]):
+                for a, b in renames:
+                    p = p.replace(a, b)
+                problems[name].append(f"mixins: {p}")
+        item = items_by_name[name]
+        if "crd" in item:
+            problems[name] += crd_rule_problems(obj, item["crd"], old[0] if old else None)
     return problems, results
+
+
+def crd_rule_problems(obj, crd, old=None):
+    """What the fake API server's CRD validation (structural schema incl. x-kubernetes-list-type
+    set/map, and the x-kubernetes-validations CEL rules) says of a custom resource: as a create,
+    or as an update of `old` (transition rules, such as immutability, only run on updates).
+    Unknown fields are left to validate.mjs (the fake would prune them)."""
+    where = f"{crd['metadata']['name']}"
+    try:
+        types = fake.make_crd_types(crd, where)
+    except fake.CrdError as e:
+        return [f"the fake API server cannot serve the CRD: {e}"]
+    version = str(obj.get("apiVersion", "")).split("/")[-1]
+    rt = next((t for t in types if version in t.versions), None)
+    if rt is None:
+        return []  # validate.mjs reports the unserved version
+    try:
+        decoded = rt.decode(json.loads(json.dumps(obj)))[0]
+        if old is None:
+            errs = rt.validate_create(decoded)
+        else:
+            errs = rt.validate_update(decoded, rt.decode(json.loads(json.dumps(old)))[0])
+    except fake.DecodeError as e:
+        return [f"CRD rules: not decodable: {e}"]
+    return [f"CRD rules{'' if old is None else ' (as an update)'}: {e}" for e in errs]
 
 
 def items_of(doc):
@@ -434,7 +551,9 @@ def test_daemon():
                     failures.append(f"{s['metadata']['name']}: no owner reference: not what the "
                                     "publisher sends")
                 entries.append((f"server that {mixins}s mixins: {s['metadata']['name']}", s, form))
+            stored = {}
             for r in resv:
+                stored[r["metadata"]["name"]] = r
                 entries.append((f"server that {mixins}s mixins: Reservation "
                                 f"{r['metadata']['name']} with the daemon's status", r, "flat"))
             # Every body the daemon sent: slices (strict field validation, so the server would
@@ -445,19 +564,29 @@ def test_daemon():
                     continue
                 form = ("mixins" if body.get("kind") == "ResourceSlice" and
                         "mixins" in body.get("spec", {}) else "flat")
-                entries.append((f"server that {mixins}s mixins: sent #{i} {method} "
-                                f"{path.split('?')[0]}", body, form))
+                entry = (f"server that {mixins}s mixins: sent #{i} {method} "
+                         f"{path.split('?')[0]}", body, form)
+                # A Reservation the daemon writes back is an update of the stored one: the
+                # CRD's transition rules (nodeName, cpus and gpus immutable) apply.
+                old = stored.get(body.get("metadata", {}).get("name"))
+                if body["kind"] == "Reservation" and method in ("PUT", "PATCH") and old:
+                    entry += (old,)
+                entries.append(entry)
                 sent_kinds.add(body["kind"])
+    updates = sum(1 for e in entries if len(e) == 4)
+    if updates == 0:
+        failures.append("no Reservation the daemon wrote back was checked as an update: the "
+                        "CRD's transition rules lost their input")
     for kind in ("ResourceSlice", "Reservation"):
         if kind not in sent_kinds:
             failures.append(f"the daemon sent no {kind}: the sent-body check lost its input")
-    if not any("mixins" in obj["spec"] for _, obj, form in entries if form == "mixins"):
+    if not any("mixins" in obj["spec"] for _, obj, form, *_ in entries if form == "mixins"):
         failures.append("the daemon published no mixins to the server that accepts them")
     problems, _ = check(entries, crd_by_kind)
-    for name, _, _ in entries:
+    for name, *_ in entries:
         failures += [f"{name}: {p}" for p in problems[name]]
-    for name, _, _ in entries:
-        print(f"checked {name}")
+    for name, *rest in entries:
+        print(f"checked {name}{' (as an update of the stored object)' if len(rest) == 3 else ''}")
     return report(failures, len(entries), "objects a daemon wrote")
 
 
@@ -497,8 +626,11 @@ def test_chart():
                 failures.append(f"{name}: a kind this test does not expect from the chart")
             kinds.add(kind)
             items.append(item_for(name, obj, crd_by_kind))
-    for name, r in validate(items).items():
+    unique_names(x["name"] for x in items)
+    for item, (name, r) in zip(items, validate(items).items()):
         failures += [f"{name}: {p}" for p in flat_problems(r)]
+        if "crd" in item:
+            failures += [f"{name}: {p}" for p in crd_rule_problems(item["object"], item["crd"])]
     for must in ("DaemonSet", "ClusterRole", "DeviceClass", "ValidatingAdmissionPolicy",
                  "ServiceAccount", "CustomResourceDefinition"):
         if must not in kinds:
@@ -518,10 +650,14 @@ def test_examples():
     for path in sorted(glob.glob(os.path.join(CHART, "examples", "*.yaml"))):
         for i, obj in enumerate(yaml_docs(open(path).read(), path)):
             kinds.add(obj.get("kind"))
-            name = f"{os.path.basename(path)}: {obj.get('kind')} {obj.get('metadata', {}).get('name')}"
+            name = (f"{os.path.basename(path)}: {obj.get('kind')} "
+                    f"{obj.get('metadata', {}).get('name')} (doc {i})")
             items.append(item_for(name, obj, crd_by_kind))
-    for name, r in validate(items).items():
+    unique_names(x["name"] for x in items)
+    for item, (name, r) in zip(items, validate(items).items()):
         failures += [f"{name}: {p}" for p in flat_problems(r)]
+        if "crd" in item:
+            failures += [f"{name}: {p}" for p in crd_rule_problems(item["object"], item["crd"])]
     if "Reservation" not in kinds:
         failures.append("no example Reservation: the CRD check lost its input")
     print(f"example kinds {sorted(kinds)}")
@@ -560,7 +696,12 @@ def test_selftest():
     def first_device(o):
         return o["spec"]["devices"][0]
 
-    # (name, object, rule, text a problem must contain; None: must pass)
+    with_counter_mixins = broken(mixed, lambda o: o["spec"]["mixins"].update(
+        counterSet=[{"name": "cs", "counters": {"c": {"value": "2"}}}],
+        deviceCounterConsumption=[{"name": "dc", "counters": {"c": {"value": "1"}}}]))
+
+    # (name, object, rule, text a problem must contain; None: must pass[, old object: checked
+    # as an update of it])
     cases = [
         ("flat slice as built", flat, "flat", None),
         ("mixin slice as built", mixed, "mixins", None),
@@ -601,6 +742,34 @@ def test_selftest():
         ("mixin slice with an unknown field in a device mixin", broken(
             mixed, lambda o: o["spec"]["mixins"]["device"][0].update(colour="red")), "mixins",
          "unknown field spec.mixins.device[0].colour"),
+        # A Device's own fields are not a DeviceMixin's (name, attributes, capacity only).
+        ("mixin slice with taints in a device mixin", broken(
+            mixed, lambda o: o["spec"]["mixins"]["device"][0].update(
+                taints=[{"key": "x.io/t", "effect": "NoSchedule"}])), "mixins",
+         "unknown field spec.mixins.device[0].taints"),
+        ("mixin slice with consumesCounters in a device mixin", broken(
+            mixed, lambda o: o["spec"]["mixins"]["device"][0].update(
+                consumesCounters=[{"counterSet": "cs", "counters": {}}])), "mixins",
+         "unknown field spec.mixins.device[0].consumesCounters"),
+        ("mixin slice with bindsToNode in a device mixin", broken(
+            mixed, lambda o: o["spec"]["mixins"]["device"][0].update(bindsToNode=True)),
+         "mixins", "unknown field spec.mixins.device[0].bindsToNode"),
+        ("mixin slice with includes in a device mixin (mixins do not nest)", broken(
+            mixed, lambda o: o["spec"]["mixins"]["device"][0].update(includes=["m"])),
+         "mixins", "unknown field spec.mixins.device[0].includes"),
+        ("mixin slice with counter-set and counter-consumption mixins", with_counter_mixins,
+         "mixins", None),
+        ("mixin slice with a consumption-only field in a counter-consumption mixin", broken(
+            with_counter_mixins, lambda o: o["spec"]["mixins"]["deviceCounterConsumption"][0]
+            .update(counterSet="cs")), "mixins",
+         "unknown field spec.mixins.deviceCounterConsumption[0].counterSet"),
+        ("mixin slice with a counter that is a boolean in a counter-set mixin", broken(
+            with_counter_mixins, lambda o: o["spec"]["mixins"]["counterSet"][0]["counters"]
+            .update(c={"value": True})), "mixins",
+         "/spec/mixins/counterSet/0/counters/c/value"),
+        ("mixin slice with a device mixin list that is an object", broken(
+            mixed, lambda o: o["spec"]["mixins"].update(device={})), "mixins",
+         "spec.mixins.device must be an array"),
         ("Reservation with an unknown spec field", broken(
             reservation, lambda o: o["spec"].update(cpuCount=2)), "flat",
          "unknown field spec.cpuCount"),
@@ -613,6 +782,26 @@ def test_selftest():
         ("Reservation with an unknown metadata field", broken(
             reservation, lambda o: o["metadata"].update(labelz={})), "flat",
          "unknown field metadata.labelz"),
+        # The CRD's x-kubernetes-validations rules and list types, by the fake API server's code.
+        ("Reservation with ttl and expires", broken(
+            reservation, lambda o: o["spec"].update(expires="2030-01-01T00:00:00Z")), "flat",
+         "ttl and expires are mutually exclusive"),
+        ("Reservation holding nothing", broken(
+            reservation, lambda o: (o["spec"].pop("cpus"), o["spec"].pop("gpus"))), "flat",
+         "a reservation holds cpus, gpus or both"),
+        ("Reservation with cpus of neither count nor cpuset", broken(
+            reservation, lambda o: o["spec"].update(cpus={"numaNode": 1})), "flat",
+         "cpus needs count or cpuset"),
+        ("Reservation naming one GPU twice (list-type set)", broken(
+            reservation, lambda o: o["spec"].update(gpus={"devices": ["gpu-0", "gpu-0"]})),
+         "flat", "spec.gpus.devices[1]: Duplicate value"),
+        ("Reservation written back unchanged", reservation, "flat", None, reservation),
+        ("Reservation written back with another nodeName", broken(
+            reservation, lambda o: o["spec"].update(nodeName="elsewhere")), "flat",
+         "nodeName is immutable", reservation),
+        ("Reservation written back with other cpus", broken(
+            reservation, lambda o: o["spec"]["cpus"].update(count=9)), "flat",
+         "cpus is immutable", reservation),
         ("DaemonSet with an unknown container field", broken(
             daemonset, lambda o: o["spec"]["template"]["spec"]["containers"][0].update(
                 securityContexts={})), "flat",
@@ -621,8 +810,15 @@ def test_selftest():
             daemonset, lambda o: o["spec"].pop("selector")), "flat",
          'must have required property "selector"'),
     ]
-    found, _ = check([(name, obj, rule) for name, obj, rule, _ in cases], crd_by_kind)
-    for name, obj, rule, want in cases:
+    found, _ = check([(name, obj, rule, *old) for name, obj, rule, _, *old in cases],
+                     crd_by_kind)
+    # What the mixin form may add was read from the fake's model: it must hold what we emit.
+    for must in ("spec.mixins", "spec.devices[].includes"):
+        if must not in MIXIN_FIELDS:
+            failures.append(f"the fake's mixin model lost {must}: {sorted(MIXIN_FIELDS)}")
+    print(f"mixin form adds {sorted(MIXIN_FIELDS)}; mixin lists "
+          f"{ {k: sorted(v.item.fields) for k, v in MIXIN_SCHEMA.fields.items()} }")
+    for name, obj, rule, want, *_ in cases:
         problems = found[name]
         if want is None and problems:
             failures.append(f"{name}: must pass, got {problems}")

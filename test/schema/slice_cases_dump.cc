@@ -22,19 +22,6 @@ namespace {
 using nlohmann::json;
 using topodra::publish::SliceForm;
 
-const std::vector<std::string> kFixtures = {
-    "16em64t-4s2c2t.xml",
-    "16em64t-4s2c2t-offlines.xml",
-    "28intel64-2p2g7c-CoDgroups.v1tov2.xml",
-    "32em64t-2n8c2t-pci-normalio.xml",
-    "64intel64-fakeKNL-SNC4-hybrid.xml",
-    "96em64t-4n4d3ca2co-pci.xml",
-    "192em64t-24n8c2t.xml",
-    "fakecpukinds.xml",
-    "power8gpudistances.xml",
-    "nvidiaDGX2.xml",
-};
-
 bool IsFile(const std::string& machine) {
   return machine.size() > 4 && machine.compare(machine.size() - 4, 4, ".xml") == 0;
 }
@@ -47,8 +34,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string dir = argv[1];
-  std::vector<std::string> machines = kFixtures;
-  machines.push_back(topodra::testing::kSynthetic1024);
+  const std::vector<std::string> machines = topodra::testing::SliceMachines();
   json out = json::array();
   int node_index = 0;
   for (const std::string& machine : machines) {

@@ -24,6 +24,28 @@ if (!NM || !fs.existsSync(path.join(NM, "kubernetes-models"))) {
   console.error(`validate.mjs: TOPODRA_NODE_MODULES="${NM}" has no kubernetes-models`);
   process.exit(2);
 }
+const KM = path.join(NM, "kubernetes-models");
+
+// The directory of package `name` as Node finds it from `fromDir`: the nearest
+// node_modules/<name> walking up. Packages kubernetes-models depends on are looked up from where
+// it is, never assumed at the top of NM: npm may nest them (another version of the same package
+// elsewhere in the tree) instead of hoisting them.
+function packageDir(fromDir, name) {
+  for (let d = fromDir; ; d = path.dirname(d)) {
+    const candidate = path.join(d, "node_modules", name);
+    if (fs.existsSync(path.join(candidate, "package.json"))) return candidate;
+    if (path.dirname(d) === d) throw new Error(`package ${name} not found from ${fromDir}`);
+  }
+}
+
+// "@scope/pkg/a/b" or "pkg/a/b" -> ["@scope/pkg" | "pkg", "a/b"]
+function splitSpecifier(spec) {
+  const parts = spec.split("/");
+  const n = spec.startsWith("@") ? 2 : 1;
+  return [parts.slice(0, n).join("/"), parts.slice(n).join("/")];
+}
+
+const APIMACHINERY = packageDir(KM, "@kubernetes-models/apimachinery");
 
 // ---- .d.ts reading -------------------------------------------------------------------------
 
@@ -121,9 +143,13 @@ class TypeParser {
 // A module specifier of an import, as the .d.ts file it names.
 function resolveDts(fromFile, spec) {
   const base = spec.replace(/\.js$/, "");
-  const file = spec.startsWith(".")
-    ? path.resolve(path.dirname(fromFile), base)
-    : path.join(NM, base);
+  let file;
+  if (spec.startsWith(".")) {
+    file = path.resolve(path.dirname(fromFile), base);
+  } else {
+    const [pkg, rest] = splitSpecifier(base);
+    file = path.join(packageDir(path.dirname(fromFile), pkg), rest);
+  }
   return file + ".d.ts";
 }
 
@@ -240,7 +266,7 @@ function kindBase(apiVersion, kind) {
       !/^([a-z0-9.-]+\/)?v\w+$/.test(apiVersion)) {
     return null;
   }
-  const base = path.join(NM, "kubernetes-models", apiVersion, kind);
+  const base = path.join(KM, apiVersion, kind);
   return fs.existsSync(base + ".js") ? base : null;
 }
 
@@ -329,13 +355,17 @@ function newAjv() {
 
 // ---- custom resources ----------------------------------------------------------------------
 
-const require = createRequire(path.join(NM, "kubernetes-models", "package.json"));
-const Ajv = require(path.join(NM, "ajv")).default;
-const addFormats = require(path.join(NM, "ajv-formats")).default;
+// The ajv (and ajv-formats) the built-in validators run: @kubernetes-models/validate's own
+// dependencies, resolved from where that package is, so a CRD's schema is compiled by the same
+// ajv version, whatever npm hoists, and no second pin of ajv has to follow the lock file's.
+const VALIDATE = packageDir(KM, "@kubernetes-models/validate");
+const require = createRequire(path.join(VALIDATE, "package.json"));
+const Ajv = require("ajv").default;
+const addFormats = require("ajv-formats").default;
 
 // The CRD's version schema as a JSON schema ajv runs: OpenAPI's nullable becomes a null type,
-// x-kubernetes-int-or-string an integer-or-string, and the x-kubernetes-* keywords (and CEL
-// rules, which need a CEL engine) are left for the caller to note.
+// x-kubernetes-int-or-string an integer-or-string; the other x-kubernetes-* keywords (CEL rules,
+// list types) are schema_test.py's, which runs the fake API server's CRD validation on them.
 function toJsonSchema(s) {
   if (Array.isArray(s)) return s.map(toJsonSchema);
   if (!isObject(s)) return s;
@@ -400,7 +430,7 @@ async function checkCustom(obj, crd) {
   // metadata is ObjectMeta whatever the CRD says of it (a CRD may only restrict name and
   // generateName, which the ajv run above checks).
   const { metadata, ...rest } = obj;
-  const meta = await import(pathToFileURL(path.join(NM, "@kubernetes-models/apimachinery/apis/meta/v1/ObjectMeta.js")).href);
+  const meta = await import(pathToFileURL(path.join(APIMACHINERY, "apis/meta/v1/ObjectMeta.js")).href);
   if (metadata !== undefined) {
     try {
       meta.ObjectMeta.prototype.validate.call(metadata);
@@ -408,7 +438,7 @@ async function checkCustom(obj, crd) {
       errors.push(...(e.errors || [{ instancePath: "", message: String(e) }]).map((x) => ajvMessage({ ...x, instancePath: `/metadata${x.instancePath}` })));
     }
     walk(metadata, { k: "ref", name: "IObjectMeta" },
-         path.join(NM, "@kubernetes-models/apimachinery/apis/meta/v1/ObjectMeta.d.ts"), "metadata", unknown);
+         path.join(APIMACHINERY, "apis/meta/v1/ObjectMeta.d.ts"), "metadata", unknown);
   }
   const { metadata: _m, ...schemaRest } = schema.properties || {};
   walkStructural(rest, { ...schema, properties: { ...schemaRest, apiVersion: {}, kind: {} } }, "", unknown);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "test/testing/fixture_files.h"
 #include "topology/discoverer.h"
 
 namespace topodra::testing {
@@ -15,22 +16,9 @@ inline std::string FixturePath(const std::string& name) {
   return std::string(TOPODRA_TOPOLOGIES_DIR) + "/" + name;
 }
 
-// Every file of test/fixtures/topologies/README.md.
-inline const std::vector<std::string>& AllFixtures() {
-  static const std::vector<std::string> kAll = {
-      "16em64t-4s2c2t.xml",
-      "16em64t-4s2c2t-offlines.xml",
-      "28intel64-2p2g7c-CoDgroups.v1tov2.xml",
-      "32em64t-2n8c2t-pci-normalio.xml",
-      "64intel64-fakeKNL-SNC4-hybrid.xml",
-      "96em64t-4n4d3ca2co-pci.xml",
-      "192em64t-24n8c2t.xml",
-      "fakecpukinds.xml",
-      "power8gpudistances.xml",
-      "nvidiaDGX2.xml",
-  };
-  return kAll;
-}
+// Every file of test/fixtures/topologies/README.md (the list is fixture_files.h's, which
+// programs without gtest use too).
+inline const std::vector<std::string>& AllFixtures() { return FixtureFiles(); }
 
 // A fixture file name, or an hwloc synthetic description ("pack:2 core:8 pu:2"). A load failure
 // fails the calling test and yields an empty topology.

@@ -8,11 +8,19 @@
 #include <vector>
 
 #include "driver/publish/device_builder.h"
+#include "test/testing/fixture_files.h"
 
 namespace topodra::testing {
 
 // 1024 CPUs: 2 packages x 4 NUMA nodes x 64 cores x 2 threads.
 inline constexpr char kSynthetic1024[] = "pack:2 numa:4 core:64 pu:2";
+
+// The machines the cases are built for: every fixture file, then kSynthetic1024.
+inline std::vector<std::string> SliceMachines() {
+  std::vector<std::string> machines = FixtureFiles();
+  machines.push_back(kSynthetic1024);
+  return machines;
+}
 
 struct SliceMode {
   publish::CpuDeviceMode mode;
