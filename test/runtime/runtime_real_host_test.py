@@ -69,6 +69,8 @@ LOCK_FILE = "/run/lock/topodra-runtime-test.lock"
 # Every pod UID of the test starts with this (a valid UUID: the daemon's cgroup layout parser
 # accepts only those); a stale kubepods tree holding only such pods is a killed run's.
 POD_UID_PREFIX = "7e57c0de-"
+WORK_PREFIX = "topodra-runtime-"
+WORK_MARKER = "topodra-runtime-test.work"  # in every work directory: a killed run's is removed
 NODE = "rt-node"
 GPU_NODE = "rt-gpu-node"
 CPU_DRIVER = "dra.cpu"
@@ -342,6 +344,14 @@ def outer(args):
                 return 1
             log("removed %s: a killed run's leftover (only pods %s..., no process)" % (
                 tree, POD_UID_PREFIX))
+        # Under the lock no other run is alive: a work directory with our marker is a killed
+        # run's (its mounts died with its mount namespace).
+        tmp = tempfile.gettempdir()
+        for name in sorted(os.listdir(tmp)):
+            path = os.path.join(tmp, name)
+            if name.startswith(WORK_PREFIX) and os.path.isfile(os.path.join(path, WORK_MARKER)):
+                shutil.rmtree(path, ignore_errors=True)
+                log("removed %s: a killed run's work directory" % path)
         trees = [os.path.join(m, "kubepods") for m in cgroup_mounts()]
         start = time.monotonic()
         before = host_snapshot()
@@ -956,7 +966,8 @@ def inside(args):
     work = None
     try:
         # Under /tmp by default (TMPDIR moves it): the hook and busybox are executed from it.
-        work = tempfile.mkdtemp(prefix="topodra-runtime-")
+        work = tempfile.mkdtemp(prefix=WORK_PREFIX)
+        open(os.path.join(work, WORK_MARKER), "w").close()
         if os.statvfs(work).f_flag & os.ST_NOEXEC:
             raise Failure("%s is on a noexec mount: the hook and the container's busybox run "
                           "from the work directory; set TMPDIR to a directory that allows exec"
