@@ -116,7 +116,11 @@ class Failure(Exception):
 
 
 def log(msg):
-    print(msg, flush=True)
+    # ctest killed by a signal closes our stdout: the cleanup must go on without it.
+    try:
+        print(msg, flush=True)
+    except OSError:
+        pass
 
 
 # ----------------------------------------------------------------------------------------------
@@ -430,6 +434,27 @@ def private_cdi_dirs(work):
     return run_cdi
 
 
+def reap_conmons():
+    """This process is PID 1 of its namespace: conmon (podman's monitor, which daemonizes)
+    becomes its child and a zombie when it exits. Only conmons are reaped: a subprocess child
+    reaped here would lose its exit status."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        if comm == "conmon" and fields[0] == "Z" and fields[1] == str(os.getpid()):
+            try:
+                os.waitpid(int(entry), os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
 class Api:
     def __init__(self, url):
         self.url = url
@@ -590,7 +615,10 @@ class Node:
             raise Failure("unprepare %s: %s" % (claim, answer["error"]))
 
     def podman(self, *args, check=True, timeout=60):
-        return sh(self.podman_base + list(args), check=check, timeout=timeout)
+        try:
+            return sh(self.podman_base + list(args), check=check, timeout=timeout)
+        finally:
+            reap_conmons()
 
     def cleanup(self):
         """Each step on its own: one failing (podman hanging on a lock a killed podman held)
