@@ -205,23 +205,24 @@ def remove_cgroup_trees(trees, attempts=50):
     return left
 
 
-# Where podman, runc, crun and CNI/netavark keep configuration and state on a host: the test must
-# change nothing there (its own are in the work directory and private namespaces).
+# Where podman, runc, crun and CNI/netavark keep configuration, state and locks on a host: the
+# test must change nothing there (its own are in the work directory and private namespaces).
+# Only theirs: other tests and services may write elsewhere in /run or /dev/shm meanwhile.
 HOST_RUNTIME_PATHS = ["/etc/containers", "/etc/cni", "/etc/cdi", "/run/runc", "/run/crun",
-                      "/run/libpod", "/run/containers", "/run/cdi", "/run/netns", "/run/lock",
-                      "/var/lib/containers", "/var/lib/cni", "/dev/shm"]
+                      "/run/libpod", "/run/containers", "/run/cdi", "/run/netns",
+                      "/var/lib/containers", "/var/lib/cni", "/dev/shm/libpod_lock"]
 
 
 def host_snapshot():
-    """Every file and directory under HOST_RUNTIME_PATHS with its type, size and mtime (the
-    test's own lock file aside)."""
+    """Every file and directory under HOST_RUNTIME_PATHS with its type, size and mtime."""
     out = {}
     for top in HOST_RUNTIME_PATHS:
+        if os.path.lexists(top) and not os.path.isdir(top):
+            st = os.lstat(top)
+            out[top] = (st.st_mode, st.st_size, st.st_mtime_ns)
         for root, dirs, files in os.walk(top):
             for name in [""] + dirs + files:
                 path = os.path.join(root, name) if name else root
-                if path in (LOCK_FILE, os.path.dirname(LOCK_FILE)):
-                    continue
                 try:
                     st = os.lstat(path)
                 except OSError:
