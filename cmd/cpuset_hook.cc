@@ -166,8 +166,7 @@ int main(int argc, char** argv) {
     const std::string root_file = hierarchy + (v2 ? "/cpuset.cpus.effective" : "/cpuset.cpus");
     bool root_ok = false;
     const std::string root_text = Read(root_file, &root_ok);
-    const std::optional<std::set<int>> usable =
-        root_ok ? hook::ParseList(root_text) : std::nullopt;
+    const std::optional<std::set<int>> usable = root_ok ? hook::ParseList(root_text) : std::nullopt;
     if (usable && !usable->empty()) {
       const std::string present_file = "/sys/devices/system/cpu/present";
       bool present_ok = false;

@@ -254,7 +254,8 @@ TEST_F(HookRootCpusetTest, V2WithoutTheRootFileWritesAsBefore) {
     // the next step, which refuses the root cgroup.
     const auto [rc, out] = RunHook(Args("9000"), ::getpid());
     EXPECT_EQ(rc, 1) << out;
-    EXPECT_THAT(out, ::testing::HasSubstr("no cpuset cgroup for pid " + std::to_string(::getpid())));
+    EXPECT_THAT(out,
+                ::testing::HasSubstr("no cpuset cgroup for pid " + std::to_string(::getpid())));
     EXPECT_FALSE(fs::exists(dir_ + "/records"));
     return;
   }
