@@ -14,7 +14,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "driver/cgroup/hook_core.h"
@@ -169,28 +172,99 @@ TEST(HookBinaryRealHostTest, PinsARealProcessAndWidensItsParents) {
   EXPECT_FALSE(fs::exists(records + "/abc123_uid-2.json"));
 }
 
-// A CPU not in the cpuset hierarchy's root fails with the CPU named (runc reports the hook's
-// stderr: this is what an operator reads), before the record or any cgroup is written.
-TEST(HookBinaryTest, CpuNotOnTheMachineIsNamed) {
-  const std::string dir = ::testing::TempDir() + "/hook-cpu-named-" + std::to_string(::getpid());
-  fs::remove_all(dir);
-  fs::create_directories(dir + "/cgroup/cpuset");
-  std::ofstream(dir + "/cgroup/cpuset/cpuset.cpus") << "0-1\n";
-  const std::string cmd = "echo '{\"id\": \"abc123\", \"pid\": 1}' | " +
-                          std::string(TOPODRA_HOOK_BINARY) +
-                          " --cpus 1,64-65 --claim u --records " + dir + "/records --cgroup-root " +
-                          dir + "/cgroup 2>&1";
+// Runs the hook binary with an OCI state naming `pid`; its exit code and stderr.
+std::pair<int, std::string> RunHook(const std::string& args, long pid) {
+  const std::string cmd = "echo '{\"id\": \"abc123\", \"pid\": " + std::to_string(pid) + "}' | " +
+                          std::string(TOPODRA_HOOK_BINARY) + " " + args + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  char buf[512] = {0};
-  const size_t n = std::fread(buf, 1, sizeof(buf) - 1, p);
-  EXPECT_EQ(WEXITSTATUS(::pclose(p)), 1);
-  EXPECT_THAT(std::string(buf, n),
-              ::testing::HasSubstr("--cpus \"1,64-65\": CPU 64-65 is not on this machine (" + dir +
-                                   "/cgroup/cpuset/cpuset.cpus has 0-1)"));
-  EXPECT_FALSE(fs::exists(dir + "/records"));
-  EXPECT_EQ(Slurp(dir + "/cgroup/cpuset/cpuset.cpus"), "0-1\n");
-  fs::remove_all(dir);
+  if (p == nullptr) return {-1, "popen failed"};
+  std::string out;
+  char buf[512];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  return {WEXITSTATUS(::pclose(p)), out};
+}
+
+// The machine's present CPUs, as the hook reports them.
+std::string PresentCpus() {
+  const auto present = ParseList(Slurp("/sys/devices/system/cpu/present"));
+  return present ? FormatList(*present) : "?";
+}
+
+// Fake trees: CPU 0 is present on every machine, CPU 9000 on none (the kernel's NR_CPUS is at
+// most 8192), so a root cpuset of "9000" makes CPU 0 present but not usable (offline or
+// isolated) and CPU 9000 absent, on any host.
+class HookRootCpusetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/hook-root-cpuset-" + std::to_string(::getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ + "/cgroup");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Args(const std::string& cpus) const {
+    return "--cpus " + cpus + " --claim u --records " + dir_ + "/records --cgroup-root " + dir_ +
+           "/cgroup";
+  }
+  std::string dir_;
+};
+
+// v1: a CPU not in the cpuset hierarchy's root fails with the CPU named (runc reports the hook's
+// stderr: this is what an operator reads), before the record or any cgroup is written.
+TEST_F(HookRootCpusetTest, V1CpuNotPresentAndCpuNotInTheRootAreNamed) {
+  fs::create_directories(dir_ + "/cgroup/cpuset");
+  std::ofstream(dir_ + "/cgroup/cpuset/cpuset.cpus") << "9000\n";
+  const auto [rc, out] = RunHook(Args("0,9000-9001"), 1);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr(
+                       "topodra-cpuset-hook: --cpus \"0,9000-9001\": CPU 9001 is not present on "
+                       "this machine (/sys/devices/system/cpu/present has " +
+                       PresentCpus() + "); CPU 0 is not in the root cpuset (" + dir_ +
+                       "/cgroup/cpuset/cpuset.cpus has 9000): offline or excluded\n"));
+  EXPECT_FALSE(fs::exists(dir_ + "/records"));
+  EXPECT_EQ(Slurp(dir_ + "/cgroup/cpuset/cpuset.cpus"), "9000\n");
+}
+
+// v2 (the unified hierarchy: cgroup.controllers at the root, no cpuset/ directory): the root's
+// cpuset.cpus.effective is what the kernel can give. An offline CPU fails the container instead
+// of the kernel quietly running it on fewer CPUs than claimed.
+TEST_F(HookRootCpusetTest, V2OfflineCpuFailsTheContainer) {
+  std::ofstream(dir_ + "/cgroup/cgroup.controllers") << "cpuset cpu io memory pids\n";
+  std::ofstream(dir_ + "/cgroup/cpuset.cpus.effective") << "9000\n";
+  auto [rc, out] = RunHook(Args("0"), 1);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("--cpus \"0\": CPU 0 is not in the root cpuset (" + dir_ +
+                                        "/cgroup/cpuset.cpus.effective has 9000): offline or in "
+                                        "an isolated partition\n"));
+  std::tie(rc, out) = RunHook(Args("9000-9001"), 1);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("--cpus \"9000-9001\": CPU 9001 is not present on this "
+                                        "machine (/sys/devices/system/cpu/present has " +
+                                        PresentCpus() + ")\n"));
+  EXPECT_FALSE(fs::exists(dir_ + "/records"));
+}
+
+// v2 without the root's cpuset.cpus.effective (cpuset not enabled there, an unusual mount): no
+// check, the hook goes on as before this check existed (record, then the container's cgroup).
+TEST_F(HookRootCpusetTest, V2WithoutTheRootFileWritesAsBefore) {
+  std::ofstream(dir_ + "/cgroup/cgroup.controllers") << "cpu io memory pids\n";
+  const std::optional<std::string> mine = CpusetCgroupOf(Slurp("/proc/self/cgroup"), true);
+  if (!mine) {
+    // In the v2 root cgroup (as here, on a hybrid host): the hook passes the check and stops at
+    // the next step, which refuses the root cgroup.
+    const auto [rc, out] = RunHook(Args("9000"), ::getpid());
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_THAT(out,
+                ::testing::HasSubstr("no cpuset cgroup for pid " + std::to_string(::getpid())));
+    EXPECT_FALSE(fs::exists(dir_ + "/records"));
+    return;
+  }
+  fs::create_directories(dir_ + "/cgroup/" + *mine);
+  std::ofstream(dir_ + "/cgroup/" + *mine + "/cpuset.cpus") << "";
+  const auto [rc, out] = RunHook(Args("9000"), ::getpid());
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(Slurp(dir_ + "/cgroup/" + *mine + "/cpuset.cpus"), "9000");
+  EXPECT_THAT(Slurp(dir_ + "/records/abc123_u.json"), ::testing::HasSubstr("\"cpus\":\"9000\""));
 }
 
 TEST(HookBinaryTest, BadInputFailsWithAMessage) {

@@ -44,8 +44,9 @@ constexpr char kUsage[] =
     "  wait DRIVER                   wait for the driver to register; print the registration\n"
     "  prepare DRIVER NS/NAME/UID... NodePrepareResources for the claims; print the response\n"
     "  unprepare DRIVER NS/NAME/UID... NodeUnprepareResources for the claims; print the response\n"
-    "  allocate RESOURCE COUNT       device manager: GetPreferredAllocation + Allocate of COUNT\n"
-    "                                healthy devices for one container; print the response\n";
+    "  allocate RESOURCE COUNT       device manager: GetPreferredAllocation (if offered) +\n"
+    "                                Allocate of COUNT healthy devices for one container +\n"
+    "                                PreStartContainer (if required); print the response\n";
 
 int Fail(int code, const std::string& msg) {
   std::cerr << "kubelet_sim: " << msg << "\n";
@@ -87,10 +88,10 @@ int Allocate(const std::string& dir, const std::string& resource, int count,
   using topodra::testing::DevicePluginSimulator;
   using topodra::testing::PluginDevice;
   auto dp = DevicePluginSimulator::Start({dir});
-  if (!dp.ok()) return Fail(2, std::string(dp.status().message()));
-  if (auto reg = (*dp)->WaitForResource(resource, 1, timeout); !reg.ok()) {
-    return Fail(1, std::string(reg.status().message()));
-  }
+  // Starting the simulator is the work failing (its directory, its socket), not a bad flag.
+  if (!dp.ok()) return Fail(1, std::string(dp.status().message()));
+  auto reg = (*dp)->WaitForResource(resource, 1, timeout);
+  if (!reg.ok()) return Fail(1, std::string(reg.status().message()));
   auto healthy_of = [](const std::vector<PluginDevice>& devices) {
     std::vector<std::string> ids;
     for (const PluginDevice& d : devices) {
@@ -108,14 +109,33 @@ int Allocate(const std::string& dir, const std::string& resource, int count,
     return Fail(1, resource + ": fewer than " + std::to_string(count) +
                        " healthy devices: " + std::string(devices.status().message()));
   }
-  auto preferred = (*dp)->GetPreferredAllocation(resource, healthy_of(*devices), {}, count);
-  if (!preferred.ok()) return Fail(1, "GetPreferredAllocation: " + preferred.status().ToString());
-  auto allocated = (*dp)->Allocate(resource, {*preferred});
+  // As the kubelet: ask for a preference only where the plugin offers one (otherwise the first
+  // COUNT healthy devices), and call PreStartContainer before the container starts where the
+  // plugin asks for it.
+  std::vector<std::string> chosen = healthy_of(*devices);
+  chosen.resize(static_cast<size_t>(count));
+  if (reg->preferred_allocation_available) {
+    auto preferred = (*dp)->GetPreferredAllocation(resource, healthy_of(*devices), {}, count);
+    if (!preferred.ok()) {
+      return Fail(1, "GetPreferredAllocation: " + preferred.status().ToString());
+    }
+    chosen = *preferred;
+  }
+  auto allocated = (*dp)->Allocate(resource, {chosen});
   if (!allocated.ok()) return Fail(1, "Allocate: " + allocated.status().ToString());
-  const auto& a = allocated->at(0);
+  if (allocated->size() != 1) {
+    return Fail(1, "Allocate: " + std::to_string(allocated->size()) +
+                       " container responses for 1 container request");
+  }
+  if (reg->pre_start_required) {
+    if (absl::Status s = (*dp)->PreStartContainer(resource, chosen); !s.ok()) {
+      return Fail(1, "PreStartContainer: " + s.ToString());
+    }
+  }
+  const auto& a = allocated->front();
   Json envs = Json::object();
   for (const auto& [k, v] : a.envs) envs[k] = v;
-  std::cout << Dump(Json{{"deviceIds", *preferred},
+  std::cout << Dump(Json{{"deviceIds", chosen},
                          {"envs", std::move(envs)},
                          {"devices", a.device_node_host_paths},
                          {"cdiDevices", a.cdi_devices}},

@@ -691,6 +691,12 @@ TEST_F(KubeletSimTest, CommandLine) {
   EXPECT_EQ(RunCli(root + " allocate example.com/cpu two").first, 2);
   EXPECT_EQ(RunCli(root + " allocate example.com/cpu").first, 2);
   EXPECT_EQ(RunCli(root + " allocate example.com/cpu 1 --timeout 200ms").first, 1);
+  // The simulator cannot start (its directory cannot be made): the work failed, not the flags.
+  const std::string file = root_ + "/a-file";
+  std::ofstream(file) << "x";
+  auto [start_rc, start_out] =
+      RunCli("--root-dir " + file + " allocate example.com/cpu 1 --timeout 200ms");
+  EXPECT_EQ(start_rc, 1) << start_out;
 }
 
 TEST_F(KubeletSimTest, CommandLineFailsWhenTheRpcFails) {

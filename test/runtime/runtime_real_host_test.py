@@ -19,11 +19,20 @@ creation, and that after unprepare the reconciler widens a running container bac
 shared pool.
 
 Exercises the REAL HOST: it creates cgroups under <cgroup mount>/kubepods (the layout of a
-kubelet with the cgroupfs driver; podman names its containers libpod-<id> there). It refuses to
-run where a kubepods hierarchy exists (a real node), and removes every cgroup it created at the
-end, also on failure. Everything else stays in temporary directories and a private mount
-namespace: /run/cdi and /etc/cdi (podman 4.3 reads CDI specs only there), /dev/shm (podman's
-locks), podman's storage (--root, --runroot, --tmpdir).
+kubelet with the cgroupfs driver; podman names its containers libpod-<id> there). Every pod UID
+it uses starts with 7e57c0de-, so a tree a killed run left (only such pods, no process in it) is
+removed at the start; any other kubepods hierarchy (a real node) makes it refuse. It removes
+every cgroup it created at the end, also on failure, a deadline or SIGTERM/SIGHUP/SIGINT. Two
+runs on one host (two build trees) take turns on an flock of
+/run/lock/topodra-runtime-test.lock.
+Everything else stays in temporary directories and private namespaces (mount and PID: every
+process the inner part starts, podman's conmon and the containers included, dies with it):
+/run/cdi and /etc/cdi (podman 4.3 reads CDI specs only there), /dev/shm (podman's locks),
+podman's storage (--root, --runroot, --tmpdir), its network configuration
+(--network-config-dir: otherwise it creates /etc/containers/networks/netavark.lock or
+/etc/cni/net.d/cni.lock on the host even with --network none). Where AppArmor is enabled,
+containers run with apparmor=unconfined: podman would otherwise load its default profile into
+the host's kernel.
 
 Skips (exit 77, one line why) where the host cannot run containers at all: not root, no podman
 or runc, no cpuset controller.
@@ -33,7 +42,8 @@ usage: runtime_real_host_test.py --topodra BIN --kubelet-sim BIN --source SOURCE
 """
 
 import argparse
-import traceback
+import ctypes
+import fcntl
 import json
 import os
 import re
@@ -43,24 +53,62 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import urllib.request
 import uuid
 
 SKIP = 77
-DEADLINE_S = 150  # ctest's TIMEOUT is higher: cleanup must run before ctest kills us
+# The inner part's deadline; its cleanup takes at most CLEANUP_S more. The outer part gives it
+# DEADLINE_S + CLEANUP_S + 30, then SIGTERM, then (10 s later) SIGKILL, and removes the cgroups.
+# It waits at most LOCK_WAIT_S for another run's lock. ctest's TIMEOUT (CMakeLists.txt) is above
+# the sum, so the cgroup cleanup runs before ctest kills us.
+DEADLINE_S = 150
+CLEANUP_S = 40
+LOCK_WAIT_S = 200
+LOCK_FILE = "/run/lock/topodra-runtime-test.lock"
+# Every pod UID of the test starts with this (a valid UUID: the daemon's cgroup layout parser
+# accepts only those); a stale kubepods tree holding only such pods is a killed run's.
+POD_UID_PREFIX = "7e57c0de-"
+WORK_PREFIX = "topodra-runtime-"
+WORK_MARKER = "topodra-runtime-test.work"  # in every work directory: a killed run's is removed
 NODE = "rt-node"
 GPU_NODE = "rt-gpu-node"
 CPU_DRIVER = "dra.cpu"
 GPU_DRIVER = "gpu.topodra.io"
 DP_RESOURCE = "topodra.io/cpu"
+
+
+def apparmor_enabled():
+    try:
+        with open("/sys/module/apparmor/parameters/enabled") as f:
+            return f.read().strip() == "Y"
+    except OSError:
+        return False
+
+
 PODMAN_RUN = ["--runtime", "runc", "--ulimit", "nofile=20000:20000",
-              "--ulimit", "nproc=1000:1000", "--network", "none"]
+              "--ulimit", "nproc=1000:1000", "--network", "none"] + (
+    # podman would load its containers-default profile into the host's kernel (it stays there).
+    ["--security-opt", "apparmor=unconfined"] if apparmor_enabled() else [])
 APPLETS = ["sh", "cat", "env", "grep", "cut", "stat", "tr", "sleep", "echo", "ls"]
 # The newest cdiVersion Debian bookworm's podman 4.3 (container-device-interface 0.5) reads.
 PODMAN_CDI_VERSION = (0, 5, 0)
 # Under /run: state of runc, crun, podman and CRI tools, and CDI specs; never the host's.
 RUNTIME_STATE_IN_RUN = {"runc", "crun", "libpod", "containers", "netns", "cdi", "mount"}
 SAFE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+OUR_POD = re.compile(r"^pod" + POD_UID_PREFIX + r"[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+PR_SET_PDEATHSIG = 1
+
+
+def pod_uid():
+    return POD_UID_PREFIX + str(uuid.uuid4())[len(POD_UID_PREFIX):]
+
+
+def die_with_parent():
+    """preexec_fn: SIGKILL this child when the process that started it dies (even by SIGKILL)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        os._exit(127)
 
 
 class Failure(Exception):
@@ -68,7 +116,11 @@ class Failure(Exception):
 
 
 def log(msg):
-    print(msg, flush=True)
+    # ctest killed by a signal closes our stdout: the cleanup must go on without it.
+    try:
+        print(msg, flush=True)
+    except OSError:
+        pass
 
 
 # ----------------------------------------------------------------------------------------------
@@ -85,26 +137,50 @@ def cgroup_mounts():
     return sorted(set(out))
 
 
-def kubepods_dirs():
-    return [os.path.join(m, n) for m in cgroup_mounts() for n in ("kubepods", "kubepods.slice")
-            if os.path.isdir(os.path.join(m, n))]
+def kubepods_dirs(mounts=None):
+    return [os.path.join(m, n) for m in (cgroup_mounts() if mounts is None else mounts)
+            for n in ("kubepods", "kubepods.slice") if os.path.isdir(os.path.join(m, n))]
 
 
-def has_cpuset():
-    if os.path.exists("/sys/fs/cgroup/cpuset/cpuset.cpus"):
+def has_cpuset(root="/sys/fs/cgroup"):
+    """v1: a cpuset hierarchy at <root>/cpuset; v2 (unified): cpuset among the root's
+    controllers."""
+    if os.path.exists(root + "/cpuset/cpuset.cpus"):
         return True
     try:
-        with open("/sys/fs/cgroup/cgroup.controllers") as f:
+        with open(root + "/cgroup.controllers") as f:
             return "cpuset" in f.read().split()
     except OSError:
         return False
 
 
-def remove_cgroup_trees(trees):
+def stale_problem(tree):
+    """Why `tree` (a kubepods directory) is not a killed run's leftover of this test, or None if
+    it is: only besteffort/pod<our prefix>... below it (anything under such a pod is podman's)
+    and no process anywhere."""
+    if os.path.basename(tree) != "kubepods":
+        return "%s is not the cgroupfs layout this test makes" % tree
+    for root, _dirs, _files in os.walk(tree):
+        rel = os.path.relpath(root, tree).split(os.sep)
+        if rel != ["."] and rel[0] != "besteffort":
+            return "%s is not ours (this test makes only besteffort pods)" % root
+        if len(rel) >= 2 and not OUR_POD.match(rel[1]):
+            return "%s is not ours (pod UIDs of this test start with %s)" % (root, POD_UID_PREFIX)
+        try:
+            with open(os.path.join(root, "cgroup.procs")) as f:
+                procs = f.read().split()
+        except OSError as e:
+            return "cannot read %s/cgroup.procs: %s" % (root, e)
+        if procs:
+            return "processes %s run in %s" % (" ".join(procs), root)
+    return None
+
+
+def remove_cgroup_trees(trees, attempts=50):
     """Kills what still runs in them (our containers' leftovers: the tree did not exist before
     the test) and removes the directories bottom-up. Returns what could not be removed."""
     left = []
-    for _ in range(50):
+    for _ in range(attempts):
         left = []
         for tree in trees:
             if not os.path.isdir(tree):
@@ -129,6 +205,117 @@ def remove_cgroup_trees(trees):
     return left
 
 
+# Where podman, runc, crun and CNI/netavark keep configuration, state and locks on a host: the
+# test must change nothing there (its own are in the work directory and private namespaces).
+# Only theirs: other tests and services may write elsewhere in /run or /dev/shm meanwhile.
+HOST_RUNTIME_PATHS = ["/etc/containers", "/etc/cni", "/etc/cdi", "/run/runc", "/run/crun",
+                      "/run/libpod", "/run/containers", "/run/cdi", "/run/netns",
+                      "/var/lib/containers", "/var/lib/cni", "/dev/shm/libpod_lock"]
+
+
+def host_snapshot():
+    """Every file and directory under HOST_RUNTIME_PATHS with its type, size and mtime."""
+    out = {}
+    for top in HOST_RUNTIME_PATHS:
+        if os.path.lexists(top) and not os.path.isdir(top):
+            st = os.lstat(top)
+            out[top] = (st.st_mode, st.st_size, st.st_mtime_ns)
+        for root, dirs, files in os.walk(top):
+            for name in [""] + dirs + files:
+                path = os.path.join(root, name) if name else root
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                out[path] = (st.st_mode, st.st_size, st.st_mtime_ns)
+    return out
+
+
+def snapshot_diff(before, after):
+    return (["new %s" % p for p in sorted(set(after) - set(before))] +
+            ["gone %s" % p for p in sorted(set(before) - set(after))] +
+            ["changed %s" % p for p in sorted(set(before) & set(after))
+             if before[p] != after[p]])
+
+
+def take_lock():
+    """An flock every run of this test on the host takes before it looks at kubepods, held until
+    its cgroups are gone (RESOURCE_LOCK serialises only the tests of one ctest). The fd, or None
+    after LOCK_WAIT_S."""
+    os.makedirs(os.path.dirname(LOCK_FILE), exist_ok=True)
+    fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    deadline = time.monotonic() + LOCK_WAIT_S
+    said = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                return None
+            if not said:
+                log("another run of this test holds %s: waiting up to %d s" % (LOCK_FILE,
+                                                                             LOCK_WAIT_S))
+                said = True
+            time.sleep(0.5)
+
+
+def inner_pid(unshare_pid):
+    """The inner python: unshare --fork's only child (PID 1 of the new PID namespace)."""
+    try:
+        with open("/proc/%d/task/%d/children" % (unshare_pid, unshare_pid)) as f:
+            kids = f.read().split()
+        return int(kids[0]) if kids else None
+    except (OSError, ValueError):
+        return None
+
+
+def run_inner(argv):
+    """Runs the inner part in new mount and PID namespaces and waits for it. unshare ignores
+    SIGTERM and SIGINT while it waits: the outer's signals and deadline go to the inner python
+    (which cleans up), and 10 s later SIGKILL goes to unshare, whose --kill-child then kills the
+    namespace's PID 1 and so every process in it. PDEATHSIG does the same if we are killed."""
+    proc = subprocess.Popen(["unshare", "-m", "-p", "-f", "--kill-child", "--mount-proc",
+                             "--propagation", "private", sys.executable,
+                             os.path.abspath(__file__), "--inside"] + argv,
+                            preexec_fn=die_with_parent)
+    got = []
+
+    def on_signal(signum, _frame):
+        got.append(signum)
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    try:
+        deadline = time.monotonic() + DEADLINE_S + CLEANUP_S + 30
+        term_sent = None
+        while True:
+            try:
+                return proc.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic()
+            if term_sent is None and (got or now > deadline):
+                log("outer: %s: SIGTERM to the inner part" % (
+                    "got signal %d" % got[0] if got else "the inner part overran its deadline"))
+                pid = inner_pid(proc.pid)
+                if pid is not None:
+                    os.kill(pid, signal.SIGTERM)
+                term_sent = now
+            elif term_sent is not None and now > term_sent + (CLEANUP_S + 5 if got else 10):
+                log("outer: the inner part did not stop: SIGKILL to its PID namespace")
+                proc.kill()
+                proc.wait()
+                return 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for s, h in old.items():
+            signal.signal(s, h)
+        if got:
+            log("outer: stopped by signal %d" % got[0])
+
+
 def outer(args):
     if os.geteuid() != 0:
         log("SKIP: not root: running containers with podman/runc and writing host cgroups needs root")
@@ -145,30 +332,58 @@ def outer(args):
             ["ldd", busybox], capture_output=True, text=True).stderr:
         log("FAIL: busybox-static is not installed (scripts/build-deps.txt): no container rootfs")
         return 1
-    existing = kubepods_dirs()
-    if existing:
-        log("FAIL: refusing to run: %s exists (a kubelet's pod hierarchy: this looks like a real "
-            "node, or a run of this test that was killed; remove it if it is ours)" % existing[0])
+    lock = take_lock()
+    if lock is None:
+        log("FAIL: another run of this test held %s for more than %d s" % (LOCK_FILE, LOCK_WAIT_S))
         return 1
-    trees = [os.path.join(m, "kubepods") for m in cgroup_mounts()]
-    start = time.monotonic()
     try:
-        rc = subprocess.call(["unshare", "-m", "--propagation", "private", sys.executable,
-                              os.path.abspath(__file__), "--inside"] + sys.argv[1:])
+        for tree in kubepods_dirs():
+            problem = stale_problem(tree)
+            if problem:
+                log("FAIL: refusing to run: %s exists and %s (a kubelet's pod hierarchy: this "
+                    "looks like a real node)" % (tree, problem))
+                return 1
+            left = remove_cgroup_trees([tree], attempts=10)
+            if left:
+                log("FAIL: %s is a killed run's leftover, but %s cannot be removed" % (tree, left))
+                return 1
+            log("removed %s: a killed run's leftover (only pods %s..., no process)" % (
+                tree, POD_UID_PREFIX))
+        # Under the lock no other run is alive: a work directory with our marker is a killed
+        # run's (its mounts died with its mount namespace).
+        tmp = tempfile.gettempdir()
+        for name in sorted(os.listdir(tmp)):
+            path = os.path.join(tmp, name)
+            if name.startswith(WORK_PREFIX) and os.path.isfile(os.path.join(path, WORK_MARKER)):
+                shutil.rmtree(path, ignore_errors=True)
+                log("removed %s: a killed run's work directory" % path)
+        trees = [os.path.join(m, "kubepods") for m in cgroup_mounts()]
+        start = time.monotonic()
+        before = host_snapshot()
+        try:
+            rc = run_inner(sys.argv[1:])
+        finally:
+            left = remove_cgroup_trees(trees)
+        if left:
+            log("FAIL: could not remove the cgroups this test created: %s" % left)
+            return 1
+        changed = snapshot_diff(before, host_snapshot())
+        if changed:
+            log("FAIL: the host's container runtime files changed during the test (the test "
+                "must keep podman/runc in its own directories): %s" % changed[:20])
+            return 1
+        if kubepods_dirs():
+            log("FAIL: kubepods cgroups left behind: %s" % kubepods_dirs())
+            return 1
+        log("wall time %.1f s; every cgroup the test created is removed, nothing under %s "
+            "changed" % (time.monotonic() - start, " ".join(HOST_RUNTIME_PATHS)))
+        return rc
     finally:
-        left = remove_cgroup_trees(trees)
-    if left:
-        log("FAIL: could not remove the cgroups this test created: %s" % left)
-        return 1
-    if kubepods_dirs():
-        log("FAIL: kubepods cgroups left behind: %s" % kubepods_dirs())
-        return 1
-    log("wall time %.1f s; every cgroup the test created is removed" % (time.monotonic() - start))
-    return rc
+        os.close(lock)  # releases the flock
 
 
 # ----------------------------------------------------------------------------------------------
-# Inside the private mount namespace.
+# Inside the private mount and PID namespaces.
 
 def sh(cmd, check=True, **kw):
     res = subprocess.run(cmd, capture_output=True, text=True, **kw)
@@ -218,6 +433,27 @@ def private_cdi_dirs(work):
     # podman's locks (/dev/shm/libpod_lock) are global: never share them with the host's podman.
     mount("-t", "tmpfs", "-o", "mode=1777", "tmpfs", "/dev/shm")
     return run_cdi
+
+
+def reap_conmons():
+    """This process is PID 1 of its namespace: conmon (podman's monitor, which daemonizes)
+    becomes its child and a zombie when it exits. Only conmons are reaped: a subprocess child
+    reaped here would lose its exit status."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        if comm == "conmon" and fields[0] == "Z" and fields[1] == str(os.getpid()):
+            try:
+                os.waitpid(int(entry), os.WNOHANG)
+            except ChildProcessError:
+                pass
 
 
 class Api:
@@ -282,7 +518,8 @@ class Node:
             os.symlink("busybox", os.path.join(self.rootfs, "bin", applet))
         self.podman_base = ["podman", "--root", work + "/storage", "--runroot", work + "/runroot",
                             "--tmpdir", work + "/libpod-tmp", "--storage-driver", "vfs",
-                            "--events-backend", "none", "--cgroup-manager", "cgroupfs"]
+                            "--events-backend", "none", "--cgroup-manager", "cgroupfs",
+                            "--network-config-dir", work + "/networks"]
         with open("/sys/devices/system/cpu/online") as f:
             self.online = read_cpu_list(f.read())
 
@@ -294,17 +531,31 @@ class Node:
     # -- processes
     def start_apiserver(self):
         port_file = os.path.join(self.work, "port")
+        server = os.path.join(self.args.source, "test", "integration", "fake_apiserver.py")
+        if not os.path.isfile(server):
+            raise Failure("no fake API server at %s (is --source %s the source directory?)" % (
+                server, self.args.source))
         self.procs["apiserver"] = subprocess.Popen(
-            [sys.executable, os.path.join(self.args.source, "test", "integration",
-                                          "fake_apiserver.py"),
+            [sys.executable, server,
              "--port", "0", "--port-file", port_file, "--node", NODE + "=uid-" + NODE,
              "--node", GPU_NODE + "=uid-" + GPU_NODE],
             stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.work, "apiserver.log"), "w"))
-        for _ in range(200):
-            if os.path.exists(port_file) and open(port_file).read().strip():
+        port = ""
+        deadline = time.monotonic() + 20
+        while not port and time.monotonic() < deadline:
+            if self.procs["apiserver"].poll() is not None:
                 break
+            if os.path.exists(port_file):
+                with open(port_file) as f:
+                    port = f.read().strip()
             time.sleep(0.05)
-        port = open(port_file).read().strip()
+        if not port:
+            with open(os.path.join(self.work, "apiserver.log")) as f:
+                log_tail = f.read()[-2000:]
+            raise Failure("the fake API server %s wrote no port to %s (%s):\n%s" % (
+                server, port_file, "exited %d" % self.procs["apiserver"].returncode
+                if self.procs["apiserver"].poll() is not None else "still running after 20 s",
+                log_tail))
         self.api = Api("http://127.0.0.1:" + port)
         self.kubeconfig = os.path.join(self.work, "kubeconfig")
         with open(self.kubeconfig, "w") as f:
@@ -365,20 +616,33 @@ class Node:
             raise Failure("unprepare %s: %s" % (claim, answer["error"]))
 
     def podman(self, *args, check=True, timeout=60):
-        return sh(self.podman_base + list(args), check=check, timeout=timeout)
+        try:
+            return sh(self.podman_base + list(args), check=check, timeout=timeout)
+        finally:
+            reap_conmons()
 
     def cleanup(self):
-        if hasattr(self, "podman_base"):
-            self.podman("rm", "--force", "--all", "--time", "0", check=False)
-        for name in reversed(list(self.procs)):
-            p = self.procs[name]
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
+        """Each step on its own: one failing (podman hanging on a lock a killed podman held)
+        must not keep the others from running. At most 20 s + 5 s per process (CLEANUP_S). What
+        survives dies with the PID namespace when this process exits."""
+        try:
+            self.podman("rm", "--force", "--all", "--time", "0", check=False, timeout=20)
+        except Exception as e:  # noqa: BLE001 - logged, the processes must still be stopped
+            log("cleanup: podman rm --all: %s: %s" % (type(e).__name__, e))
+        finally:
+            for name in reversed(list(self.procs)):
+                p = self.procs[name]
                 try:
-                    p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+                    if p.poll() is None:
+                        p.send_signal(signal.SIGTERM)
+                        try:
+                            p.wait(timeout=5)
+                        except subprocess.TimeoutExpired:
+                            log("cleanup: %s did not stop on SIGTERM in 5 s: SIGKILL" % name)
+                            p.kill()
+                            p.wait(timeout=5)
+                except Exception as e:  # noqa: BLE001
+                    log("cleanup: stopping %s: %s: %s" % (name, type(e).__name__, e))
 
     # -- CDI
     def spec_of(self, cdi_id):
@@ -418,12 +682,16 @@ class Node:
             cmd += ["-d", "--name", name, "--rootfs", self.rootfs, "/bin/sh", "-c",
                     "(%s) > /tmp/report 2>&1; exec sleep 600" % script]
             self.podman(*cmd)
-            for _ in range(100):
+            deadline = time.monotonic() + 30
+            res = None
+            while time.monotonic() < deadline:
                 res = self.podman("exec", name, "cat", "/tmp/report", check=False)
                 if res.returncode == 0 and "--- end" in res.stdout:
                     return self.parse_report(res.stdout)
-                time.sleep(0.05)
-            raise Failure("%s: container %s wrote no report" % (label, name))
+                time.sleep(0.1)
+            raise Failure("%s: container %s wrote no report in 30 s (last podman exec: exit %s, "
+                          "%s)" % (label, name, res and res.returncode,
+                                   res and (res.stdout + res.stderr).strip()[-500:]))
         cmd += ["--rm", "--rootfs", self.rootfs, "/bin/sh", "-c", script]
         return self.parse_report(self.podman(*cmd).stdout)
 
@@ -486,7 +754,7 @@ class Node:
         res = self.podman("exec", name, "grep", "Cpus_allowed_list", "/proc/1/status")
         return read_cpu_list(res.stdout.split(":", 1)[1])
 
-    def wait_affinity(self, name, want, what, timeout=10):
+    def wait_affinity(self, name, want, what, timeout=30):
         got = None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -570,7 +838,7 @@ def scenario(node, work):
 
     # A container without any claim, started first: the reconciler must move it off the CPUs a
     # claim takes later.
-    bystander_pod = str(uuid.uuid4())
+    bystander_pod = pod_uid()
     node.run_container("bystander", bystander_pod, [], detach=True, name="bystander")
     node.wait_affinity("bystander", online, "no claim prepared yet")
 
@@ -588,7 +856,7 @@ def scenario(node, work):
     node.check(read_cpu_list(hook["args"][hook["args"].index("--cpus") + 1]) == g_cpus,
                "grouped: the hook's --cpus %s is not the claim's CPUs %s" % (
                    hook["args"], fmt_cpus(g_cpus)))
-    grouped_pod = str(uuid.uuid4())
+    grouped_pod = pod_uid()
     rep = node.run_container("grouped claim", grouped_pod, [g_id], detach=True, name="grouped")
     names = node.check_env("grouped claim", g_spec, g_dev, rep)
     node.check_affinity("grouped claim", rep, g_cpus)
@@ -599,8 +867,8 @@ def scenario(node, work):
                        "without a claim must be on the shared pool")
 
     # ---- a failing hook fails the container's creation: the claim's spec, a CPU not on the
-    # machine
-    bad_cpu = max(online) + 64
+    # machine (the kernel's NR_CPUS is at most 8192)
+    bad_cpu = 9000
     bad = json.loads(json.dumps(g_spec))
     bad["kind"] = "topodra-test.io/badhook"
     args = bad["containerEdits"]["hooks"][0]["args"]
@@ -611,15 +879,15 @@ def scenario(node, work):
     with open(bad_path, "w") as f:
         json.dump(bad, f)
     res = node.podman("run", "--rm", "--cgroup-parent",
-                      "/kubepods/besteffort/pod" + str(uuid.uuid4()), *PODMAN_RUN,
+                      "/kubepods/besteffort/pod" + pod_uid(), *PODMAN_RUN,
                       "--device", "topodra-test.io/badhook=" + g_dev["name"],
                       "--rootfs", node.rootfs, "/bin/sh", "-c", "echo STARTED", check=False)
     node.check(res.returncode != 0 and "STARTED" not in res.stdout,
                "a hook with --cpus %d (not on this machine) did not fail the container: exit %d, "
                "%s %s" % (bad_cpu, res.returncode, res.stdout, res.stderr))
-    node.check("topodra-cpuset-hook: --cpus \"%d\": CPU %d is not on this machine" % (
+    node.check("topodra-cpuset-hook: --cpus \"%d\": CPU %d is not present on this machine" % (
         bad_cpu, bad_cpu) in res.stderr, "the failed creation does not say the hook failed "
-        "because CPU %d is not on this machine: %s" % (bad_cpu, res.stderr))
+        "because CPU %d is not present on this machine: %s" % (bad_cpu, res.stderr))
     node.check(not os.path.exists(os.path.join(work, "bad-records")),
                "the failing hook wrote a record in %s" % os.path.join(work, "bad-records"))
     log("hook with --cpus %d: container creation failed (exit %d): %s" % (
@@ -646,7 +914,7 @@ def scenario(node, work):
                              [cpuset_config(fmt_cpus(want))])
     m_uid, m_id = node.prepare(kubelet_real, CPU_DRIVER, machine)
     _m_file, m_spec, m_dev = node.spec_of(m_id)
-    rep = node.run_container("machine-mode claim", str(uuid.uuid4()), [m_id])
+    rep = node.run_container("machine-mode claim", pod_uid(), [m_id])
     node.check_env("machine-mode claim", m_spec, m_dev, rep)
     node.check_affinity("machine-mode claim", rep, want)
     node.check(rep["pid1"].get("DRA_CPUSET_" + m_uid) == fmt_cpus(want),
@@ -657,7 +925,7 @@ def scenario(node, work):
     # mode unless every v2 controller is also mounted v1 (the kind of host CI has).
     if shutil.which("crun"):
         try:
-            rep = node.run_container("machine-mode claim (crun)", str(uuid.uuid4()), [m_id],
+            rep = node.run_container("machine-mode claim (crun)", pod_uid(), [m_id],
                                      runtime="crun")
         except Failure as e:
             if "hybrid mode not supported" not in str(e):
@@ -676,7 +944,7 @@ def scenario(node, work):
     dp_id = alloc["cdiDevices"][0]
     dp_cpus = read_cpu_list(",".join(alloc["deviceIds"]))
     dp_file, dp_spec, dp_dev = node.spec_of(dp_id)
-    rep = node.run_container("device-plugin CPU", str(uuid.uuid4()), [dp_id])
+    rep = node.run_container("device-plugin CPU", pod_uid(), [dp_id])
     names = node.check_env("device-plugin CPU", dp_spec, dp_dev, rep)
     node.check(names.get("TOPODRA_CPUSET") == fmt_cpus(dp_cpus),
                "device plugin: TOPODRA_CPUSET=%r, allocated %s" % (names.get("TOPODRA_CPUSET"),
@@ -686,7 +954,7 @@ def scenario(node, work):
 
     # ---- the GPU claim's container
     _gfile, gspec, gdev = node.spec_of(gpu_id)
-    rep = node.run_container("GPU claim", str(uuid.uuid4()), [gpu_id])
+    rep = node.run_container("GPU claim", pod_uid(), [gpu_id])
     names = node.check_env("GPU claim", gspec, gdev, rep)
     node.check(any(v == bdf for v in names.values()),
                "GPU claim: no variable names the GPU %s: %s" % (bdf, names))
@@ -705,43 +973,70 @@ def scenario(node, work):
     node.stop_daemon("gpu")
 
 
+class Stop(Exception):
+    """The deadline passed or a signal came: the scenario stops, the cleanup runs."""
+
+
 def inside(args):
-    signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(
-        Failure("deadline of %d s passed" % DEADLINE_S)))
+    stopping = []
+
+    def stop(why):
+        def handler(_signum, _frame):
+            stopping.append(why)
+            if len(stopping) == 1:  # once: a second signal must not break into the cleanup
+                raise Stop(why)
+        return handler
+    signal.signal(signal.SIGALRM, stop("deadline of %d s passed" % DEADLINE_S))
+    for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(s, stop("signal %d" % s))
     signal.alarm(DEADLINE_S)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(Failure("SIGTERM")))
-    work = tempfile.mkdtemp(prefix="topodra-runtime-")
     node = None
     rc = 1
+    work = None
     try:
+        # Under /tmp by default (TMPDIR moves it): the hook and busybox are executed from it.
+        work = tempfile.mkdtemp(prefix=WORK_PREFIX)
+        open(os.path.join(work, WORK_MARKER), "w").close()
+        if os.statvfs(work).f_flag & os.ST_NOEXEC:
+            raise Failure("%s is on a noexec mount: the hook and the container's busybox run "
+                          "from the work directory; set TMPDIR to a directory that allows exec"
+                          % work)
         cdi_dir = private_cdi_dirs(work)
         node = Node(args, work, cdi_dir)
         node.start_apiserver()
         scenario(node, work)
         log("PASS: %d checks" % node.checks)
         rc = 0
-    except Exception as e:  # every failure, expected or not, gets its FAIL line and the logs
-        log("FAIL: %s%s" % ("" if isinstance(e, Failure) else type(e).__name__ + ": ", e))
-        if not isinstance(e, Failure):
+    except BaseException as e:  # every failure, expected or not, gets its FAIL line and the logs
+        log("FAIL: %s%s" % ("" if isinstance(e, (Failure, Stop)) else type(e).__name__ + ": ",
+                            e))
+        if not isinstance(e, (Failure, Stop)):
             traceback.print_exc()
         if node is not None:
             for name in ("real", "gpu"):
                 log("--- topodra (%s) log, last lines:\n%s" % (name, node.daemon_log(name)))
     finally:
         signal.alarm(0)
+        stopping.append("cleanup")  # from here on a signal is only noted
         if node is not None:
             node.cleanup()
-        if os.environ.get("TOPODRA_KEEP_WORK"):
+        if work is None:
+            pass
+        elif os.environ.get("TOPODRA_KEEP_WORK"):
             log("work directory kept: %s" % work)
         else:
-            with open("/proc/self/mounts") as f:
-                mounted = [line.split()[1] for line in f
-                           if line.split()[1].startswith(work + "/")]
-            if mounted:
-                log("FAIL: not removing %s: mounts are left under it: %s" % (work, mounted))
+            try:
+                with open("/proc/self/mounts") as f:
+                    mounted = [line.split()[1] for line in f
+                               if line.split()[1].startswith(work + "/")]
+                if mounted:
+                    log("FAIL: not removing %s: mounts are left under it: %s" % (work, mounted))
+                    rc = 1
+                else:
+                    shutil.rmtree(work, ignore_errors=True)
+            except Exception as e:  # noqa: BLE001
+                log("FAIL: removing %s: %s: %s" % (work, type(e).__name__, e))
                 rc = 1
-            else:
-                shutil.rmtree(work, ignore_errors=True)
     return rc
 
 
