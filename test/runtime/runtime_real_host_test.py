@@ -22,7 +22,8 @@ Exercises the REAL HOST: it creates cgroups under <cgroup mount>/kubepods (the l
 kubelet with the cgroupfs driver; podman names its containers libpod-<id> there). Every pod UID
 it uses starts with 7e57c0de-, so a tree a killed run left (only such pods, no process in it) is
 removed at the start; any other kubepods hierarchy (a real node) makes it refuse. It removes
-every cgroup it created at the end, also on failure, a deadline or SIGTERM/SIGHUP/SIGINT. Two
+every cgroup it created at the end, also on failure, a deadline or SIGTERM/SIGHUP/SIGINT (on
+cgroup v2, controllers runc enabled in the root's cgroup.subtree_control stay enabled). Two
 runs on one host (two build trees) take turns on an flock of
 /run/lock/topodra-runtime-test.lock.
 Everything else stays in temporary directories and private namespaces (mount and PID: every
@@ -275,11 +276,13 @@ def run_inner(argv):
     """Runs the inner part in new mount and PID namespaces and waits for it. unshare ignores
     SIGTERM and SIGINT while it waits: the outer's signals and deadline go to the inner python
     (which cleans up), and 10 s later SIGKILL goes to unshare, whose --kill-child then kills the
-    namespace's PID 1 and so every process in it. PDEATHSIG does the same if we are killed."""
+    namespace's PID 1 and so every process in it. PDEATHSIG does the same if we are killed.
+    unshare runs in its own session, so a hangup or Ctrl-C of the terminal reaches only us (and
+    is forwarded as SIGTERM), not unshare, which would kill the inner part without its cleanup."""
     proc = subprocess.Popen(["unshare", "-m", "-p", "-f", "--kill-child", "--mount-proc",
                              "--propagation", "private", sys.executable,
                              os.path.abspath(__file__), "--inside"] + argv,
-                            preexec_fn=die_with_parent)
+                            preexec_fn=die_with_parent, start_new_session=True)
     got = []
 
     def on_signal(signum, _frame):
@@ -288,6 +291,7 @@ def run_inner(argv):
     try:
         deadline = time.monotonic() + DEADLINE_S + CLEANUP_S + 30
         term_sent = None
+        delivered = False
         while True:
             try:
                 return proc.wait(timeout=0.2)
@@ -297,11 +301,19 @@ def run_inner(argv):
             if term_sent is None and (got or now > deadline):
                 log("outer: %s: SIGTERM to the inner part" % (
                     "got signal %d" % got[0] if got else "the inner part overran its deadline"))
+                term_sent = now
+            # Sent again until the inner python exists and has had time to set its handlers: as
+            # a PID namespace's init it ignores signals it has no handler for.
+            if term_sent is not None and not delivered:
                 pid = inner_pid(proc.pid)
                 if pid is not None:
                     os.kill(pid, signal.SIGTERM)
-                term_sent = now
-            elif term_sent is not None and now > term_sent + (CLEANUP_S + 5 if got else 10):
+                    delivered = now > term_sent + 3
+                if now > term_sent + 8:
+                    delivered = True
+            if term_sent is None:
+                continue
+            if now > term_sent + (CLEANUP_S + 5 if got else 10):
                 log("outer: the inner part did not stop: SIGKILL to its PID namespace")
                 proc.kill()
                 proc.wait()
@@ -337,12 +349,14 @@ def outer(args):
         log("FAIL: another run of this test held %s for more than %d s" % (LOCK_FILE, LOCK_WAIT_S))
         return 1
     try:
+        # Every tree is judged before any is removed: one that is not ours leaves all in place.
         for tree in kubepods_dirs():
             problem = stale_problem(tree)
             if problem:
                 log("FAIL: refusing to run: %s exists and %s (a kubelet's pod hierarchy: this "
                     "looks like a real node)" % (tree, problem))
                 return 1
+        for tree in kubepods_dirs():
             left = remove_cgroup_trees([tree], attempts=10)
             if left:
                 log("FAIL: %s is a killed run's leftover, but %s cannot be removed" % (tree, left))
