@@ -112,6 +112,47 @@ bool SafeName(const std::string& s) {
   return s[0] != '.';
 }
 
+// A claim's CPU the root cpuset cannot give fails the hook, named, before the record or any
+// cgroup is written: the kernel's own answer names neither the CPU nor the cause. On v1 that
+// answer is ERANGE on the first ancestor widened. On v2 the root's cpuset.cpus.effective holds
+// only online CPUs outside child partitions (root or isolated), and the kernel accepts a
+// cpuset.cpus naming others but runs the container on the rest: fewer CPUs than claimed, or
+// (none left) the parent's shared CPUs. That breaks the claim silently, so v2 fails too: a
+// hook failure fails the container's creation, which the kubelet reports and retries. /sys's
+// `present` list tells a CPU this machine lacks (a spec from another machine, a stale claim)
+// from one that is offline or in a partition. No root file (an unusual mount): no check, the
+// kernel decides as before.
+void CheckRootCpuset(const std::string& hierarchy, bool v2, const std::set<int>& cpus,
+                     const std::string& cpus_arg) {
+  const std::string root_file = hierarchy + (v2 ? "/cpuset.cpus.effective" : "/cpuset.cpus");
+  bool root_ok = false;
+  const std::string root_text = Read(root_file, &root_ok);
+  const std::optional<std::set<int>> usable = root_ok ? hook::ParseList(root_text) : std::nullopt;
+  if (usable && !usable->empty()) {
+    const std::string present_file = "/sys/devices/system/cpu/present";
+    bool present_ok = false;
+    const std::string present_text = Read(present_file, &present_ok);
+    const std::optional<std::set<int>> present =
+        present_ok ? hook::ParseList(present_text) : std::nullopt;
+    std::set<int> absent, unusable;
+    for (int c : cpus) {
+      if (usable->contains(c)) continue;
+      (present && !present->contains(c) ? absent : unusable).insert(c);
+    }
+    std::string why;
+    if (!absent.empty()) {
+      why = "CPU " + hook::FormatList(absent) + " is not present on this machine (" + present_file +
+            " has " + hook::FormatList(*present) + ")";
+    }
+    if (!unusable.empty()) {
+      why += std::string(why.empty() ? "" : "; ") + "CPU " + hook::FormatList(unusable) +
+             " is not in the root cpuset (" + root_file + " has " + hook::FormatList(*usable) +
+             (v2 ? "): offline or in a cpuset partition" : "): offline or excluded");
+    }
+    if (!why.empty()) Fail("--cpus \"" + cpus_arg + "\": " + why);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -153,45 +194,7 @@ int main(int argc, char** argv) {
   const bool v2 =
       !IsDir(cgroup_root + "/cpuset") && std::ifstream(cgroup_root + "/cgroup.controllers").good();
   const std::string hierarchy = v2 ? cgroup_root : cgroup_root + "/cpuset";
-  // A claim's CPU the root cpuset cannot give fails here, named, before the record or any
-  // cgroup is written: the kernel's own answer names neither the CPU nor the cause. On v1 that
-  // answer is ERANGE on the first ancestor widened. On v2 the root's cpuset.cpus.effective holds
-  // only online CPUs outside child partitions (root or isolated), and the kernel accepts a
-  // cpuset.cpus naming others but runs the container on the rest: fewer CPUs than claimed, or
-  // (none left) the parent's shared CPUs. That breaks the claim silently, so v2 fails too: a
-  // hook failure fails the container's creation, which the kubelet reports and retries. /sys's
-  // `present` list tells a CPU this machine lacks (a spec from another machine, a stale claim)
-  // from one that is offline or in a partition. No root file (an unusual mount): no check, the
-  // kernel decides as before.
-  {
-    const std::string root_file = hierarchy + (v2 ? "/cpuset.cpus.effective" : "/cpuset.cpus");
-    bool root_ok = false;
-    const std::string root_text = Read(root_file, &root_ok);
-    const std::optional<std::set<int>> usable = root_ok ? hook::ParseList(root_text) : std::nullopt;
-    if (usable && !usable->empty()) {
-      const std::string present_file = "/sys/devices/system/cpu/present";
-      bool present_ok = false;
-      const std::string present_text = Read(present_file, &present_ok);
-      const std::optional<std::set<int>> present =
-          present_ok ? hook::ParseList(present_text) : std::nullopt;
-      std::set<int> absent, unusable;
-      for (int c : *cpus) {
-        if (usable->contains(c)) continue;
-        (present && !present->contains(c) ? absent : unusable).insert(c);
-      }
-      std::string why;
-      if (!absent.empty()) {
-        why = "CPU " + hook::FormatList(absent) + " is not present on this machine (" +
-              present_file + " has " + hook::FormatList(*present) + ")";
-      }
-      if (!unusable.empty()) {
-        why += std::string(why.empty() ? "" : "; ") + "CPU " + hook::FormatList(unusable) +
-               " is not in the root cpuset (" + root_file + " has " + hook::FormatList(*usable) +
-               (v2 ? "): offline or in a cpuset partition" : "): offline or excluded");
-      }
-      if (!why.empty()) Fail("--cpus \"" + cpus_arg + "\": " + why);
-    }
-  }
+  CheckRootCpuset(hierarchy, v2, *cpus, cpus_arg);
   bool ok = false;
   const std::string proc = Read("/proc/" + std::to_string(pid) + "/cgroup", &ok);
   if (!ok) Fail("cannot read /proc/" + std::to_string(pid) + "/cgroup");

@@ -39,8 +39,8 @@ constexpr char kAdjacent[] = "synthetic:pack:2 numa:2 l3:4 core:8 pu:2";
 // L3 caches that span two NUMA nodes each (the nesting the other way round).
 constexpr char kL3OverNuma[] = "synthetic:pack:1 l3:2 numa:2 core:2 pu:2";
 
-// "synthetic:<desc>" or a file name under test/fixtures/topologies. Loaded once per test binary: the
-// 384-CPU export takes a while to parse under ASan.
+// "synthetic:<desc>" or a file name under test/fixtures/topologies. Loaded once per test binary:
+// the 384-CPU export takes a while to parse under ASan.
 const Topology& Load(const std::string& spec) {
   static std::map<std::string, Topology> cache;
   auto it = cache.find(spec);

@@ -42,8 +42,8 @@ struct FixtureCounts {
   const char* offline;
 };
 
-// PUs/cores/NUMA/packages from test/fixtures/topologies/README.md; GPU counts are the PCI devices of
-// class 03xx in each file (grep 'pci_type="03').
+// PUs/cores/NUMA/packages from test/fixtures/topologies/README.md; GPU counts are the PCI devices
+// of class 03xx in each file (grep 'pci_type="03').
 constexpr FixtureCounts kFixtures[] = {
     {"16em64t-4s2c2t.xml", 16, 8, 1, 4, 0, 2, "0-15", ""},
     {"16em64t-4s2c2t-offlines.xml", 7, 6, 1, 4, 0, 2, "0-1,3-4,6,12,15", "2,5,7-11,13-14"},
