@@ -64,7 +64,8 @@ RUN ! ldd /usr/bin/topodra /usr/lib/topodra/libtopodra_run.so | grep 'not found'
 # No USER: the daemon must run as root. It creates the kubelet's plugin and device-plugin sockets
 # under /var/lib/kubelet (root-owned host directories), writes CDI specs to /var/run/cdi, and with
 # --enforce=cgroup writes cpuset files in the host's cgroup tree and installs its hook in
-# --hook-dir (/opt/topodra/bin); a non-root user can do none of that. Run the container as root,
-# privileged, with those host paths mounted.
+# --hook-dir (/opt/topodra/bin); a non-root user can do none of that. Root needs no capability for
+# it (all are root-owned): the chart runs the container as uid 0, not privileged, with every
+# capability dropped and a read-only root filesystem, those host paths mounted (charts/topodra).
 ENTRYPOINT ["/usr/bin/topodra"]
 CMD ["run"]
