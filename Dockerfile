@@ -33,6 +33,9 @@ LABEL org.opencontainers.image.title="topodra" \
 # ldd does not show it. libprometheus-cpp-core1.0: the daemon's /metrics (served by its own
 # HTTP loop, no civetweb).
 # libc6, libgcc-s1 and libstdc++6 are not listed: bookworm-slim always has them (apt needs them).
+# apt-get clean: the downloaded packages and apt's package caches (about 85 MB) must not stay in
+# the layer. Docker Hub's debian images drop them by an apt hook (docker-clean); a base image
+# made otherwise (debootstrap, as `make image` does) has no such hook.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libabsl20220623 \
@@ -49,6 +52,7 @@ RUN apt-get update \
       libssl3 \
       libyaml-cpp0.7 \
       zlib1g \
+ && apt-get clean \
  && rm -rf /var/lib/apt/lists/*
 
 # `topodra run` loads its daemon module from ../lib/topodra/ next to the binary
