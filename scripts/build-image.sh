@@ -7,8 +7,10 @@
 #   2. `podman build --network host` of the Dockerfile (apt-get inside the build uses the host's
 #      network), tagged topodra:<project version>, the chart's default image.
 # Idempotent: the root directory and the base images are made once, podman's layer cache keeps
-# a rebuild to seconds. Everything is under build/image, podman's storage included, so the host's
-# containers storage and /etc/containers stay untouched; build/image/podman runs podman on that
+# a rebuild to seconds. Everything is under build/image: podman's storage, run and temporary
+# directories, its network configuration (podman 4.3 would write /etc/containers/networks) and
+# runc's state, so the host's containers storage is untouched. Only podman's blob-info cache
+# (/var/lib/containers/cache, root's fixed path) is shared. build/image/podman runs podman on this
 # storage (`build/image/podman images`, `build/image/podman run --rm topodra:0.1.0 topology`).
 # Needs root (debootstrap, rootful podman) and the packages debootstrap, podman and runc.
 set -euo pipefail
@@ -41,7 +43,7 @@ cat >"$out/podman" <<EOF
 #!/bin/sh
 # podman on the private storage of scripts/build-image.sh.
 exec podman --root "$out/storage" --runroot "$out/run" --network-config-dir "$out/net" \\
-  --runtime runc "\$@"
+  --tmpdir "$out/tmp" --runtime runc --runtime-flag "root=$out/runc" "\$@"
 EOF
 chmod 755 "$out/podman"
 podman=("$out/podman")
