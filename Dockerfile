@@ -33,6 +33,9 @@ LABEL org.opencontainers.image.title="topodra" \
 # ldd does not show it. libprometheus-cpp-core1.0: the daemon's /metrics (served by its own
 # HTTP loop, no civetweb).
 # libc6, libgcc-s1 and libstdc++6 are not listed: bookworm-slim always has them (apt needs them).
+# apt-get clean: the downloaded packages and apt's package caches (about 85 MB) must not stay in
+# the layer. Docker Hub's debian images drop them by an apt hook (docker-clean); a base image
+# made otherwise (debootstrap, as `make image` does) has no such hook.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libabsl20220623 \
@@ -49,6 +52,7 @@ RUN apt-get update \
       libssl3 \
       libyaml-cpp0.7 \
       zlib1g \
+ && apt-get clean \
  && rm -rf /var/lib/apt/lists/*
 
 # `topodra run` loads its daemon module from ../lib/topodra/ next to the binary
@@ -64,7 +68,8 @@ RUN ! ldd /usr/bin/topodra /usr/lib/topodra/libtopodra_run.so | grep 'not found'
 # No USER: the daemon must run as root. It creates the kubelet's plugin and device-plugin sockets
 # under /var/lib/kubelet (root-owned host directories), writes CDI specs to /var/run/cdi, and with
 # --enforce=cgroup writes cpuset files in the host's cgroup tree and installs its hook in
-# --hook-dir (/opt/topodra/bin); a non-root user can do none of that. Run the container as root,
-# privileged, with those host paths mounted.
+# --hook-dir (/opt/topodra/bin); a non-root user can do none of that. Root needs no capability for
+# it (all are root-owned): the chart runs the container as uid 0, not privileged, with every
+# capability dropped and a read-only root filesystem, those host paths mounted (charts/topodra).
 ENTRYPOINT ["/usr/bin/topodra"]
 CMD ["run"]

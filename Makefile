@@ -5,9 +5,10 @@
 #   make demo   install missing packages, build, show this machine and the ResourceSlices it
 #               would publish, then run a whole node locally (fake API server, topodra run,
 #               kubelet simulator) and prepare claims on it
-# Other targets: make build (release), make bench, make format, make tidy, make clean.
+# Other targets: make build (release), make bench, make format, make tidy, make clean,
+# make image (the Dockerfile's image, built with debootstrap and podman: scripts/build-image.sh).
 
-.PHONY: all deps test test-unit test-fuzz demo build bench format tidy clean
+.PHONY: all deps test test-unit test-fuzz demo build bench format tidy clean image
 all: build
 
 deps:
@@ -50,6 +51,10 @@ bench: deps
 	./build/bench/test/bench/cgroup_bench
 	./build/bench/test/bench/reservation_bench test/fixtures/topologies
 	./build/bench/test/bench/shutdown_bench test/fixtures/topologies
+
+# As root; needs debootstrap, podman and runc. Not part of make test.
+image:
+	scripts/build-image.sh
 
 format:
 	git ls-files '*.cc' '*.h' | xargs clang-format -i
