@@ -9,8 +9,10 @@
 
   check_docs.py links SOURCE_DIR
       Every relative link of README.md and docs/**/*.md points at a file or directory that exists
-      and, with a #fragment into a Markdown file, at one of its headings (GitHub's anchors). Every
-      docs/.../*.md path named anywhere else in the sources (comments, charts, scripts) exists.
+      and, with a #fragment into a Markdown file, at one of its headings (GitHub's anchors); every
+      repository path they name in a code span (`driver/state/store.h`) exists, except in a
+      section marked <!-- updated at merge -->. Every docs/.../*.md path named anywhere else in
+      the sources (comments, charts, scripts) exists.
 
 Exit status 0 when all holds, 1 with one line per problem otherwise.
 """
@@ -150,6 +152,27 @@ def markdown_files(source_dir):
     return files
 
 
+REPO_PATH = re.compile(r"`((?:cmd|common|cdi|driver|topology|test|charts|scripts|proto|docs|\.ci)/"
+                       r"[\w./-]*|Makefile|Dockerfile|CMakePresets\.json|STYLE\.md)`")
+
+
+def named_paths(markdown):
+    """(line, path) of every `repo/path` in code spans, outside sections that say their names
+    are updated when pieces in flight are merged (<!-- updated at merge ... --> up to the next
+    heading)."""
+    out, exempt, fenced = [], False, False
+    for number, line in enumerate(markdown.splitlines(), 1):
+        if FENCE.match(line):
+            fenced = not fenced
+        if not fenced and line.startswith("#"):
+            exempt = False
+        if "<!-- updated at merge" in line:
+            exempt = True
+        if not exempt:
+            out += [(number, m) for m in REPO_PATH.findall(line)]
+    return out
+
+
 def check_links(source_dir):
     problems, count, cache = [], 0, {}
 
@@ -178,6 +201,14 @@ def check_links(source_dir):
                 elif fragment and full.endswith(".md") and fragment not in anchors_of(full):
                     problems.append(f"{where}: {os.path.relpath(full, source_dir)} has no "
                                     f"heading with anchor #{fragment}")
+        # Files named in code spans: a renamed source file must not leave the docs behind. A
+        # name without an extension may be a build target of a .cc file (test/bench/x_bench).
+        with open(md) as f:
+            for number, path in named_paths(f.read()):
+                full = os.path.join(source_dir, path)
+                count += 1
+                if not os.path.exists(full) and not os.path.exists(full + ".cc"):
+                    problems.append(f"{rel_md}:{number}: names `{path}`, which does not exist")
     # docs/... paths named by sources outside the docs.
     named = 0
     skip = {".git", "build", "node_modules", "docs"}
@@ -198,7 +229,8 @@ def check_links(source_dir):
                     line = text.count("\n", 0, m.start()) + 1
                     problems.append(f"{os.path.relpath(path, source_dir)}:{line}: names "
                                     f"{m.group(0)}, which does not exist")
-    return problems, f"{count} relative links, {named} docs paths named in sources checked"
+    return problems, (f"{count} relative links and file names in docs, {named} docs paths named "
+                      "in sources checked")
 
 
 def main(argv):

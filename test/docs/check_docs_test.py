@@ -86,6 +86,21 @@ class DocFlagsTest(unittest.TestCase):
         })
 
 
+class NamedPathsTest(unittest.TestCase):
+    def test_code_spans_outside_merge_sections(self):
+        doc = "\n".join([
+            "# Doc",
+            "`driver/state/store.h` and `Makefile`, not driver/plain.h nor `/dev/dri/card0`",
+            "## Target",
+            "<!-- updated at merge: names may change -->",
+            "`driver/node/node.h`",
+            "## After",
+            "`test/bench/topology_bench`",
+        ])
+        self.assertEqual(check_docs.named_paths(doc), [
+            (2, "driver/state/store.h"), (2, "Makefile"), (7, "test/bench/topology_bench")])
+
+
 class LinksTest(unittest.TestCase):
     def test_good_and_bad_links(self):
         with tempfile.TemporaryDirectory() as root:
@@ -102,16 +117,18 @@ class LinksTest(unittest.TestCase):
                     "[outside](../elsewhere.md)",
                 ]))
             with open(os.path.join(root, "docs", "user", "a.md"), "w") as f:
-                f.write("# A\n\n## Section one\n\n[back](../../README.md#top)\n")
+                f.write("# A\n\n## Section one\n\n[back](../../README.md#top)\n"
+                        "`docs/user/a.md` `docs/dev/b.md`\n")
             os.makedirs(os.path.join(root, "src"))
             with open(os.path.join(root, "src", "x.h"), "w") as f:
                 f.write("// see docs/user/a.md and docs/dev/gone.md\n")
             problems, _ = check_docs.check_links(root)
-        self.assertEqual(len(problems), 4, problems)
+        self.assertEqual(len(problems), 5, problems)
         self.assertIn("README.md:3: link 'docs/user/b.md'", problems[0])
         self.assertIn("has no heading with anchor #nope", problems[1])
         self.assertIn("README.md:8: link '../elsewhere.md' leaves the repository", problems[2])
-        self.assertIn("src/x.h:1: names docs/dev/gone.md", problems[3])
+        self.assertIn("docs/user/a.md:6: names `docs/dev/b.md`, which does not exist", problems[3])
+        self.assertIn("src/x.h:1: names docs/dev/gone.md", problems[4])
 
 
 if __name__ == "__main__":
