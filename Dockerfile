@@ -1,4 +1,4 @@
-# The topodra node daemon image (README "Container image"):
+# The topodra node daemon image (docs/dev/building.md, "Container image"):
 #   docker build -t topodra .
 #
 # Two stages: a Debian bookworm build stage with exactly the packages CI installs, and a slim

@@ -1,4 +1,4 @@
-# Two commands for a fresh Debian bookworm machine (see README "Quick start"):
+# Two commands for a fresh Debian bookworm machine (see README, "Try it on one machine"):
 #   make test   install missing packages, build the release binary (catches -O3-only warnings),
 #               build the libFuzzer targets with clang and run each one, then build with
 #               ASan+UBSan and run every test

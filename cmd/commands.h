@@ -101,7 +101,7 @@ struct RunCommand {
   // /metrics, /healthz and /readyz: ":port", "host:port", or "" / "none" for no endpoints.
   std::string metrics_address = ":9477";
   // /healthz and /readyz alone, for the kubelet's probes: loopback unless told otherwise, so the
-  // network cannot reach the liveness probe (README, Security). Same forms; "none" for none.
+  // network cannot reach the liveness probe (docs/user/security.md). Same forms; "none" for none.
   std::string health_address = "127.0.0.1:9478";
   // Reservations (topodra.io/v1alpha1): "on" watches this node's and holds what they ask for.
   std::string reservations = "on";

@@ -7,6 +7,7 @@ cpuset, prints a CDI file, shows a bad cpuset rejected, and unprepares everythin
 usage: scripts/demo.py BUILD_DIR [TOPOLOGY_XML]
 """
 
+import glob
 import json
 import os
 import shutil
@@ -122,9 +123,12 @@ def main():
             return json.loads(out.stdout) if out.stdout.strip() else {}
 
         def show_cdi(uid):
-            path = os.path.join(work, "cdi", "dra.cpu-claim_%s.json" % uid)
-            print("-- " + path)
-            print(open(path).read().strip())
+            # The name ends with the instance marker (_i<16 hex digits>.json).
+            paths = glob.glob(os.path.join(work, "cdi", "dra.cpu-claim_%s_i*.json" % uid))
+            if len(paths) != 1:
+                sys.exit("demo: want one CDI file of claim %s, found %s" % (uid, paths))
+            print("-- " + paths[0])
+            print(open(paths[0]).read().strip())
 
         banner("topodra run (grouped by NUMA node); the slices it published")
         daemon = start_daemon()

@@ -1,5 +1,5 @@
 // Renderings of a Topology for people (text tree) and programs (JSON). The JSON shape is a
-// documented interface (README "topodra topology"): add keys, never rename or remove them.
+// documented interface (docs/user/cli.md, "JSON output"): add keys, never rename or remove them.
 #pragma once
 
 #include <string>

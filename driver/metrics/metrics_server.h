@@ -3,8 +3,8 @@
 //   /healthz  200 "ok" while the process and its main loop are alive, 503 otherwise
 //   /readyz   200 "ok" when the node serves the kubelet and its slices are published, 503 with
 //             what is missing otherwise
-// --health-address serves the two probes alone (localhost by default: see README's security
-// section), so the kubelet's probes never compete with the network for the metrics port.
+// --health-address serves the two probes alone (localhost by default: docs/user/security.md), so
+// the kubelet's probes never compete with the network for the metrics port.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
-// The JSON document is an interface (README documents it): its summary keys are fixed and
-// whole documents are compared with checked-in goldens, so any change to the shape is deliberate.
+// The JSON document is an interface (docs/user/cli.md): its summary keys are fixed and whole
+// documents are compared with checked-in goldens, so any change to the shape is deliberate.
 // Regenerate the goldens with TOPODRA_UPDATE_GOLDEN=1 and review the diff.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
