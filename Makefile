@@ -8,7 +8,7 @@
 # Other targets: make build (release), make bench, make format, make tidy, make clean,
 # make image (the Dockerfile's image, built with debootstrap and podman: scripts/build-image.sh).
 
-.PHONY: all deps test test-unit test-fuzz demo build bench format tidy clean image
+.PHONY: all deps test test-unit test-fuzz test-image demo build bench format tidy clean image
 all: build
 
 deps:
@@ -16,7 +16,7 @@ deps:
 
 test: build test-fuzz test-unit
 
-test-unit: deps
+test-unit: deps image
 	cmake --preset asan
 	cmake --build --preset asan
 	ctest --preset asan
@@ -52,9 +52,15 @@ bench: deps
 	./build/bench/test/bench/reservation_bench test/fixtures/topologies
 	./build/bench/test/bench/shutdown_bench test/fixtures/topologies
 
-# As root; needs debootstrap, podman and runc. Not part of make test.
+# As root; needs debootstrap, podman and runc (scripts/build-deps.txt). The image test
+# (ctest -L image) runs it as the chart's DaemonSet does; make test-unit builds it first.
 image:
 	scripts/build-image.sh
+
+test-image: deps image
+	cmake --preset asan
+	cmake --build --preset asan --target kubelet_sim
+	ctest --preset asan -L image
 
 format:
 	git ls-files '*.cc' '*.h' | xargs clang-format -i
