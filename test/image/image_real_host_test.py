@@ -56,6 +56,38 @@ def log(msg):
     print("image-test: " + msg, flush=True)
 
 
+def cgroup_mounts():
+    with open("/proc/mounts") as f:
+        return sorted({line.split()[1] for line in f if line.split()[2] in ("cgroup", "cgroup2")})
+
+
+def podman_cgroups(container_id):
+    """The host cgroups podman (cgroupfs manager) made for one container, in every hierarchy:
+    podman 4.3 with runc on a cgroup v1 host leaves them behind, empty, after `podman rm`."""
+    found = []
+    for m in cgroup_mounts():
+        for parent in ("libpod_parent", "machine.slice"):
+            for name in ("libpod-" + container_id, "libpod-" + container_id + ".scope"):
+                d = os.path.join(m, parent, name)
+                if os.path.isdir(d):
+                    found.append(d)
+    return found
+
+
+def remove_cgroup_tree(d):
+    """rmdir depth first (cgroup directories can only be removed empty, never unlinked)."""
+    for root, dirs, _files in os.walk(d, topdown=False):
+        for sub in dirs:
+            try:
+                os.rmdir(os.path.join(root, sub))
+            except OSError:
+                pass
+    try:
+        os.rmdir(d)
+    except OSError:
+        pass
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -254,6 +286,12 @@ class Test:
         self.args = args
         self.podman = [args.podman]
         self.container = "topodra-image-test-" + uuid.uuid4().hex[:8]
+        self.container_id = None
+        # Which parents podman's cgroups go under existed before: those it made for this test
+        # alone are removed again at the end.
+        self.parents_before = {os.path.join(m, p) for m in cgroup_mounts()
+                               for p in ("libpod_parent", "libpod_parent/conmon")
+                               if os.path.isdir(os.path.join(m, p))}
         self.procs = []
         self.checks = 0
         os.makedirs(args.work_root, exist_ok=True)
@@ -367,8 +405,8 @@ class Test:
         log("podman run " + " ".join(run_args + [image] + argv))
 
         t0 = time.monotonic()
-        run(self.podman + ["run", "-d", "--name", self.container] + run_args + [image] + argv,
-            timeout=60)
+        self.container_id = run(self.podman + ["run", "-d", "--name", self.container] +
+                                run_args + [image] + argv, timeout=60).stdout.strip()
         t_run = time.monotonic()
         self.kubelet_sim("wait", CPU_DRIVER)
         t_reg = time.monotonic()
@@ -448,7 +486,21 @@ class Test:
         self.check(not errors, "the daemon logged errors:\n" + "\n".join(errors))
 
     def cleanup(self):
+        """Returns what could not be removed from the host (empty when all is gone)."""
         run(self.podman + ["rm", "-f", "-t", "0", self.container], check=False, timeout=60)
+        left = []
+        if self.container_id:
+            for d in podman_cgroups(self.container_id):
+                remove_cgroup_tree(d)
+            left += podman_cgroups(self.container_id)
+        for m in cgroup_mounts():
+            for p in ("libpod_parent/conmon", "libpod_parent"):
+                d = os.path.join(m, p)
+                if os.path.isdir(d) and d not in self.parents_before:
+                    try:
+                        os.rmdir(d)
+                    except OSError:
+                        pass  # another container's podman uses it now
         for p in self.procs:
             if p.poll() is None:
                 p.terminate()
@@ -459,8 +511,9 @@ class Test:
                     p.wait()
         if os.environ.get("TOPODRA_KEEP_WORK"):
             log("kept " + self.work)
-            return
+            return left
         shutil.rmtree(self.work, ignore_errors=True)
+        return left
 
 
 def main():
@@ -488,17 +541,22 @@ def main():
         raise Failure("stopped by signal %d" % signum)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    rc = 0
     try:
         test.scenario()
-        log("PASS: %d checks" % test.checks)
-        return 0
     except (Failure, subprocess.TimeoutExpired, urllib.error.URLError, OSError) as e:
         print("image-test: FAIL: %s" % e, file=sys.stderr)
-        return 1
+        rc = 1
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        test.cleanup()
+        left = test.cleanup()
+    if left:
+        print("image-test: FAIL: left on the host: %s" % left, file=sys.stderr)
+        rc = 1
+    if rc == 0:
+        log("PASS: %d checks, nothing left on the host" % test.checks)
+    return rc
 
 
 if __name__ == "__main__":
