@@ -4,8 +4,9 @@ sent with only metadata validated; Events with the real field selectors involved
 reason, reportingComponent, source, type) so that `kubectl apply` of the chart's examples and
 `kubectl describe` work.
 
-Source: k8s-api-cdi.md §3.1 (/api/v1/nodes/{name}), §3.7 (a node driver and its own Node);
-the Event field set from k8s.io/kubernetes pkg/registry/core/event/strategy.go."""
+Source: k8s-api-cdi.md §3.1 (/api/v1/nodes/{name}), §1.2 (a slice's ownerReference names its
+Node by uid, so a driver needs get nodes); the Event field set from k8s.io/kubernetes
+pkg/registry/core/event/strategy.go."""
 
 from .decode import ANY, METADATA_SCHEMA, Obj, STR, validate_object_meta
 from .kubectl import EVENT_TABLE, NODE_TABLE, POD_TABLE
