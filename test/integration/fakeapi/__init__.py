@@ -168,8 +168,8 @@ each docstring says what of the real API server it models and where that was rea
   api            the verbs, discovery, /__control state; no HTTP
   server         HTTP(S): routing, authentication, bodies, watch streams
   cli            flags and main()
-test/integration/fake_apiserver.py is the script that runs cli.main(); its tests are
-test/integration/fake_apiserver_test.py.
+test/integration/fake_apiserver.py is the script that runs cli.main(); the tests are in
+test/integration/fakeapi_tests/, one module per concern, collected by fake_apiserver_test.py.
 
 Run with /usr/bin/python3 fake_apiserver.py --help.
 """
