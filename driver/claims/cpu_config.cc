@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status.h"
 #include "driver/publish/quantity.h"
 
 namespace topodra::claims {
@@ -20,11 +21,6 @@ std::string Quote(std::string_view value) {
   constexpr size_t kMax = 80;
   if (value.size() <= kMax) return "\"" + std::string(value) + "\"";
   return "\"" + std::string(value.substr(0, kMax)) + "...\"";
-}
-
-// Debian's absl::string_view is its own type.
-std::string Message(const absl::Status& status) {
-  return std::string(status.message().data(), status.message().size());
 }
 
 // "CPU 7 is" / "CPUs 0-1 are".

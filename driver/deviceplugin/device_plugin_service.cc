@@ -7,13 +7,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status.h"
 
 namespace topodra::deviceplugin {
 namespace {
 
 using json = nlohmann::json;
-
-std::string Message(const absl::Status& st) { return std::string(st.message()); }
 
 std::string CdiFileOf(const state::Allocation& a) {
   const json cdi = a.cdi.Parse();

@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "common/json_text.h"
 #include "driver/kube/curl_library.h"
 #include "driver/kube/rest_client.h"
 
@@ -82,13 +83,6 @@ absl::Status CheckReadable(const std::string& path, const char* what) {
   if (path.empty() || std::ifstream(path)) return absl::OkStatus();
   return absl::FailedPreconditionError(
       absl::StrCat("cannot read ", what, " \"", path, "\": ", ErrnoText(errno)));
-}
-
-// A string member of a JSON object, or "".
-std::string StringField(const nlohmann::json& j, const char* key) {
-  if (!j.is_object()) return "";
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
 // The query parameter timeoutSeconds of a watch path, or 0.

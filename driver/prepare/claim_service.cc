@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/file_io.h"
+#include "common/status.h"
 #include "driver/claims/allocation_result.h"
 #include "driver/kube/rest_client.h"
 #include "driver/prepare/identifiers.h"
@@ -23,10 +24,6 @@ namespace topodra::prepare {
 namespace {
 
 using json = nlohmann::json;
-
-std::string Message(const absl::Status& status) {
-  return std::string(status.message().data(), status.message().size());
-}
 
 std::string Ref(const ClaimRef& ref) { return absl::StrCat(ref.ns, "/", ref.name); }
 

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status.h"
 #include "driver/allocation/cpu_allocator.h"
 #include "driver/reservation/lifecycle.h"
 
@@ -15,10 +16,6 @@ namespace topodra::prepare {
 namespace {
 
 using json = nlohmann::json;
-
-std::string Message(const absl::Status& status) {
-  return std::string(status.message().data(), status.message().size());
-}
 
 std::string Quote(const std::string& value) {
   constexpr size_t kMax = 80;

@@ -8,9 +8,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/json_text.h"
 #include "driver/publish/quantity.h"
 #include "driver/publish/slice_json.h"
-#include "topology/json_text.h"
 
 namespace topodra::publish {
 namespace {
