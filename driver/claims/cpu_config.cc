@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
-#include "driver/publish/quantity.h"
+#include "driver/kube/quantity.h"
 
 namespace topodra::claims {
 namespace {
@@ -48,7 +48,7 @@ absl::StatusOr<int> ConsumedCpus(const DeviceResult& result, std::string_view na
   const std::string what = "consumedCapacity " + std::string(name);
   auto it = result.consumed_capacity.find(std::string(name));
   if (it == result.consumed_capacity.end()) return Invalid(what, " is missing");
-  const std::optional<long double> q = publish::ParseQuantity(it->second);
+  const std::optional<long double> q = kube::ParseQuantity(it->second);
   if (!q.has_value() || !std::isfinite(*q)) {
     return Invalid(what, absl::StrCat(" is not a quantity (", Quote(it->second), ")"));
   }

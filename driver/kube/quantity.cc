@@ -1,9 +1,9 @@
-#include "driver/publish/quantity.h"
+#include "driver/kube/quantity.h"
 
 #include <cmath>
 #include <string>
 
-namespace topodra::publish {
+namespace topodra::kube {
 namespace {
 
 struct Suffix {
@@ -83,4 +83,4 @@ bool QuantitiesEqual(std::string_view a, std::string_view b) {
   return std::fabs(*x - *y) <= scale * 1e-12L;
 }
 
-}  // namespace topodra::publish
+}  // namespace topodra::kube
