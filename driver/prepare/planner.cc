@@ -374,6 +374,14 @@ bool IsCdiFileOf(const std::string& driver, const std::string& file_name) {
          file_name.size() > prefix.size() + 5;
 }
 
+cdi::CdiFileClass ClassifyCdiFile(bool ours_by_name, const std::string& file_name,
+                                  const std::string& marker) {
+  if (!ours_by_name) return cdi::CdiFileClass::kForeign;
+  const std::string has = CdiMarkerOf(file_name);
+  if (has == marker) return cdi::CdiFileClass::kOurs;
+  return has.empty() ? cdi::CdiFileClass::kUnmarked : cdi::CdiFileClass::kForeign;
+}
+
 absl::StatusOr<Plan> PlanClaim(const claims::Claim& claim, const DriverSetup& setup,
                                const topology::Topology& topo, const state::State& held) {
   const std::string owner = state::DraOwner(setup.driver, claim.uid);
