@@ -31,9 +31,8 @@ LABEL org.opencontainers.image.title="topodra" \
 
 # The runtime libraries of topodra and libtopodra_run.so (their direct dependencies, gRPC's
 # c-ares, re2, OpenSSL and zlib included as some builds link them directly; apt brings in the
-# rest), plus libcurl4: the daemon dlopens libcurl.so.4 (driver/kube/curl_library.cc), so
-# ldd does not show it. libprometheus-cpp-core1.0: the daemon's /metrics (served by its own
-# HTTP loop, no civetweb).
+# rest). libcurl4: the daemon's API client (only the module links it). libprometheus-cpp-core1.0:
+# the daemon's /metrics (served by its own HTTP loop, no civetweb).
 # libc6, libgcc-s1 and libstdc++6 are not listed: bookworm-slim always has them (apt needs them).
 # apt-get clean: the downloaded packages and apt's package caches (about 85 MB) must not stay in
 # the layer. Docker Hub's debian images drop them by an apt hook (docker-clean); a base image
@@ -64,7 +63,6 @@ COPY --from=build /src/build/release/cmd/topodra /src/build/release/cmd/topodra-
 COPY --from=build /src/build/release/cmd/libtopodra_run.so /usr/lib/topodra/
 # Fail the image build, not the pod, when a library is missing.
 RUN ! ldd /usr/bin/topodra /usr/lib/topodra/libtopodra_run.so | grep 'not found' \
- && ldconfig -p | grep -q 'libcurl\.so\.4 ' \
  && /usr/bin/topodra version
 
 # No USER: the daemon must run as root. It creates the kubelet's plugin and device-plugin sockets

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "cdi/reconcile.h"
 #include "cdi/spec.h"
 #include "cdi/spec_store.h"
 #include "cmd/commands.h"
@@ -371,7 +372,7 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
              deviceplugin::IsDpCdiFileOf(cmd.device_plugin_cpu_resource, file);
     };
     absl::Status st =
-        prepare::CheckNoCdiLeftovers(cdi::SpecStore(cmd.cdi_dir), is_trace, cmd.state_dir);
+        cdi::CheckNoCdiLeftovers(cdi::SpecStore(cmd.cdi_dir), is_trace, cmd.state_dir);
     leftovers = !st.ok();
     return st;
   };
@@ -591,7 +592,7 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
     d.service = std::make_unique<deviceplugin::DevicePluginService>(std::move(dp_setup), *topo,
                                                                     &node, &cdi_store);
     d.service->SetObserver(node_metrics.get());
-    if (absl::StatusOr<prepare::ReconciledCdi> r = d.service->ReconcileCdi(); !r.ok()) {
+    if (absl::StatusOr<cdi::ReconciledCdi> r = d.service->ReconcileCdi(); !r.ok()) {
       spdlog::critical("device plugin {}: CDI files in {}: {}", resource, cmd.cdi_dir,
                        std::string(r.status().message()));
       return kExitFailure;

@@ -9,9 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "cmd/commands.h"
 #include "cmd/yaml_json.h"
+#include "common/json_text.h"
 #include "driver/publish/slice_builder.h"
 #include "driver/publish/slice_json.h"
-#include "topology/json_text.h"
 
 namespace topodra::cmd {
 namespace {

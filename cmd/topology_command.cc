@@ -1,7 +1,7 @@
 #include <ostream>
 
 #include "cmd/commands.h"
-#include "topology/json_text.h"
+#include "common/json_text.h"
 #include "topology/topology_format.h"
 
 namespace topodra::cmd {

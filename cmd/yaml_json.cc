@@ -1,5 +1,4 @@
 #include "cmd/yaml_json.h"
-#include "topology/json_text.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -9,6 +8,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "common/json_text.h"
 
 namespace topodra::cmd {
 namespace {

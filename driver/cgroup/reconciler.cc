@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
+#include "common/status.h"
 #include "spdlog/spdlog.h"
 
 namespace topodra::cgroup {
@@ -29,8 +30,6 @@ using Clock = std::chrono::steady_clock;
 // new container runs on whatever CPUs its parent gave it.
 constexpr std::chrono::milliseconds kSettle{5};
 constexpr uint32_t kWatchMask = IN_CREATE | IN_MOVED_TO | IN_ONLYDIR;
-
-std::string Message(const absl::Status& status) { return std::string(status.message()); }
 
 }  // namespace
 

@@ -8,7 +8,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "driver/publish/quantity.h"
+#include "common/status.h"
+#include "driver/kube/quantity.h"
 
 namespace topodra::claims {
 namespace {
@@ -20,11 +21,6 @@ std::string Quote(std::string_view value) {
   constexpr size_t kMax = 80;
   if (value.size() <= kMax) return "\"" + std::string(value) + "\"";
   return "\"" + std::string(value.substr(0, kMax)) + "...\"";
-}
-
-// Debian's absl::string_view is its own type.
-std::string Message(const absl::Status& status) {
-  return std::string(status.message().data(), status.message().size());
 }
 
 // "CPU 7 is" / "CPUs 0-1 are".
@@ -52,7 +48,7 @@ absl::StatusOr<int> ConsumedCpus(const DeviceResult& result, std::string_view na
   const std::string what = "consumedCapacity " + std::string(name);
   auto it = result.consumed_capacity.find(std::string(name));
   if (it == result.consumed_capacity.end()) return Invalid(what, " is missing");
-  const std::optional<long double> q = publish::ParseQuantity(it->second);
+  const std::optional<long double> q = kube::ParseQuantity(it->second);
   if (!q.has_value() || !std::isfinite(*q)) {
     return Invalid(what, absl::StrCat(" is not a quantity (", Quote(it->second), ")"));
   }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "common/status.h"
 #include "driver/allocation/cpu_allocator.h"
 #include "driver/allocation/gpu_allocator.h"
 #include "driver/prepare/identifiers.h"
@@ -17,8 +18,6 @@ namespace topodra::deviceplugin {
 namespace {
 
 using json = nlohmann::json;
-
-std::string Message(const absl::Status& st) { return std::string(st.message()); }
 
 // Device ids come from the kubelet: a message quotes at most a bounded prefix of one.
 std::string Quote(const std::string& s) { return prepare::ShowValue(s); }

@@ -7,13 +7,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status.h"
 
 namespace topodra::deviceplugin {
 namespace {
 
 using json = nlohmann::json;
-
-std::string Message(const absl::Status& st) { return std::string(st.message()); }
 
 std::string CdiFileOf(const state::Allocation& a) {
   const json cdi = a.cdi.Parse();
@@ -35,7 +34,7 @@ DevicePluginService::DevicePluginService(ResourceSetup setup, topology::Topology
       setup_(std::move(setup)),
       topo_(std::move(topo)) {}
 
-absl::StatusOr<prepare::ReconciledCdi> DevicePluginService::ReconcileCdi() {
+absl::StatusOr<cdi::ReconciledCdi> DevicePluginService::ReconcileCdi() {
   std::map<std::string, json> wanted;
   std::string marker;
   {
@@ -48,7 +47,7 @@ absl::StatusOr<prepare::ReconciledCdi> DevicePluginService::ReconcileCdi() {
       if (std::string file = CdiFileOf(a); !file.empty()) wanted[file] = cdi["spec"];
     }
   }
-  return prepare::ReconcileCdiFiles(
+  return cdi::ReconcileCdiFiles(
       *cdi_, wanted,
       [&](const std::string& file) {
         return prepare::ClassifyCdiFile(IsDpCdiFileOf(resource_, file), file, marker);

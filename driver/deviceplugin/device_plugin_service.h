@@ -14,10 +14,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "cdi/reconcile.h"
 #include "cdi/spec_store.h"
 #include "driver/deviceplugin/device_plugin_core.h"
+#include "driver/metrics/observer.h"
 #include "driver/prepare/claim_service.h"
-#include "driver/prepare/observer.h"
 #include "topology/topology.h"
 
 namespace topodra::deviceplugin {
@@ -30,10 +31,10 @@ class DevicePluginService {
   const std::string& resource() const { return resource_; }
   prepare::NodeAllocations* node() const { return node_; }
   // Told of every Allocate; nullptr (the default) for none. Set before use; not owned.
-  void SetObserver(prepare::Observer* observer) { observer_ = observer; }
+  void SetObserver(metrics::Observer* observer) { observer_ = observer; }
 
   // Restores lost CDI files of this resource's allocations and removes stale ones (start-up).
-  absl::StatusOr<prepare::ReconciledCdi> ReconcileCdi();
+  absl::StatusOr<cdi::ReconciledCdi> ReconcileCdi();
 
   std::vector<Device> Devices() const;
   absl::StatusOr<std::vector<std::string>> Preferred(const std::vector<std::string>& available,
@@ -62,7 +63,7 @@ class DevicePluginService {
 
   const std::string resource_;
   prepare::NodeAllocations* node_;
-  prepare::Observer* observer_ = nullptr;
+  metrics::Observer* observer_ = nullptr;
   const cdi::SpecStore* cdi_;
   // Guarded by node_->mu.
   ResourceSetup setup_;

@@ -1,7 +1,7 @@
 // RestClient over libcurl. Every call builds its own easy handle and drives it through its own
 // multi handle, polling at most kPollInterval at a time so a watch notices its stop flag promptly
-// (curl_easy_perform may sit in poll for a second between progress callbacks). libcurl is loaded
-// on the first client (curl_library.h); every curl function is called through CurlLibrary.
+// (curl_easy_perform may sit in poll for a second between progress callbacks). Only the daemon
+// module (libtopodra_run.so) links this, so the other CLI commands never load libcurl.
 #include <curl/curl.h>
 
 #include <algorithm>
@@ -27,7 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
-#include "driver/kube/curl_library.h"
+#include "common/json_text.h"
 #include "driver/kube/rest_client.h"
 
 namespace topodra::kube {
@@ -49,9 +49,9 @@ constexpr long kPollIntervalMs = 50;
 constexpr long kMinWatchSilenceS = 60;
 constexpr long kDefaultWatchSilenceS = 3660;
 
-using EasyHandle = std::unique_ptr<CURL, decltype(CurlLibrary::easy_cleanup)>;
-using MultiHandle = std::unique_ptr<CURLM, decltype(CurlLibrary::multi_cleanup)>;
-using HeaderList = std::unique_ptr<curl_slist, decltype(CurlLibrary::slist_free_all)>;
+using EasyHandle = std::unique_ptr<CURL, decltype(&curl_easy_cleanup)>;
+using MultiHandle = std::unique_ptr<CURLM, decltype(&curl_multi_cleanup)>;
+using HeaderList = std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)>;
 
 std::string Truncate(absl::string_view s, std::size_t max) {
   if (s.size() <= max) return std::string(s);
@@ -82,13 +82,6 @@ absl::Status CheckReadable(const std::string& path, const char* what) {
   if (path.empty() || std::ifstream(path)) return absl::OkStatus();
   return absl::FailedPreconditionError(
       absl::StrCat("cannot read ", what, " \"", path, "\": ", ErrnoText(errno)));
-}
-
-// A string member of a JSON object, or "".
-std::string StringField(const nlohmann::json& j, const char* key) {
-  if (!j.is_object()) return "";
-  auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
 // The query parameter timeoutSeconds of a watch path, or 0.
@@ -134,8 +127,7 @@ absl::StatusCode CodeForHttp(long http, const std::string& reason) {
   }
 }
 
-absl::Status CurlError(const CurlLibrary& curl, const std::string& what, CURLcode code,
-                       const char* errbuf) {
+absl::Status CurlError(const std::string& what, CURLcode code, const char* errbuf) {
   absl::StatusCode status_code = absl::StatusCode::kUnavailable;
   if (code == CURLE_OPERATION_TIMEDOUT) status_code = absl::StatusCode::kDeadlineExceeded;
   if (code == CURLE_SSL_CERTPROBLEM || code == CURLE_SSL_CACERT_BADFILE ||
@@ -146,9 +138,21 @@ absl::Status CurlError(const CurlLibrary& curl, const std::string& what, CURLcod
       code == CURLE_UNKNOWN_OPTION || code == CURLE_NOT_BUILT_IN) {
     status_code = absl::StatusCode::kInternal;
   }
-  std::string message = absl::StrCat(what, ": ", curl.easy_strerror(code));
+  std::string message = absl::StrCat(what, ": ", curl_easy_strerror(code));
   if (errbuf != nullptr && errbuf[0] != '\0') absl::StrAppend(&message, ": ", errbuf);
   return absl::Status(status_code, message);
+}
+
+// curl_global_init, once per process and thread-safe (the call itself is not, before libcurl
+// 7.84); later calls return the same result. Never cleaned up: handles may outlive any one client.
+absl::Status GlobalInit() {
+  static const absl::Status* const status = [] {
+    const CURLcode init = curl_global_init(CURL_GLOBAL_DEFAULT);
+    return new absl::Status(init == CURLE_OK ? absl::OkStatus()
+                                             : absl::InternalError(absl::StrCat(
+                                                   "curl_global_init: ", curl_easy_strerror(init))));
+  }();
+  return *status;
 }
 
 // The text of a Warning header value: `299 - "text"` -> text (RFC 7234 quoted-string).
@@ -327,10 +331,9 @@ absl::StatusOr<ServerUrl> ParseServer(const std::string& server) {
 
 class CurlRestClient : public RestClient {
  public:
-  CurlRestClient(const CurlLibrary& curl, ClusterConfig config)
-      : curl_(curl), config_(std::move(config)) {}
+  explicit CurlRestClient(ClusterConfig config) : config_(std::move(config)) {}
   ~CurlRestClient() override {
-    if (share_ != nullptr) curl_.share_cleanup(share_);
+    if (share_ != nullptr) curl_share_cleanup(share_);
   }
   CurlRestClient(const CurlRestClient&) = delete;
   CurlRestClient& operator=(const CurlRestClient&) = delete;
@@ -338,18 +341,18 @@ class CurlRestClient : public RestClient {
   absl::Status Init() {
     // Requests share one connection cache (and TLS sessions and DNS): a claim GET on a kept-alive
     // connection skips the TCP and TLS handshakes, which are most of its cost.
-    share_ = curl_.share_init();
+    share_ = curl_share_init();
     if (share_ != nullptr) {
       bool ok =
-          curl_.share_setopt(share_, CURLSHOPT_LOCKFUNC, &LockShare) == CURLSHE_OK &&
-          curl_.share_setopt(share_, CURLSHOPT_UNLOCKFUNC, &UnlockShare) == CURLSHE_OK &&
-          curl_.share_setopt(share_, CURLSHOPT_USERDATA, static_cast<void*>(this)) == CURLSHE_OK;
+          curl_share_setopt(share_, CURLSHOPT_LOCKFUNC, &LockShare) == CURLSHE_OK &&
+          curl_share_setopt(share_, CURLSHOPT_UNLOCKFUNC, &UnlockShare) == CURLSHE_OK &&
+          curl_share_setopt(share_, CURLSHOPT_USERDATA, static_cast<void*>(this)) == CURLSHE_OK;
       for (curl_lock_data d :
            {CURL_LOCK_DATA_CONNECT, CURL_LOCK_DATA_SSL_SESSION, CURL_LOCK_DATA_DNS}) {
-        ok = ok && curl_.share_setopt(share_, CURLSHOPT_SHARE, d) == CURLSHE_OK;
+        ok = ok && curl_share_setopt(share_, CURLSHOPT_SHARE, d) == CURLSHE_OK;
       }
       if (!ok) {
-        curl_.share_cleanup(share_);
+        curl_share_cleanup(share_);
         share_ = nullptr;  // each request on its own connection, as before
       }
     }
@@ -474,16 +477,16 @@ class CurlRestClient : public RestClient {
 
   absl::Status RunOnce(const char* verb, const std::string& path, const std::string& payload,
                        const std::string& token, Transfer& t) {
-    EasyHandle easy(curl_.easy_init(), curl_.easy_cleanup);
-    MultiHandle multi(curl_.multi_init(), curl_.multi_cleanup);
+    EasyHandle easy(curl_easy_init(), curl_easy_cleanup);
+    MultiHandle multi(curl_multi_init(), curl_multi_cleanup);
     if (easy == nullptr || multi == nullptr) {
       return absl::InternalError(absl::StrCat(t.what, ": cannot create a curl handle"));
     }
     CURL* h = easy.get();
     char errbuf[CURL_ERROR_SIZE] = {};
-    HeaderList headers(nullptr, curl_.slist_free_all);
+    HeaderList headers(nullptr, curl_slist_free_all);
     auto add_header = [this, &headers](const std::string& line) {
-      curl_slist* next = curl_.slist_append(headers.get(), line.c_str());
+      curl_slist* next = curl_slist_append(headers.get(), line.c_str());
       if (next != nullptr) {
         (void)headers.release();
         headers.reset(next);
@@ -494,8 +497,8 @@ class CurlRestClient : public RestClient {
     if (!payload.empty()) ok = ok && add_header("Content-Type: application/json");
     if (!token.empty()) ok = ok && add_header("Authorization: Bearer " + token);
     if (!host_header_.empty()) ok = ok && add_header(host_header_);
-    HeaderList connect_to(nullptr, curl_.slist_free_all);
-    if (!connect_to_.empty()) connect_to.reset(curl_.slist_append(nullptr, connect_to_.c_str()));
+    HeaderList connect_to(nullptr, curl_slist_free_all);
+    if (!connect_to_.empty()) connect_to.reset(curl_slist_append(nullptr, connect_to_.c_str()));
     if (!ok || (!connect_to_.empty() && connect_to == nullptr)) {
       return absl::InternalError(absl::StrCat(t.what, ": out of memory building headers"));
     }
@@ -504,7 +507,7 @@ class CurlRestClient : public RestClient {
     const bool watch = t.on_event != nullptr;
     CURLcode rc = CURLE_OK;
     auto set = [this, &rc, h](CURLoption option, auto value) {
-      if (rc == CURLE_OK) rc = curl_.easy_setopt(h, option, value);
+      if (rc == CURLE_OK) rc = curl_easy_setopt(h, option, value);
     };
     set(CURLOPT_URL, url.c_str());
     set(CURLOPT_PROTOCOLS_STR, "http,https");
@@ -543,10 +546,10 @@ class CurlRestClient : public RestClient {
     if (!watch && share_ != nullptr) set(CURLOPT_SHARE, share_);
     SetTls(set, connect_to.get());
     if (rc != CURLE_OK) {
-      return CurlError(curl_, absl::StrCat(t.what, ": setting up curl"), rc, errbuf);
+      return CurlError(absl::StrCat(t.what, ": setting up curl"), rc, errbuf);
     }
 
-    if (curl_.multi_add_handle(multi.get(), h) != CURLM_OK) {
+    if (curl_multi_add_handle(multi.get(), h) != CURLM_OK) {
       return absl::InternalError(absl::StrCat(t.what, ": curl_multi_add_handle failed"));
     }
     CURLcode result = CURLE_OK;
@@ -555,23 +558,23 @@ class CurlRestClient : public RestClient {
         t.stopped = true;
         break;
       }
-      CURLMcode mc = curl_.multi_perform(multi.get(), &running);
+      CURLMcode mc = curl_multi_perform(multi.get(), &running);
       if (mc == CURLM_OK && running != 0) {
-        mc = curl_.multi_poll(multi.get(), nullptr, 0, kPollIntervalMs, nullptr);
+        mc = curl_multi_poll(multi.get(), nullptr, 0, kPollIntervalMs, nullptr);
       }
       if (mc != CURLM_OK) {
-        curl_.multi_remove_handle(multi.get(), h);
-        return absl::InternalError(absl::StrCat(t.what, ": ", curl_.multi_strerror(mc)));
+        curl_multi_remove_handle(multi.get(), h);
+        return absl::InternalError(absl::StrCat(t.what, ": ", curl_multi_strerror(mc)));
       }
     }
     int queued = 0;
-    while (CURLMsg* msg = curl_.multi_info_read(multi.get(), &queued)) {
+    while (CURLMsg* msg = curl_multi_info_read(multi.get(), &queued)) {
       if (msg->msg == CURLMSG_DONE && msg->easy_handle == h) result = msg->data.result;
     }
-    curl_.multi_remove_handle(multi.get(), h);
+    curl_multi_remove_handle(multi.get(), h);
     if (t.stopped || !t.stream_error.ok()) return absl::OkStatus();  // the caller looks at t
-    if (result != CURLE_OK) return CurlError(curl_, t.what, result, errbuf);
-    curl_.easy_getinfo(h, CURLINFO_RESPONSE_CODE, &t.http_code);
+    if (result != CURLE_OK) return CurlError(t.what, result, errbuf);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &t.http_code);
     return absl::OkStatus();
   }
 
@@ -656,7 +659,6 @@ class CurlRestClient : public RestClient {
     return token_ != used;
   }
 
-  const CurlLibrary& curl_;
   ClusterConfig config_;
   std::string base_url_;     // server, or addressed by tls_server_name
   std::string connect_to_;   // CURLOPT_CONNECT_TO entry for tls_server_name
@@ -702,9 +704,8 @@ std::string UrlEncode(const std::string& s) {
 }
 
 absl::StatusOr<std::unique_ptr<RestClient>> NewCurlRestClient(const ClusterConfig& config) {
-  absl::StatusOr<const CurlLibrary*> curl = LoadCurlLibrary();
-  if (!curl.ok()) return curl.status();
-  auto client = std::make_unique<CurlRestClient>(**curl, config);
+  if (absl::Status s = GlobalInit(); !s.ok()) return s;
+  auto client = std::make_unique<CurlRestClient>(config);
   if (absl::Status s = client->Init(); !s.ok()) return s;
   return std::unique_ptr<RestClient>(std::move(client));
 }

@@ -1,4 +1,4 @@
-// The daemon's Prometheus metrics: what the services report through prepare::Observer (claims
+// The daemon's Prometheus metrics: what the services report through metrics::Observer (claims
 // prepared and unprepared, device-plugin allocations), plus what is read from the node at each
 // scrape (CPUs and GPUs held, slice publishing errors). prometheus-cpp stays behind this header.
 #pragma once
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "driver/prepare/observer.h"
+#include "driver/metrics/observer.h"
 
 namespace topodra::metrics {
 
@@ -34,7 +34,7 @@ struct MetricsOptions {
   std::vector<std::string> resources;
 };
 
-class Metrics : public prepare::Observer {
+class Metrics : public Observer {
  public:
   explicit Metrics(const MetricsOptions& options);
   ~Metrics() override;

@@ -29,8 +29,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "cdi/reconcile.h"
 #include "cdi/spec_store.h"
-#include "driver/prepare/observer.h"
+#include "driver/metrics/observer.h"
 #include "driver/prepare/planner.h"
 #include "driver/state/state.h"
 #include "driver/state/store.h"
@@ -106,38 +107,6 @@ struct NodeAllocations {
 // Compacts the state journal when it is due. With node->mu held.
 void CompactIfDue(NodeAllocations* node);
 
-// Whose a file in the CDI directory is, for the start-up reconciliation.
-enum class CdiFileClass {
-  kOurs,      // this instance's (its marker, or no marker when it has none)
-  kUnmarked,  // one of our drivers' names without a marker: a topodra before instance markers
-  kForeign,   // another driver's, or another instance's (its marker)
-};
-// `ours_by_name`: the name is one this driver or resource makes (any marker); `marker`: ours.
-CdiFileClass ClassifyCdiFile(bool ours_by_name, const std::string& file_name,
-                             const std::string& marker);
-
-// At start: writes each wanted CDI spec (file name -> spec JSON) that is missing or differs, and
-// removes the files and the temporary files of interrupted writes that `classify` says are
-// kOurs and are not wanted. Unmarked files that are not wanted are left alone and logged (they
-// may be another instance's); wanted ones, written by an older release, are adopted. `label`
-// names the owner in logs.
-struct ReconciledCdi {
-  int written = 0;
-  int removed = 0;
-};
-absl::StatusOr<ReconciledCdi> ReconcileCdiFiles(
-    const cdi::SpecStore& store, const std::map<std::string, nlohmann::json>& wanted,
-    const std::function<CdiFileClass(const std::string&)>& classify, const std::string& label);
-
-// At start, when the state is new (StateStore::Opened::is_new, checked by Open's if_new): OK when
-// the CDI directory holds no file `is_trace` accepts (this instance's marker, or an unmarked
-// name of one of its drivers or resources); else FailedPrecondition listing them and saying how
-// to recover. Files of prepared claims outliving their state mean the state was lost, not
-// that the node is new: starting empty would remove them and hand their CPUs and GPUs out again.
-absl::Status CheckNoCdiLeftovers(const cdi::SpecStore& store,
-                                 const std::function<bool(const std::string&)>& is_trace,
-                                 const std::string& state_dir);
-
 struct ClaimRef {
   std::string ns;
   std::string uid;
@@ -179,12 +148,12 @@ class ClaimService {
   const std::string& driver() const { return driver_; }
   // Told of every claim prepared or unprepared; nullptr (the default) for none. Set before the
   // service is used; not owned.
-  void SetObserver(Observer* observer) { observer_ = observer; }
+  void SetObserver(metrics::Observer* observer) { observer_ = observer; }
 
   // At start, before serving: rewrites the CDI file of every claim this driver has prepared
   // when it is missing or differs, and removes this driver's CDI files of claims that are not
   // prepared. Returns how many files were written and removed.
-  using Reconciled = ReconciledCdi;
+  using Reconciled = cdi::ReconciledCdi;
   absl::StatusOr<Reconciled> ReconcileCdi();
 
   // Set before the service is used.
@@ -233,7 +202,7 @@ class ClaimService {
   NodeAllocations* node_;
   const cdi::SpecStore* cdi_;
   ClaimSource* source_;
-  Observer* observer_ = nullptr;
+  metrics::Observer* observer_ = nullptr;
   // Claim UID -> the pods of its reservedFor, from the last GET (log lines only).
   mutable std::mutex pods_mu_;
   std::map<std::string, std::string> pods_;

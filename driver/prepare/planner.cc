@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status.h"
 #include "driver/allocation/cpu_allocator.h"
 #include "driver/reservation/lifecycle.h"
 
@@ -15,10 +16,6 @@ namespace topodra::prepare {
 namespace {
 
 using json = nlohmann::json;
-
-std::string Message(const absl::Status& status) {
-  return std::string(status.message().data(), status.message().size());
-}
 
 std::string Quote(const std::string& value) {
   constexpr size_t kMax = 80;
@@ -375,6 +372,14 @@ bool IsCdiFileOf(const std::string& driver, const std::string& file_name) {
   const std::string prefix = driver + "-claim_";
   return absl::StartsWith(file_name, prefix) && absl::EndsWith(file_name, ".json") &&
          file_name.size() > prefix.size() + 5;
+}
+
+cdi::CdiFileClass ClassifyCdiFile(bool ours_by_name, const std::string& file_name,
+                                  const std::string& marker) {
+  if (!ours_by_name) return cdi::CdiFileClass::kForeign;
+  const std::string has = CdiMarkerOf(file_name);
+  if (has == marker) return cdi::CdiFileClass::kOurs;
+  return has.empty() ? cdi::CdiFileClass::kUnmarked : cdi::CdiFileClass::kForeign;
 }
 
 absl::StatusOr<Plan> PlanClaim(const claims::Claim& claim, const DriverSetup& setup,

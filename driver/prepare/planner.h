@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "cdi/reconcile.h"
 #include "cdi/spec.h"
 #include "driver/claims/allocation_result.h"
 #include "driver/claims/cpu_config.h"
@@ -102,6 +103,10 @@ std::string CdiFileName(const std::string& driver, const std::string& claim_uid,
                         const std::string& marker = "");
 // True for a file name CdiFileName makes for `driver` (any claim, any marker or none).
 bool IsCdiFileOf(const std::string& driver, const std::string& file_name);
+
+// `ours_by_name`: the name is one this driver or resource makes (any marker); `marker`: ours.
+cdi::CdiFileClass ClassifyCdiFile(bool ours_by_name, const std::string& file_name,
+                                  const std::string& marker);
 
 // Plans `claim` for `setup.driver` against `held` (every allocation of the node; the claim's own
 // is ignored). Errors are InvalidArgument (the claim is wrong for this node) or

@@ -1,7 +1,7 @@
 #include "driver/publish/resource_slice_api.h"
 
 #include "absl/strings/str_cat.h"
-#include "topology/json_text.h"
+#include "common/json_text.h"
 
 namespace topodra::publish {
 namespace {

@@ -1,5 +1,4 @@
 #include "driver/publish/slice_builder.h"
-#include "topology/json_text.h"
 
 #include <algorithm>
 #include <map>
@@ -8,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/json_text.h"
 #include "driver/publish/names.h"
 #include "driver/publish/slice_json.h"
 

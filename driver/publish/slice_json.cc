@@ -1,7 +1,7 @@
 #include "driver/publish/slice_json.h"
-#include "topology/json_text.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/json_text.h"
 
 namespace topodra::publish {
 namespace {

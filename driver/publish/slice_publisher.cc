@@ -8,9 +8,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "driver/publish/quantity.h"
+#include "common/json_text.h"
+#include "driver/kube/quantity.h"
 #include "driver/publish/slice_json.h"
-#include "topology/json_text.h"
 
 namespace topodra::publish {
 namespace {
@@ -45,7 +45,7 @@ bool Covers(const json& want, const json& have, bool exact_keys = false) {
   }
   if (want == have) return true;
   return want.is_string() && have.is_string() &&
-         QuantitiesEqual(want.get<std::string>(), have.get<std::string>());
+         kube::QuantitiesEqual(want.get<std::string>(), have.get<std::string>());
 }
 
 // True when every device taint of the sent spec is on the same device in the stored one: a

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/json_text.h"
 
 namespace topodra::reservation {
 namespace {
@@ -17,19 +18,7 @@ class SystemClock : public Clock {
   absl::Time Now() override { return absl::Now(); }
 };
 
-const json& Field(const json& j, const char* key) {
-  static const json kNull;
-  if (!j.is_object()) return kNull;
-  auto it = j.find(key);
-  return it == j.end() ? kNull : *it;
-}
-
 constexpr char kCrdMissing[] = "the Reservation CRD is not installed";
-
-std::string StringField(const json& j, const char* key) {
-  const json& v = Field(j, key);
-  return v.is_string() ? v.get<std::string>() : std::string();
-}
 
 }  // namespace
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/json_text.h"
 #include "driver/kube/rest_client.h"
 #include "driver/publish/device_builder.h"
 #include "driver/publish/slice_builder.h"
@@ -34,7 +35,6 @@
 #include "test/integration/fake_apiserver.h"
 #include "test/integration/fake_apiserver_client.h"
 #include "topology/discoverer.h"
-#include "topology/json_text.h"
 
 namespace {
 

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/json_text.h"
 #include "driver/kube/rest_client.h"
 #include "driver/publish/device_builder.h"
 #include "driver/publish/slice_builder.h"
@@ -22,7 +23,6 @@
 #include "test/bench/latency.h"
 #include "test/integration/fake_apiserver.h"
 #include "topology/discoverer.h"
-#include "topology/json_text.h"
 
 namespace {
 

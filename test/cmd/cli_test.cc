@@ -17,6 +17,7 @@
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 struct Result {
@@ -71,6 +72,19 @@ TEST(CliTest, TopologyJsonFromFile) {
   const nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["summary"]["gpus"], 16);
   EXPECT_EQ(j["summary"]["cpus"], 4);
+}
+
+// Only `topodra run` needs gRPC, libcurl and spdlog: they live in the daemon module, and every
+// other command runs without mapping them (nor needs them installed). The dynamic loader's own
+// trace names every library it loads, NEEDED or dlopened.
+TEST(CliTest, CommandsOtherThanRunLoadNoDaemonLibrary) {
+  const Result r = RunTopodra("topology --topology-synthetic 'pack:1 core:2 pu:1' -o json",
+                              "LD_DEBUG=files ");
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_THAT(r.err, HasSubstr("file=libhwloc.so"));  // the trace is there
+  for (const char* lib : {"libcurl", "libgrpc", "libprotobuf", "libspdlog", "libtopodra_run"}) {
+    EXPECT_THAT(r.err, Not(HasSubstr(std::string("file=") + lib))) << lib;
+  }
 }
 
 TEST(CliTest, TopologyTextFromSynthetic) {

@@ -2,10 +2,9 @@
 """Checks the repository's Dockerfile against the binaries this build produced (no Docker needed).
 
 Runtime stage (the last FROM):
-  - every library the built `topodra` and `libtopodra_run.so` load (ldd), and every library the
-    daemon dlopens (libcurl.so.4), comes from a Debian package the stage installs: the packages
-    of the direct dependencies (readelf NEEDED) and of the dlopened libraries must be listed in
-    its `apt-get install`; the indirect ones must be listed or pulled in by the Depends of a
+  - every library the built `topodra` and `libtopodra_run.so` load (ldd) comes from a Debian
+    package the stage installs: the packages of the direct dependencies (readelf NEEDED) must be
+    listed in its `apt-get install`; the indirect ones must be listed or pulled in by the Depends of a
     listed package (apt installs those), so the list stays short but complete;
   - it is debian:bookworm-slim, installs with --no-install-recommends, removes the apt lists,
     copies the three artefacts where the binary looks for them, runs /usr/bin/topodra run.
@@ -22,9 +21,6 @@ import re
 import shlex
 import subprocess
 import sys
-
-# Libraries the daemon opens with dlopen(), which ldd cannot see: soname -> where it is named.
-DLOPENED = {"libcurl.so.4": "driver/kube/curl_library.cc"}
 
 # Always in debian:bookworm-slim: apt itself depends on them (Depends: libc6, libgcc-s1,
 # libstdc++6), so an image that can run apt-get has them. They need not be listed.
@@ -236,20 +232,6 @@ def package_of(path):
     return None
 
 
-def find_library(soname):
-    """Where the dynamic loader finds `soname` for this machine's architecture (ldconfig -p)."""
-    out = run(["/sbin/ldconfig", "-p"])
-    found = []
-    for line in out.stdout.splitlines():
-        m = re.match(r"^\s*(\S+) \(([^)]*)\) => (\S+)$", line)
-        if m and m.group(1) == soname:
-            found.append((m.group(2), m.group(3)))
-    for tags, path in found:  # amd64: "libc6,x86-64"; prefer this machine's word size
-        if os.uname().machine.replace("_", "-") in tags:
-            return path
-    return found[0][1] if found else None
-
-
 def make_closure():
     """A function: packages -> the packages apt installs with them (Depends, Pre-Depends)."""
     cache = {}
@@ -341,13 +323,6 @@ def main():
             required.setdefault(pkg, why)
             if soname in direct_sonames and pkg not in IN_BASE_IMAGE:
                 direct.setdefault(pkg, why)
-    for soname, where in DLOPENED.items():
-        path = find_library(soname)
-        pkg = package_of(path) if path else None
-        if pkg is None:
-            problem(f"{soname} (dlopened in {where}) is not installed here, or no package ships it")
-            continue
-        direct.setdefault(pkg, f"{soname}, dlopened in {where}")
     print("runtime packages (direct, must be listed): " + " ".join(sorted(direct)))
     print("runtime packages (all, ldd): " + " ".join(sorted(required)))
 

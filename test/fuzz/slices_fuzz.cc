@@ -6,9 +6,9 @@
 #include <string>
 
 #include "cmd/yaml_json.h"
+#include "common/json_text.h"
 #include "driver/publish/slice_builder.h"
 #include "driver/publish/slice_json.h"
-#include "topology/json_text.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 64 * 1024) return 0;

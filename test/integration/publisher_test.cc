@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/json_text.h"
 #include "driver/kube/rest_client.h"
 #include "driver/publish/device_builder.h"
 #include "driver/publish/slice_builder.h"
@@ -21,7 +22,6 @@
 #include "test/integration/fake_apiserver_client.h"
 #include "test/testing/eventually.h"
 #include "test/testing/fixtures.h"
-#include "topology/json_text.h"
 
 namespace topodra::publish {
 namespace {

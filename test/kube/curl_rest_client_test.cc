@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "driver/kube/rest_client.h"
 #include "gtest/gtest.h"
 #include "test/kube/stub_server.h"
@@ -35,8 +36,6 @@ std::unique_ptr<RestClient> MustClient(const ClusterConfig& config) {
   EXPECT_TRUE(client.ok()) << client.status();
   return client.ok() ? *std::move(client) : nullptr;
 }
-
-std::string Message(const absl::Status& s) { return std::string(s.message()); }
 
 json Echo(const std::string& method, const std::string& path, int status = 200) {
   return {{"method", method}, {"path", path}, {"echo", true}, {"status", status}};

@@ -33,6 +33,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/status.h"
 #include "proto/dra/v1/api.grpc.pb.h"
 #include "proto/dra/v1beta1/api.grpc.pb.h"
 #include "proto/pluginregistration/api.grpc.pb.h"
@@ -42,6 +43,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using topodra::Message;
 using topodra::testing::ClaimResult;
 using topodra::testing::KubeletSimOptions;
 using topodra::testing::KubeletSimulator;
@@ -293,8 +295,6 @@ int CountLines(const std::vector<std::string>& log, const std::string& prefix) {
   for (const auto& line : log) n += line.rfind(prefix, 0) == 0 ? 1 : 0;
   return n;
 }
-
-std::string Message(const absl::Status& s) { return std::string(s.message()); }
 
 class KubeletSimTest : public ::testing::Test {
  protected:

@@ -828,34 +828,6 @@ TEST_F(ClaimServiceTest, ReconcileWithAMarkerTouchesOnlyThisInstancesFiles) {
   EXPECT_EQ(CdiFiles(), (std::set<std::string>{theirs, old_unknown, "." + theirs + ".4242-1.tmp"}));
 }
 
-TEST_F(ClaimServiceTest, LeftoversOfALostStateAreListedWithWhatToDo) {
-  std::filesystem::create_directories(cdi_->dir());
-  auto is_trace = [](const std::string& file) { return file.starts_with("dra.cpu-claim_"); };
-  EXPECT_TRUE(CheckNoCdiLeftovers(*cdi_, is_trace, "/var/lib/topodra").ok());
-  std::ofstream(cdi_->PathOf("gpu.topodra.io-claim_x.json")) << "{}";
-  EXPECT_TRUE(CheckNoCdiLeftovers(*cdi_, is_trace, "/var/lib/topodra").ok());
-  for (int i = 0; i < 12; ++i) {
-    std::ofstream(cdi_->PathOf(absl::StrCat("dra.cpu-claim_u", 10 + i, ".json"))) << "{}";
-  }
-  const absl::Status st = CheckNoCdiLeftovers(*cdi_, is_trace, "/var/lib/topodra");
-  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(std::string(st.message()),
-            absl::StrCat(
-                "the allocation state in /var/lib/topodra is gone (no checkpoint.json, no journal) "
-                "but 12 CDI spec file(s) this daemon wrote are still in ",
-                cdi_->dir(),
-                ": dra.cpu-claim_u10.json, dra.cpu-claim_u11.json, dra.cpu-claim_u12.json, "
-                "dra.cpu-claim_u13.json, dra.cpu-claim_u14.json, dra.cpu-claim_u15.json, "
-                "dra.cpu-claim_u16.json, dra.cpu-claim_u17.json, dra.cpu-claim_u18.json, "
-                "dra.cpu-claim_u19.json and 2 more. Their claims may still be running; starting "
-                "empty would remove these files and hand their CPUs and GPUs out again. Restore "
-                "checkpoint.json and checkpoint.json.journal in /var/lib/topodra from a backup and "
-                "restart; or, once no pod on this node uses these claims (drain the node), move "
-                "these files out of ",
-                cdi_->dir(), " and restart"));
-  EXPECT_EQ(CdiFiles().size(), 13u) << "nothing removed";
-}
-
 TEST_F(ClaimServiceTest, ReconcileWithNothingPreparedAndNoDirectory) {
   const topology::Topology& topo = Load(k16);
   Start(CpuSetup(topo, Mode::kNuma), topo);

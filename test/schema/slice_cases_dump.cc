@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "common/json_text.h"
 #include "driver/publish/device_builder.h"
 #include "driver/publish/slice_builder.h"
 #include "driver/publish/slice_json.h"
 #include "test/testing/slice_cases.h"
 #include "topology/discoverer.h"
-#include "topology/json_text.h"
 
 namespace {
 

@@ -1,11 +1,12 @@
 // What the node's services report as they work, for whoever counts it (the daemon's Prometheus
-// metrics). Every hook does nothing by default, and a service without an observer reports
-// nothing, so the services and their tests do not depend on any metrics library.
+// metrics, metrics.h). Every hook does nothing by default, and a service without an observer
+// reports nothing, so the services and their tests do not depend on any metrics library: this
+// header is all they include of driver/metrics, and they link nothing of it.
 #pragma once
 
 #include <string>
 
-namespace topodra::prepare {
+namespace topodra::metrics {
 
 class Observer {
  public:
@@ -17,4 +18,4 @@ class Observer {
   virtual void OnDevicePluginAllocate(const std::string& /*resource*/, bool /*ok*/) {}
 };
 
-}  // namespace topodra::prepare
+}  // namespace topodra::metrics

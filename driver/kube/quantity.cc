@@ -1,9 +1,9 @@
-#include "driver/publish/quantity.h"
+#include "driver/kube/quantity.h"
 
 #include <cmath>
 #include <string>
 
-namespace topodra::publish {
+namespace topodra::kube {
 namespace {
 
 struct Suffix {
@@ -54,8 +54,9 @@ std::optional<long double> ParseQuantity(std::string_view s) {
   if (digits == 0) return std::nullopt;
   const std::string_view rest = s.substr(i);
   if (rest.empty()) return negative ? -value : value;
-  // "1e3" / "1E3" is a decimal exponent; "1E" alone is exa.
-  if ((rest[0] == 'e' || rest[0] == 'E') && rest.size() > 1) {
+  // "1e3" / "1E3" / "1e-3" is a decimal exponent; "1E" alone is exa and "1Ei" exbi.
+  if ((rest[0] == 'e' || rest[0] == 'E') && rest.size() > 1 &&
+      ((rest[1] >= '0' && rest[1] <= '9') || rest[1] == '+' || rest[1] == '-')) {
     size_t j = 1;
     bool neg_exp = false;
     if (rest[j] == '+' || rest[j] == '-') neg_exp = rest[j++] == '-';
@@ -83,4 +84,4 @@ bool QuantitiesEqual(std::string_view a, std::string_view b) {
   return std::fabs(*x - *y) <= scale * 1e-12L;
 }
 
-}  // namespace topodra::publish
+}  // namespace topodra::kube

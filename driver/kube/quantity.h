@@ -5,10 +5,10 @@
 #include <optional>
 #include <string_view>
 
-namespace topodra::publish {
+namespace topodra::kube {
 
 // The value of a quantity, or nullopt when the text is not one.
 std::optional<long double> ParseQuantity(std::string_view s);
 bool QuantitiesEqual(std::string_view a, std::string_view b);
 
-}  // namespace topodra::publish
+}  // namespace topodra::kube

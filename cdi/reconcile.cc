@@ -1,0 +1,98 @@
+#include "cdi/reconcile.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/file_io.h"
+#include "common/status.h"
+
+namespace topodra::cdi {
+
+using json = nlohmann::json;
+
+absl::StatusOr<ReconciledCdi> ReconcileCdiFiles(
+    const cdi::SpecStore& store, const std::map<std::string, json>& wanted,
+    const std::function<CdiFileClass(const std::string&)>& classify, const std::string& label) {
+  ReconciledCdi out;
+  for (const auto& [file, spec_json] : wanted) {
+    absl::StatusOr<cdi::Spec> want = cdi::FromJson(spec_json.dump());
+    if (!want.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("stored CDI spec of ", file, ": ", Message(want.status())));
+    }
+    absl::StatusOr<cdi::Spec> have = store.Read(file);
+    if (have.ok() && *have == *want) continue;
+    if (absl::StatusOr<cdi::Spec> w = store.Write(file, *want); !w.ok()) return w.status();
+    spdlog::info("{}: restored CDI spec {}", label, store.PathOf(file));
+    ++out.written;
+  }
+  // Temporary files of writes a crash interrupted (".<file>.<pid>-<n>.tmp"): hidden and ".tmp",
+  // so runtimes skip them, but they would pile up. Only ours: another instance may be writing.
+  absl::StatusOr<std::vector<files::DirEntry>> entries = files::ListDirectory(store.dir());
+  if (!entries.ok()) return entries.status();
+  for (const files::DirEntry& e : *entries) {
+    if (!absl::StartsWith(e.name, ".") || !absl::EndsWith(e.name, ".tmp")) continue;
+    const size_t dot = e.name.rfind('.', e.name.size() - 5);
+    if (dot == std::string::npos || dot < 2) continue;
+    if (classify(e.name.substr(1, dot - 1)) != CdiFileClass::kOurs) continue;
+    if (::unlink(store.PathOf(e.name).c_str()) == 0) ++out.removed;
+  }
+  absl::StatusOr<std::vector<std::string>> on_disk = store.List();
+  if (!on_disk.ok()) return on_disk.status();
+  std::vector<std::string> unmarked;
+  for (const std::string& file : *on_disk) {
+    if (wanted.contains(file)) continue;
+    const CdiFileClass c = classify(file);
+    if (c == CdiFileClass::kUnmarked) unmarked.push_back(file);
+    if (c != CdiFileClass::kOurs) continue;
+    if (absl::Status st = store.Remove(file); !st.ok()) return st;
+    spdlog::info("{}: removed CDI spec {}: its owner holds nothing", label, store.PathOf(file));
+    ++out.removed;
+  }
+  if (!unmarked.empty()) {
+    constexpr size_t kNamed = 10;
+    std::string named =
+        absl::StrJoin(unmarked.begin(), unmarked.begin() + std::min(unmarked.size(), kNamed), ", ");
+    if (unmarked.size() > kNamed)
+      absl::StrAppend(&named, " and ", unmarked.size() - kNamed, " more");
+    spdlog::warn(
+        "{}: left {} CDI spec(s) in {} alone: written by a topodra without instance markers for "
+        "nothing this state holds, so possibly another instance's ({}); remove them by hand if "
+        "no other topodra shares that directory",
+        label, unmarked.size(), store.dir(), named);
+  }
+  return out;
+}
+
+absl::Status CheckNoCdiLeftovers(const cdi::SpecStore& store,
+                                 const std::function<bool(const std::string&)>& is_trace,
+                                 const std::string& state_dir) {
+  absl::StatusOr<std::vector<std::string>> on_disk = store.List();
+  if (!on_disk.ok()) return on_disk.status();
+  std::vector<std::string> left;
+  for (const std::string& file : *on_disk) {
+    if (is_trace(file)) left.push_back(file);
+  }
+  if (left.empty()) return absl::OkStatus();
+  constexpr size_t kNamed = 10;
+  std::string named =
+      absl::StrJoin(left.begin(), left.begin() + std::min(left.size(), kNamed), ", ");
+  if (left.size() > kNamed) absl::StrAppend(&named, " and ", left.size() - kNamed, " more");
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the allocation state in ", state_dir, " is gone (no checkpoint.json, no journal) but ",
+      left.size(), " CDI spec file(s) this daemon wrote are still in ", store.dir(), ": ", named,
+      ". Their claims may still be running; starting empty would remove these files and hand "
+      "their CPUs and GPUs out again. Restore checkpoint.json and checkpoint.json.journal in ",
+      state_dir,
+      " from a backup and restart; or, once no pod on this node uses these claims (drain the "
+      "node), move these files out of ",
+      store.dir(), " and restart"));
+}
+
+}  // namespace topodra::cdi
