@@ -58,8 +58,23 @@ Ledger::Txn::~Txn() {
   if (ledger_ != nullptr) ledger_->Abort(*this);
 }
 
+namespace {
+
+class NoJournal : public Journal {
+ public:
+  absl::Status Put(const Allocation&) override { return absl::OkStatus(); }
+  absl::Status Remove(const std::string&) override { return absl::OkStatus(); }
+  absl::Status PutReservation(const Reservation&) override { return absl::OkStatus(); }
+  absl::Status RemoveReservation(const std::string&) override { return absl::OkStatus(); }
+  bool ShouldCompact(int) const override { return false; }
+  absl::Status Compact(const State&) override { return absl::OkStatus(); }
+};
+
+}  // namespace
+
 Ledger::Ledger(std::unique_ptr<Journal> journal, State loaded)
-    : journal_(std::move(journal)), state_(std::move(loaded)) {}
+    : journal_(journal != nullptr ? std::move(journal) : std::make_unique<NoJournal>()),
+      state_(std::move(loaded)) {}
 
 Ledger::~Ledger() = default;
 

@@ -58,7 +58,8 @@ class ChangeSignal {
 
 class Ledger {
  public:
-  // `loaded`: what the journal held at start (StateStore::Opened). Owns the journal.
+  // `loaded`: what the journal held at start (StateStore::Opened). Owns the journal; a null one
+  // records nothing (tests that need no durability).
   Ledger(std::unique_ptr<Journal> journal, State loaded);
   ~Ledger();
   Ledger(const Ledger&) = delete;
