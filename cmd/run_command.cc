@@ -513,8 +513,8 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   std::mutex publish_mu;
   publish::PublishOptions pub = *opts;  // guarded by publish_mu
   topology::Topology current = *topo;   // guarded by publish_mu
-  pub.reservations = ledger.Read(
-      [](const state::State& st) { return ToPublish(reservation::HeldDevices(st)); });
+  pub.reservations =
+      ledger.Read([](const state::State& st) { return ToPublish(reservation::HeldDevices(st)); });
   std::vector<publish::Pool> pools = publish::BuildPools(*topo, pub);  // guarded by publish_mu
   prepare::ApiClaimSource claim_source(client->get());
   const cdi::SpecStore cdi_store(cmd.cdi_dir);
@@ -632,8 +632,8 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   // With publish_mu held: rebuilds the pools from the machine `now` and the reservations' held
   // devices; when they changed, republishes and tells prepare and the device plugin.
   auto republish = [&](const topology::Topology& now) {
-    pub.reservations = ledger.Read(
-        [](const state::State& st) { return ToPublish(reservation::HeldDevices(st)); });
+    pub.reservations =
+        ledger.Read([](const state::State& st) { return ToPublish(reservation::HeldDevices(st)); });
     std::vector<publish::Pool> next = publish::BuildPools(now, pub);
     current = now;
     if (next == pools) return false;

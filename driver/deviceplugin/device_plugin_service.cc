@@ -81,27 +81,30 @@ absl::StatusOr<DevicePluginService::Allocated> DevicePluginService::Allocate(
   return a;
 }
 
+absl::Status DevicePluginService::PlanOne(state::Ledger::Edit& edit, const View& view,
+                                          const std::vector<std::string>& ids, AllocatePlan* plan) {
+  absl::StatusOr<AllocatePlan> planned = PlanAllocate(view.setup, view.topo, edit.state(), ids);
+  if (!planned.ok()) return planned.status();
+  *plan = *std::move(planned);
+  if (plan->replay && edit.InFlight(plan->allocation.owner)) {
+    return absl::UnavailableError(absl::StrCat(
+        resource_, ": a concurrent Allocate of the same devices is being recorded; retry"));
+  }
+  if (plan->replay) return absl::OkStatus();
+  // Earlier device-plugin allocations of these devices hand them on.
+  for (const state::Allocation& s : plan->shrunk) {
+    absl::Status st = edit.Shrink(s);
+    if (!st.ok()) return absl::Status(st.code(), absl::StrCat(resource_, ": ", Message(st)));
+  }
+  return edit.Add(plan->allocation);
+}
+
 absl::StatusOr<DevicePluginService::Allocated> DevicePluginService::AllocateOne(
     const std::vector<std::string>& ids) {
   const std::shared_ptr<const View> v = view();
   AllocatePlan plan;
   absl::StatusOr<state::Ledger::Txn> txn =
-      ledger_->Reserve([&](state::Ledger::Edit& edit) -> absl::Status {
-        absl::StatusOr<AllocatePlan> planned = PlanAllocate(v->setup, v->topo, edit.state(), ids);
-        if (!planned.ok()) return planned.status();
-        plan = *std::move(planned);
-        if (plan.replay && edit.InFlight(plan.allocation.owner)) {
-          return absl::UnavailableError(absl::StrCat(
-              resource_, ": a concurrent Allocate of the same devices is being recorded; retry"));
-        }
-        if (plan.replay) return absl::OkStatus();
-        // Earlier device-plugin allocations of these devices hand them on.
-        for (const state::Allocation& s : plan.shrunk) {
-          absl::Status st = edit.Shrink(s);
-          if (!st.ok()) return absl::Status(st.code(), absl::StrCat(resource_, ": ", Message(st)));
-        }
-        return edit.Add(plan.allocation);
-      });
+      ledger_->Reserve([&](state::Ledger::Edit& edit) { return PlanOne(edit, *v, ids, &plan); });
   if (!txn.ok()) return txn.status();
   const std::string& owner = plan.allocation.owner;
   if (plan.replay) {

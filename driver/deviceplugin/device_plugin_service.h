@@ -67,6 +67,10 @@ class DevicePluginService {
     topology::Topology topo;
   };
   std::shared_ptr<const View> view() const;
+  // AllocateOne's plan, under the ledger's lock: a replay, or the devices held (and handed on by
+  // earlier allocations).
+  absl::Status PlanOne(state::Ledger::Edit& edit, const View& view,
+                       const std::vector<std::string>& ids, AllocatePlan* plan);
 
   const std::string resource_;
   state::Ledger* ledger_;

@@ -302,8 +302,7 @@ class ClaimService::Call {
   int last_why() const { return give_up_.load(); }
 
   void Start() {
-    const size_t wanted =
-        std::min<size_t>(std::max(1, service_->fetch_.parallel), work_.size());
+    const size_t wanted = std::min<size_t>(std::max(1, service_->fetch_.parallel), work_.size());
     for (size_t t = 0; t < wanted; ++t) {
       try {
         fetchers_.emplace_back([this] { Fetch(); });
@@ -386,8 +385,8 @@ class ClaimService::Call {
       // STYLE.md: nothing throws on purpose; this keeps one bug from failing every claim.
       f = Fetched();
       f.answered = true;
-      f.outcome.error = absl::StrCat("claim ", ShowClaimRef(ref.ns, ref.name),
-                                     ": internal error: ", e.what());
+      f.outcome.error =
+          absl::StrCat("claim ", ShowClaimRef(ref.ns, ref.name), ": internal error: ", e.what());
       spdlog::error("driver {}: {}", service_->driver_, f.outcome.error);
     }
     return f;
@@ -442,10 +441,10 @@ std::map<std::string, ClaimOutcome> ClaimService::Prepare(const std::vector<Clai
   if (given_up > 0) {
     // One line for the call, not one per claim: a call of thousands of claims may give up.
     const int why = call.last_why();
-    spdlog::warn("driver {}: {} of {} claims of a prepare call were not prepared after {}: {}",
-                 driver_, given_up, call.size(), absl::FormatDuration(absl::Now() - call.start()),
-                 why != kGoOn ? GiveUpText(why)
-                              : "too little time was left before the caller's deadline");
+    spdlog::warn(
+        "driver {}: {} of {} claims of a prepare call were not prepared after {}: {}", driver_,
+        given_up, call.size(), absl::FormatDuration(absl::Now() - call.start()),
+        why != kGoOn ? GiveUpText(why) : "too little time was left before the caller's deadline");
   }
   return out;
 }
@@ -563,9 +562,9 @@ ClaimOutcome ClaimService::Replay(const ClaimRef& ref, Known known) {
   if (known.error.empty()) {
     absl::StatusOr<std::string> restored = RestoreCdiFile(*cdi_, known.cdi);
     if (!restored.ok()) {
-      known.error =
-          absl::StrCat("claim ", Ref(ref), ": prepared, but its CDI file cannot be written: ",
-                       Message(restored.status()));
+      known.error = absl::StrCat(
+          "claim ", Ref(ref),
+          ": prepared, but its CDI file cannot be written: ", Message(restored.status()));
     } else if (!restored->empty()) {
       spdlog::info("{}: already prepared; restored its CDI spec {} ({})", Who(ref),
                    cdi_->PathOf(known.cdi["file"].get<std::string>()), *restored);
@@ -582,6 +581,19 @@ ClaimOutcome ClaimService::Replay(const ClaimRef& ref, Known known) {
   return o;
 }
 
+absl::Status ClaimService::PlanOne(state::Ledger::Edit& edit, const ClaimRef& ref,
+                                   const claims::Claim& claim, const View& view,
+                                   std::optional<Known>* known, Plan* plan) {
+  // Another call may have prepared it while we fetched it.
+  if ((*known = Lookup(edit, ref))) return absl::OkStatus();
+  absl::StatusOr<Plan> planned = PlanClaim(claim, view.setup, view.topo, edit.state());
+  if (!planned.ok()) return planned.status();
+  *plan = *std::move(planned);
+  absl::Status added = edit.Add(plan->allocation);
+  if (added.ok()) return added;
+  return absl::Status(added.code(), absl::StrCat("claim ", Ref(ref), ": ", Message(added)));
+}
+
 ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref, const claims::Claim& claim) {
   ClaimOutcome out;
   auto fail = [&](std::string message) {
@@ -593,17 +605,8 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref, const claims::Claim& 
   const std::shared_ptr<const View> v = view();
   std::optional<Known> known;
   Plan plan;
-  absl::StatusOr<state::Ledger::Txn> txn =
-      ledger_->Reserve([&](state::Ledger::Edit& edit) -> absl::Status {
-        // Another call may have prepared it while we fetched it.
-        if ((known = Lookup(edit, ref))) return absl::OkStatus();
-        absl::StatusOr<Plan> planned = PlanClaim(claim, v->setup, v->topo, edit.state());
-        if (!planned.ok()) return planned.status();
-        plan = *std::move(planned);
-        absl::Status added = edit.Add(plan.allocation);
-        if (added.ok()) return added;
-        return absl::Status(added.code(), absl::StrCat("claim ", Ref(ref), ": ", Message(added)));
-      });
+  absl::StatusOr<state::Ledger::Txn> txn = ledger_->Reserve(
+      [&](state::Ledger::Edit& edit) { return PlanOne(edit, ref, claim, *v, &known, &plan); });
   if (!txn.ok()) return fail(Message(txn.status()));
   if (known) return Replay(ref, *std::move(known));
   const auto t2 = std::chrono::steady_clock::now();
@@ -698,8 +701,8 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
       held_cdi.is_object() && held_cdi.contains("file") && held_cdi["file"].is_string();
   // Not synced: the journal record below is what makes the release durable, and a file that
   // comes back after a power loss belongs to no prepared claim and is removed at start.
-  if (absl::Status st = has_file ? cdi_->Remove(held_cdi["file"].get<std::string>(), false)
-                                 : absl::OkStatus();
+  if (absl::Status st =
+          has_file ? cdi_->Remove(held_cdi["file"].get<std::string>(), false) : absl::OkStatus();
       !st.ok()) {
     ledger_->Abort(*txn);
     return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(st)));

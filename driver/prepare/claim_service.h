@@ -198,6 +198,10 @@ class ClaimService {
                    const std::atomic<bool>& gave_up);
   // The rest, one claim at a time in request order: plan and hold, CDI file, journal.
   ClaimOutcome PrepareOne(const ClaimRef& ref, const claims::Claim& claim);
+  // PrepareOne's plan, under the ledger's lock: the claim as the ledger knows it (`known`), or
+  // its plan, held.
+  absl::Status PlanOne(state::Ledger::Edit& edit, const ClaimRef& ref, const claims::Claim& claim,
+                       const View& view, std::optional<Known>* known, Plan* plan);
   // Within a Reserve: nullopt when the ledger does not know the claim; else its outcome, or (a
   // prepared claim) its answer to replay, holding the claim until the transaction ends.
   std::optional<Known> Lookup(state::Ledger::Edit& edit, const ClaimRef& ref);

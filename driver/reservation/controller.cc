@@ -38,9 +38,9 @@ Clock* RealClock() {
   return &clock;
 }
 
-Controller::Controller(kube::RestClient* client, ControllerOptions options,
-                       state::Ledger* ledger, Clock* clock,
-                       std::function<NodeContext()> context, std::function<void()> held_changed)
+Controller::Controller(kube::RestClient* client, ControllerOptions options, state::Ledger* ledger,
+                       Clock* clock, std::function<NodeContext()> context,
+                       std::function<void()> held_changed)
     : client_(client),
       opts_(std::move(options)),
       ledger_(ledger),
@@ -321,7 +321,8 @@ absl::Status Controller::Pass() {
             state_changed = true;
           }
           for (const state::Reservation& r : outcome.put) {
-            absl::Status st = edit.PutReservation(r, absl::StrCat("recording reservation ", r.name));
+            absl::Status st =
+                edit.PutReservation(r, absl::StrCat("recording reservation ", r.name));
             if (!st.ok()) {
               spdlog::error("reservation {} (uid {}): cannot record: {}", r.name, r.uid,
                             std::string(st.message()));

@@ -19,8 +19,8 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "driver/kube/rest_client.h"
-#include "driver/state/ledger.h"
 #include "driver/reservation/lifecycle.h"
+#include "driver/state/ledger.h"
 
 namespace topodra::reservation {
 
@@ -59,8 +59,8 @@ struct ControllerStatus {
 
 class Controller {
  public:
-  // `context` is called at every pass (without the ledger's lock held); `held_changed` after the held
-  // devices changed (placed, released, waited-for devices freed), also without the lock: it
+  // `context` is called at every pass (without the ledger's lock held); `held_changed` after the
+  // held devices changed (placed, released, waited-for devices freed), also without the lock: it
   // must republish the slices and update what prepare knows, synchronously.
   Controller(kube::RestClient* client, ControllerOptions options, state::Ledger* ledger,
              Clock* clock, std::function<NodeContext()> context,

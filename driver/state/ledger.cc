@@ -110,10 +110,9 @@ absl::StatusOr<Ledger::Txn> Ledger::Reserve(const std::function<absl::Status(Edi
       Finish(id);
       return txn;
     }
-    notify = std::any_of(open.changes.begin(), open.changes.end(),
-                         [](const Change& c) {
-                           return c.kind == Change::Kind::kAdd || c.kind == Change::Kind::kShrink;
-                         });
+    notify = std::any_of(open.changes.begin(), open.changes.end(), [](const Change& c) {
+      return c.kind == Change::Kind::kAdd || c.kind == Change::Kind::kShrink;
+    });
     txn = Txn(this, id);
   }
   // Devices taken in memory: whoever lists free devices must see them gone now.
@@ -339,8 +338,7 @@ bool Ledger::Edit::Busy(const std::string& owner) const {
 absl::Status Ledger::Edit::Claim(const std::string& owner) {
   ledger_->mu_.AssertHeld();
   const Open& mine = txn();
-  const bool held_by_me =
-      std::find(mine.held.begin(), mine.held.end(), owner) != mine.held.end();
+  const bool held_by_me = std::find(mine.held.begin(), mine.held.end(), owner) != mine.held.end();
   if (InFlight(owner) || (ledger_->held_.contains(owner) && !held_by_me)) {
     return absl::UnavailableError(
         absl::StrCat(owner, " is being changed by a concurrent call; retry"));

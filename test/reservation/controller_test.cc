@@ -257,9 +257,8 @@ TEST_F(ControllerTest, PreAllocationWaitsThenHoldsWhatIsReleased) {
   json obj = WaitPhase("pre", "Waiting");
   EXPECT_EQ(obj["status"]["heldCpus"], "10-11");
   // The claim is unprepared: the reservation takes its CPUs at once.
-  Commit([](state::Ledger::Edit& edit) {
-    return edit.Release(state::DraOwner("dra.cpu", "c-busy"));
-  });
+  Commit(
+      [](state::Ledger::Edit& edit) { return edit.Release(state::DraOwner("dra.cpu", "c-busy")); });
   obj = WaitPhase("pre", "Available");
   EXPECT_EQ(obj["status"]["heldCpus"], "8-11");
 }
@@ -307,9 +306,10 @@ TEST_F(ControllerTest, OwnersCanChangeAfterPlacementAndTheStatusFollowsConflicts
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  EXPECT_EQ(
-      ledger_->Copy().FindReservation(obj["metadata"]["uid"])->spec.Parse()["owners"][0]["namespace"],
-      "team-b");
+  EXPECT_EQ(ledger_->Copy()
+                .FindReservation(obj["metadata"]["uid"])
+                ->spec.Parse()["owners"][0]["namespace"],
+            "team-b");
 }
 
 TEST_F(ControllerTest, ReservationsOfADeletedCrdAreReleased) {

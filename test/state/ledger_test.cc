@@ -374,9 +374,7 @@ class LedgerStoreTest : public ::testing::Test {
     explicit CompactAlways(std::unique_ptr<Journal> inner) : inner_(std::move(inner)) {}
     absl::Status Put(const Allocation& a) override { return inner_->Put(a); }
     absl::Status Remove(const std::string& o) override { return inner_->Remove(o); }
-    absl::Status PutReservation(const Reservation& r) override {
-      return inner_->PutReservation(r);
-    }
+    absl::Status PutReservation(const Reservation& r) override { return inner_->PutReservation(r); }
     absl::Status RemoveReservation(const std::string& u) override {
       return inner_->RemoveReservation(u);
     }
