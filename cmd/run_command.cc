@@ -44,6 +44,7 @@
 #include "driver/prepare/gpu_nodes.h"
 #include "driver/publish/slice_publisher.h"
 #include "driver/reservation/controller.h"
+#include "driver/state/ledger.h"
 #include "driver/state/store.h"
 
 namespace topodra::cmd {
@@ -384,25 +385,22 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
                      std::string(opened.status().message()));
     return kExitFailure;
   }
-  prepare::NodeAllocations node;
-  node.store = opened->store.get();
-  node.state = std::move(opened->loaded);
-  if (cmd.reservations == "off" && !node.state.reservations().empty()) {
+  const std::string state_path = opened->store->path();
+  state::Ledger ledger(std::move(opened->store), std::move(opened->loaded));
+  if (cmd.reservations == "off") {
     // Nobody would ever expire or release them: held devices would be lost to the node.
-    std::vector<std::string> uids;
-    for (const auto& [uid, r] : node.state.reservations()) uids.push_back(uid);
-    for (const std::string& uid : uids) {
-      if (absl::Status st = node.store->RemoveReservation(uid); !st.ok()) {
-        spdlog::critical("--reservations=off: cannot release reservation {}: {}", uid,
-                         std::string(st.message()));
-        return kExitFailure;
-      }
-      (void)node.state.RemoveReservation(uid);
+    absl::StatusOr<int> released = state::ReleaseAllReservations(ledger);
+    if (!released.ok()) {
+      spdlog::critical("--reservations=off: cannot release reservation {}",
+                       std::string(released.status().message()));
+      return kExitFailure;
     }
-    spdlog::info("--reservations=off: released the {} reservations held from before", uids.size());
+    if (*released > 0) {
+      spdlog::info("--reservations=off: released the {} reservations held from before", *released);
+    }
   }
-  spdlog::info("state {}: {} allocations loaded ({} journal records replayed{})",
-               opened->store->path(), node.state.Size(), opened->replayed,
+  spdlog::info("state {}: {} allocations loaded ({} journal records replayed{})", state_path,
+               ledger.Read([](const state::State& st) { return st.Size(); }), opened->replayed,
                opened->dropped_torn ? ", a torn last record dropped" : "");
 
   spdlog::info("CDI files of this instance: {}/*_i{}.json", cmd.cdi_dir, cdi_marker);
@@ -463,12 +461,11 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
           cgroup::ReadLiveRecords(records_dir, hierarchy->root, absl::Now());
       std::vector<std::string> stale;
       cgroup::Target t;
-      {
-        std::lock_guard<std::mutex> lock(node.mu);
+      ledger.Read([&](const state::State& st) {
         std::lock_guard<std::mutex> lock2(online_mu);
-        t = cgroup::BuildTarget(online, opts->reserved_cpus, cmd.strict_cpu_reservation, node.state,
+        t = cgroup::BuildTarget(online, opts->reserved_cpus, cmd.strict_cpu_reservation, st,
                                 records, &stale);
-      }
+      });
       for (const std::string& f : stale) ::unlink((records_dir + "/" + f).c_str());
       return t;
     };
@@ -483,9 +480,9 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
           std::string(st.message()));
     }
     pinning = std::thread([&, target_now] {
-      uint64_t seen = node.changes.generation();
+      uint64_t seen = ledger.changes().generation();
       while (!pinning_stop.load()) {
-        const uint64_t now = node.changes.WaitChange(seen, absl::Milliseconds(500));
+        const uint64_t now = ledger.changes().WaitChange(seen, absl::Milliseconds(500));
         if (now == seen || pinning_stop.load()) continue;
         seen = now;
         reconciler->SetTarget(target_now());
@@ -506,7 +503,7 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
         if (::poll(&p, 1, 500) <= 0) continue;
         while (::read(fd, buf, sizeof(buf)) > 0) {
         }
-        node.changes.Notify();
+        ledger.changes().Notify();
       }
       ::close(fd);
     });
@@ -517,10 +514,8 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   std::mutex publish_mu;
   publish::PublishOptions pub = *opts;  // guarded by publish_mu
   topology::Topology current = *topo;   // guarded by publish_mu
-  {
-    std::lock_guard<std::mutex> lock(node.mu);
-    pub.reservations = ToPublish(reservation::HeldDevices(node.state));
-  }
+  pub.reservations =
+      ledger.Read([](const state::State& st) { return ToPublish(reservation::HeldDevices(st)); });
   std::vector<publish::Pool> pools = publish::BuildPools(*topo, pub);  // guarded by publish_mu
   prepare::ApiClaimSource claim_source(client->get());
   const cdi::SpecStore cdi_store(cmd.cdi_dir);
@@ -548,7 +543,7 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
     if (i == 0) setup.cpuset_hook = cpuset_hook;
     DriverRuntime d;
     d.service =
-        std::make_unique<prepare::ClaimService>(setup, *topo, &node, &cdi_store, &claim_source);
+        std::make_unique<prepare::ClaimService>(setup, *topo, &ledger, &cdi_store, &claim_source);
     d.service->SetObserver(node_metrics.get());
     absl::StatusOr<prepare::ClaimService::Reconciled> reconciled = d.service->ReconcileCdi();
     if (!reconciled.ok()) {
@@ -590,7 +585,7 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
     deviceplugin::ResourceSetup dp_setup = DpSetup(kind, resource, dra);
     if (!gpu) dp_setup.cpuset_hook = cpuset_hook;
     d.service = std::make_unique<deviceplugin::DevicePluginService>(std::move(dp_setup), *topo,
-                                                                    &node, &cdi_store);
+                                                                    &ledger, &cdi_store);
     d.service->SetObserver(node_metrics.get());
     if (absl::StatusOr<cdi::ReconciledCdi> r = d.service->ReconcileCdi(); !r.ok()) {
       spdlog::critical("device plugin {}: CDI files in {}: {}", resource, cmd.cdi_dir,
@@ -638,10 +633,8 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   // With publish_mu held: rebuilds the pools from the machine `now` and the reservations' held
   // devices; when they changed, republishes and tells prepare and the device plugin.
   auto republish = [&](const topology::Topology& now) {
-    {
-      std::lock_guard<std::mutex> lock(node.mu);
-      pub.reservations = ToPublish(reservation::HeldDevices(node.state));
-    }
+    pub.reservations =
+        ledger.Read([](const state::State& st) { return ToPublish(reservation::HeldDevices(st)); });
     std::vector<publish::Pool> next = publish::BuildPools(now, pub);
     current = now;
     if (next == pools) return false;
@@ -671,7 +664,7 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
     reservation::ControllerOptions ro;
     ro.node_name = opts->node_name;
     reservations = std::make_unique<reservation::Controller>(
-        client->get(), ro, &node, reservation::RealClock(),
+        client->get(), ro, &ledger, reservation::RealClock(),
         [&] {
           std::lock_guard<std::mutex> lock(publish_mu);
           reservation::NodeContext ctx;
@@ -709,11 +702,10 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
       node_metrics->SetSnapshotSource([&, publisher_drivers] {
         metrics::NodeSnapshot s;
         CpuSet held;
-        {
-          std::lock_guard<std::mutex> lock(node.mu);
-          held = node.state.HeldCpus();
-          s.gpus_allocated = static_cast<int>(node.state.HeldGpus().size());
-        }
+        ledger.Read([&](const state::State& st) {
+          held = st.HeldCpus();
+          s.gpus_allocated = static_cast<int>(st.HeldGpus().size());
+        });
         CpuSet now_online;
         {
           std::lock_guard<std::mutex> lock(online_mu);

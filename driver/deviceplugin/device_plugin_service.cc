@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <exception>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -27,26 +28,29 @@ std::string Held(const state::Allocation& a) {
 }  // namespace
 
 DevicePluginService::DevicePluginService(ResourceSetup setup, topology::Topology topo,
-                                         prepare::NodeAllocations* node, const cdi::SpecStore* cdi)
+                                         state::Ledger* ledger, const cdi::SpecStore* cdi)
     : resource_(setup.resource),
-      node_(node),
+      ledger_(ledger),
       cdi_(cdi),
-      setup_(std::move(setup)),
-      topo_(std::move(topo)) {}
+      view_(std::make_shared<const View>(View{std::move(setup), std::move(topo)})) {}
+
+std::shared_ptr<const DevicePluginService::View> DevicePluginService::view() const {
+  absl::MutexLock lock(&view_mu_);
+  return view_;
+}
 
 absl::StatusOr<cdi::ReconciledCdi> DevicePluginService::ReconcileCdi() {
-  std::map<std::string, json> wanted;
-  std::string marker;
-  {
-    std::lock_guard<std::mutex> lock(node_->mu);
-    marker = setup_.cdi_marker;
-    for (const auto& [owner, a] : node_->state.allocations()) {
+  const std::string marker = view()->setup.cdi_marker;
+  const std::map<std::string, json> wanted = ledger_->Read([&](const state::State& st) {
+    std::map<std::string, json> out;
+    for (const auto& [owner, a] : st.allocations()) {
       if (!IsAllocationOf(resource_, a)) continue;
       const json cdi = a.cdi.Parse();
       if (!cdi.is_object() || !cdi.contains("spec")) continue;
-      if (std::string file = CdiFileOf(a); !file.empty()) wanted[file] = cdi["spec"];
+      if (std::string file = CdiFileOf(a); !file.empty()) out[file] = cdi["spec"];
     }
-  }
+    return out;
+  });
   return cdi::ReconcileCdiFiles(
       *cdi_, wanted,
       [&](const std::string& file) {
@@ -56,15 +60,17 @@ absl::StatusOr<cdi::ReconciledCdi> DevicePluginService::ReconcileCdi() {
 }
 
 std::vector<Device> DevicePluginService::Devices() const {
-  std::lock_guard<std::mutex> lock(node_->mu);
-  return ListDevices(setup_, topo_, node_->state);
+  const std::shared_ptr<const View> v = view();
+  return ledger_->Read([&](const state::State& st) { return ListDevices(v->setup, v->topo, st); });
 }
 
 absl::StatusOr<std::vector<std::string>> DevicePluginService::Preferred(
     const std::vector<std::string>& available, const std::vector<std::string>& must_include,
     int size) const {
-  std::lock_guard<std::mutex> lock(node_->mu);
-  return PreferredAllocation(setup_, topo_, node_->state, available, must_include, size);
+  const std::shared_ptr<const View> v = view();
+  return ledger_->Read([&](const state::State& st) {
+    return PreferredAllocation(v->setup, v->topo, st, available, must_include, size);
+  });
 }
 
 absl::StatusOr<DevicePluginService::Allocated> DevicePluginService::Allocate(
@@ -74,115 +80,94 @@ absl::StatusOr<DevicePluginService::Allocated> DevicePluginService::Allocate(
   return a;
 }
 
+absl::Status DevicePluginService::PlanOne(state::Ledger::Edit& edit, const View& view,
+                                          const std::vector<std::string>& ids, AllocatePlan* plan) {
+  absl::StatusOr<AllocatePlan> planned = PlanAllocate(view.setup, view.topo, edit.state(), ids);
+  if (!planned.ok()) return planned.status();
+  *plan = *std::move(planned);
+  if (plan->replay && edit.InFlight(plan->allocation.owner)) {
+    return absl::UnavailableError(absl::StrCat(
+        resource_, ": a concurrent Allocate of the same devices is being recorded; retry"));
+  }
+  if (plan->replay) return absl::OkStatus();
+  // Earlier device-plugin allocations of these devices hand them on.
+  for (const state::Allocation& s : plan->shrunk) {
+    absl::Status st = edit.Shrink(s);
+    if (!st.ok()) return absl::Status(st.code(), absl::StrCat(resource_, ": ", Message(st)));
+  }
+  return edit.Add(plan->allocation);
+}
+
 absl::StatusOr<DevicePluginService::Allocated> DevicePluginService::AllocateOne(
     const std::vector<std::string>& ids) {
+  const std::shared_ptr<const View> v = view();
   AllocatePlan plan;
-  // The allocations the plan shrinks, as they were, to put back if a later step fails.
-  std::vector<state::Allocation> before;
-  {
-    std::lock_guard<std::mutex> lock(node_->mu);
-    absl::StatusOr<AllocatePlan> planned = PlanAllocate(setup_, topo_, node_->state, ids);
-    if (!planned.ok()) return planned.status();
-    plan = *std::move(planned);
-    if (plan.replay) {
-      if (node_->in_flight.contains(plan.allocation.owner)) {
-        return absl::UnavailableError(absl::StrCat(
-            resource_, ": a concurrent Allocate of the same devices is being recorded; retry"));
-      }
-      spdlog::debug("device plugin {}: allocation {} repeated, same answer", resource_,
-                    plan.allocation.owner);
-      return Allocated{plan.grant, plan.allocation.owner, false};
-    }
-    for (const state::Allocation& s : plan.shrunk) {
-      before.push_back(*node_->state.Find(s.owner));
-      (void)node_->state.Remove(s.owner);
-      if (!s.cpus.Empty() || !s.gpus.empty()) (void)node_->state.Restore(s);
-    }
-    if (absl::Status st = node_->state.Add(plan.allocation); !st.ok()) {
-      for (const state::Allocation& b : before) {
-        (void)node_->state.Remove(b.owner);
-        (void)node_->state.Restore(b);
-      }
-      return st;
-    }
-    node_->in_flight.insert(plan.allocation.owner);
-    node_->changes.Notify();
-  }
+  absl::StatusOr<state::Ledger::Txn> txn =
+      ledger_->Reserve([&](state::Ledger::Edit& edit) { return PlanOne(edit, *v, ids, &plan); });
+  if (!txn.ok()) return txn.status();
   const std::string& owner = plan.allocation.owner;
-  auto undo = [&]() {
+  if (plan.replay) {
+    spdlog::debug("device plugin {}: allocation {} repeated, same answer", resource_, owner);
+    return Allocated{plan.grant, owner, false};
+  }
+  auto undo = [&] {
     (void)cdi_->Remove(plan.cdi_file, /*synced=*/false);
-    std::lock_guard<std::mutex> lock(node_->mu);
-    node_->in_flight.erase(owner);
-    (void)node_->state.Remove(owner);
-    for (const state::Allocation& b : before) {
-      (void)node_->state.Remove(b.owner);
-      (void)node_->state.Restore(b);
-    }
-    node_->changes.Notify();
+    ledger_->Abort(*txn);
   };
   if (absl::StatusOr<cdi::Spec> w = cdi_->Write(plan.cdi_file, plan.cdi_spec, /*synced=*/false);
       !w.ok()) {
     undo();
     return absl::Status(w.status().code(), absl::StrCat(resource_, ": ", Message(w.status())));
   }
-  absl::Status recorded = absl::OkStatus();
-  for (const state::Allocation& s : plan.shrunk) {
-    if (!recorded.ok()) break;
-    recorded =
-        s.cpus.Empty() && s.gpus.empty() ? node_->store->Remove(s.owner) : node_->store->Put(s);
-  }
-  if (recorded.ok()) recorded = node_->store->Put(plan.allocation);
-  if (!recorded.ok()) {
+  if (absl::Status st = ledger_->Commit(*txn); !st.ok()) {
     undo();
-    // Records of shrunk allocations that did land are superseded by these.
-    for (const state::Allocation& b : before) (void)node_->store->Put(b);
-    return absl::Status(recorded.code(),
-                        absl::StrCat(resource_, ": record the allocation: ", Message(recorded)));
-  }
-  for (const state::Allocation& s : plan.shrunk) {
-    // An emptied allocation with the new one's owner (the same devices again) shares its file.
-    if (!s.cpus.Empty() || !s.gpus.empty() || s.owner == owner) continue;
-    // All its devices were handed on: the kubelet no longer uses its CDI device.
-    if (std::string file = CdiFileOf(s); !file.empty()) (void)cdi_->Remove(file, false);
-  }
-  {
-    std::lock_guard<std::mutex> lock(node_->mu);
-    node_->in_flight.erase(owner);
-    prepare::CompactIfDue(node_);
+    return absl::Status(st.code(),
+                        absl::StrCat(resource_, ": record the allocation: ", Message(st)));
   }
   for (const state::Allocation& s : plan.shrunk) {
     spdlog::info(
         "device plugin {}: allocation {} handed devices on to {} (the kubelet reused them)",
         resource_, s.owner, owner);
+    // An emptied allocation with the new one's owner (the same devices again) shares its file.
+    if (!s.cpus.Empty() || !s.gpus.empty() || s.owner == owner) continue;
+    // All its devices were handed on: the kubelet no longer uses its CDI device.
+    if (std::string file = CdiFileOf(s); !file.empty()) (void)cdi_->Remove(file, false);
   }
   spdlog::info("device plugin {}: allocated {} as {}", resource_, Held(plan.allocation), owner);
   return Allocated{plan.grant, owner, true};
 }
 
 absl::Status DevicePluginService::Release(const std::string& owner) {
-  state::Allocation held;
-  {
-    std::lock_guard<std::mutex> lock(node_->mu);
-    const state::Allocation* a = node_->state.Find(owner);
-    if (a == nullptr || !IsAllocationOf(resource_, *a)) return absl::OkStatus();
-    if (node_->in_flight.contains(owner)) {
-      return absl::UnavailableError(
-          absl::StrCat(resource_, ": allocation ", owner, " is still being recorded"));
+  std::optional<state::Allocation> held;
+  absl::StatusOr<state::Ledger::Txn> txn =
+      ledger_->Reserve([&](state::Ledger::Edit& edit) -> absl::Status {
+        const state::Allocation* a = edit.state().Find(owner);
+        if (a == nullptr || !IsAllocationOf(resource_, *a)) return absl::OkStatus();
+        if (edit.Busy(owner)) {
+          return absl::UnavailableError(
+              absl::StrCat(resource_, ": allocation ", owner, " is still being recorded"));
+        }
+        held = *a;
+        return edit.Release(owner);
+      });
+  if (!txn.ok()) return txn.status();
+  if (!held) return absl::OkStatus();
+  // Removed before the record (its devices stay held until then, so no Allocate of the same
+  // devices writes this file meanwhile); written again if the record fails.
+  const std::string file = CdiFileOf(*held);
+  if (!file.empty()) (void)cdi_->Remove(file, false);
+  if (absl::Status st = ledger_->Commit(*txn); !st.ok()) {
+    // Still allocated: its CDI file must be there.
+    const json cdi = held->cdi.Parse();
+    if (!file.empty() && cdi.contains("spec")) {
+      absl::StatusOr<cdi::Spec> spec = cdi::FromJson(cdi["spec"].dump());
+      if (spec.ok()) (void)cdi_->Write(file, *spec, false);
     }
-    held = *a;
-  }
-  if (absl::Status st = node_->store->Remove(owner); !st.ok()) {
+    ledger_->Abort(*txn);
     return absl::Status(
         st.code(), absl::StrCat(resource_, ": record the release of ", owner, ": ", Message(st)));
   }
-  if (std::string file = CdiFileOf(held); !file.empty()) (void)cdi_->Remove(file, false);
-  {
-    std::lock_guard<std::mutex> lock(node_->mu);
-    (void)node_->state.Remove(owner);
-    node_->changes.Notify();
-    prepare::CompactIfDue(node_);
-  }
-  spdlog::info("device plugin {}: released {} ({})", resource_, owner, Held(held));
+  spdlog::info("device plugin {}: released {} ({})", resource_, owner, Held(*held));
   return absl::OkStatus();
 }
 
@@ -190,10 +175,16 @@ std::vector<std::string> DevicePluginService::Reclaim(const std::set<std::string
                                                       absl::Time now, absl::Duration grace) {
   std::vector<std::string> due;
   {
-    std::lock_guard<std::mutex> lock(node_->mu);
     std::map<std::string, absl::Time> missing;
-    for (const std::string& owner : UnusedAllocations(node_->state, resource_, assigned)) {
-      if (node_->in_flight.contains(owner)) continue;
+    const std::vector<std::string> unused = ledger_->ReadWithInFlight(
+        [&](const state::State& st, const std::set<std::string>& in_flight) {
+          std::vector<std::string> out;
+          for (const std::string& owner : UnusedAllocations(st, resource_, assigned)) {
+            if (!in_flight.contains(owner)) out.push_back(owner);
+          }
+          return out;
+        });
+    for (const std::string& owner : unused) {
       auto it = missing_since_.find(owner);
       const absl::Time since = it == missing_since_.end() ? now : it->second;
       missing[owner] = since;
@@ -214,10 +205,11 @@ std::vector<std::string> DevicePluginService::Reclaim(const std::set<std::string
 }
 
 void DevicePluginService::Update(ResourceSetup setup, topology::Topology topo) {
-  std::lock_guard<std::mutex> lock(node_->mu);
-  setup_ = std::move(setup);
-  topo_ = std::move(topo);
-  node_->changes.Notify();
+  {
+    absl::MutexLock lock(&view_mu_);
+    view_ = std::make_shared<const View>(View{std::move(setup), std::move(topo)});
+  }
+  ledger_->changes().Notify();
 }
 
 }  // namespace topodra::deviceplugin

@@ -2,12 +2,13 @@
 // preferred allocations and Allocate against the node's shared State (the same lock, State and
 // journal as the DRA drivers), plus the reclaiming of allocations whose pods are gone.
 //
-// Allocate order of side effects, like a DRA prepare: hold the devices in memory under the node
-// lock -> write the CDI spec (atomic) -> journal the allocation (durable) -> answer. A crash
-// before the journal record leaves an orphan CDI file, removed at start.
+// Allocate order of side effects, like a DRA prepare: Ledger::Reserve (hold the devices in
+// memory) -> write the CDI spec (atomic) -> Ledger::Commit (journal the allocation, durable) ->
+// answer. A crash before the journal record leaves an orphan CDI file, removed at start.
 #pragma once
 
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -19,17 +20,19 @@
 #include "driver/deviceplugin/device_plugin_core.h"
 #include "driver/metrics/observer.h"
 #include "driver/prepare/claim_service.h"
+#include "driver/metrics/observer.h"
+#include "driver/state/ledger.h"
 #include "topology/topology.h"
 
 namespace topodra::deviceplugin {
 
 class DevicePluginService {
  public:
-  DevicePluginService(ResourceSetup setup, topology::Topology topo, prepare::NodeAllocations* node,
+  DevicePluginService(ResourceSetup setup, topology::Topology topo, state::Ledger* ledger,
                       const cdi::SpecStore* cdi);
 
   const std::string& resource() const { return resource_; }
-  prepare::NodeAllocations* node() const { return node_; }
+  state::Ledger* ledger() const { return ledger_; }
   // Told of every Allocate; nullptr (the default) for none. Set before use; not owned.
   void SetObserver(metrics::Observer* observer) { observer_ = observer; }
 
@@ -60,14 +63,23 @@ class DevicePluginService {
 
  private:
   absl::StatusOr<Allocated> AllocateOne(const std::vector<std::string>& ids);
+  // What the resource and machine are now (Update replaces them whole).
+  struct View {
+    ResourceSetup setup;
+    topology::Topology topo;
+  };
+  std::shared_ptr<const View> view() const;
+  // AllocateOne's plan, under the ledger's lock: a replay, or the devices held (and handed on by
+  // earlier allocations).
+  absl::Status PlanOne(state::Ledger::Edit& edit, const View& view,
+                       const std::vector<std::string>& ids, AllocatePlan* plan);
 
   const std::string resource_;
-  prepare::NodeAllocations* node_;
+  state::Ledger* ledger_;
   metrics::Observer* observer_ = nullptr;
   const cdi::SpecStore* cdi_;
-  // Guarded by node_->mu.
-  ResourceSetup setup_;
-  topology::Topology topo_;
+  mutable absl::Mutex view_mu_;
+  std::shared_ptr<const View> view_ ABSL_GUARDED_BY(view_mu_);
   // Owner -> when a listing first did not show it (Reclaim only; one caller thread).
   std::map<std::string, absl::Time> missing_since_;
 };

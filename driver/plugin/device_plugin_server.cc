@@ -54,7 +54,7 @@ class Service final : public dp::DevicePlugin::Service {
                             grpc::ServerWriter<dp::ListAndWatchResponse>* writer) override {
     try {
       const uint64_t epoch = server_->epoch();
-      prepare::ChangeSignal& changes = service_->node()->changes;
+      state::ChangeSignal& changes = service_->ledger()->changes();
       std::optional<std::vector<deviceplugin::Device>> sent;
       while (!server_->StreamsMustEnd(epoch) && !context->IsCancelled()) {
         // The generation before the list: a change after it wakes the wait below.
@@ -189,7 +189,7 @@ absl::Status DevicePluginServer::Serve() {
   if (server_ != nullptr) {
     // The streams of the old socket end first, so the kubelet sees them close.
     ++epoch_;
-    service_->node()->changes.Notify();
+    service_->ledger()->changes().Notify();
     plugin::ShutdownAt(server_.get(), socket_, std::chrono::milliseconds(100));
     server_.reset();
   }
@@ -307,7 +307,7 @@ void DevicePluginServer::Stop() {
     if (stopping_.exchange(true)) return;
   }
   stop_cv_.notify_all();
-  service_->node()->changes.Notify();
+  service_->ledger()->changes().Notify();
   if (watcher_.joinable()) watcher_.join();
   if (server_ != nullptr) {
     plugin::ShutdownAt(server_.get(), socket_, std::chrono::milliseconds(500));

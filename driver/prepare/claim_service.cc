@@ -94,70 +94,57 @@ absl::StatusOr<json> ApiClaimSource::GetClaim(const std::string& ns, const std::
   return absl::InternalError("unreachable");
 }
 
-ClaimService::ClaimService(DriverSetup setup, topology::Topology topo, NodeAllocations* node,
+ClaimService::ClaimService(DriverSetup setup, topology::Topology topo, state::Ledger* ledger,
                            const cdi::SpecStore* cdi, ClaimSource* source)
     : driver_(setup.driver),
-      node_(node),
+      ledger_(ledger),
       cdi_(cdi),
       source_(source),
-      setup_(std::move(setup)),
-      topo_(std::move(topo)) {}
+      view_(std::make_shared<const View>(View{std::move(setup), std::move(topo)})) {}
+
+std::shared_ptr<const ClaimService::View> ClaimService::view() const {
+  absl::MutexLock lock(&view_mu_);
+  return view_;
+}
 
 void ClaimService::Update(DriverSetup setup, topology::Topology topo) {
-  std::lock_guard<std::mutex> lock(node_->mu);
-  setup_ = std::move(setup);
-  topo_ = std::move(topo);
-  node_->changes.Notify();
+  {
+    absl::MutexLock lock(&view_mu_);
+    view_ = std::make_shared<const View>(View{std::move(setup), std::move(topo)});
+  }
+  ledger_->changes().Notify();
 }
 
 std::vector<std::pair<std::string, std::string>> ClaimService::Devices() const {
-  std::lock_guard<std::mutex> lock(node_->mu);
+  const std::shared_ptr<const View> v = view();
   std::vector<std::pair<std::string, std::string>> out;
-  if (setup_.kind == DriverKind::kCpu) {
-    for (const auto& [name, device] : setup_.cpu_pool.devices) {
-      out.emplace_back(setup_.cpu_pool.name, name);
+  if (v->setup.kind == DriverKind::kCpu) {
+    for (const auto& [name, device] : v->setup.cpu_pool.devices) {
+      out.emplace_back(v->setup.cpu_pool.name, name);
     }
   } else {
-    for (const auto& [name, gpu] : setup_.gpus) out.emplace_back(setup_.gpu_pool, name);
+    for (const auto& [name, gpu] : v->setup.gpus) out.emplace_back(v->setup.gpu_pool, name);
   }
   return out;
 }
 
-void ChangeSignal::Notify() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++generation_;
-  }
-  cv_.notify_all();
-}
-
-uint64_t ChangeSignal::generation() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return generation_;
-}
-
-uint64_t ChangeSignal::WaitChange(uint64_t seen, absl::Duration timeout) const {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, absl::ToChronoMicroseconds(timeout), [&] { return generation_ != seen; });
-  return generation_;
 }
 
 absl::StatusOr<ClaimService::Reconciled> ClaimService::ReconcileCdi() {
-  std::map<std::string, json> wanted;
-  std::string marker;
-  {
-    std::lock_guard<std::mutex> lock(node_->mu);
-    marker = setup_.cdi_marker;
-    for (const auto& [owner, a] : node_->state.allocations()) {
+  const std::string marker = view()->setup.cdi_marker;
+  const std::map<std::string, json> wanted = ledger_->Read([&](const state::State& st) {
+    std::map<std::string, json> out;
+    for (const auto& [owner, a] : st.allocations()) {
       if (a.kind != state::AllocationKind::kDraClaim || a.driver != driver_) continue;
       const json cdi = a.cdi.Parse();
       if (!cdi.is_object()) continue;
       const auto file = cdi.find("file");
       const auto spec = cdi.find("spec");
       if (file == cdi.end() || !file->is_string() || spec == cdi.end()) continue;
-      wanted[file->get<std::string>()] = *spec;
+      out[file->get<std::string>()] = *spec;
     }
-  }
+    return out;
+  });
   return cdi::ReconcileCdiFiles(
       *cdi_, wanted,
       [&](const std::string& file) {
@@ -165,6 +152,12 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::ReconcileCdi() {
       },
       absl::StrCat("driver ", driver_));
 }
+
+struct ClaimService::Known {
+  std::string error;  // why it cannot be answered now; "" to replay
+  std::vector<PreparedDevice> devices;
+  json cdi;
+};
 
 struct ClaimService::Fetched {
   // The outcome is final: an error, or the answer of a claim prepared before.
@@ -185,136 +178,167 @@ std::string GiveUpText(int why) {
 
 }  // namespace
 
-std::map<std::string, ClaimOutcome> ClaimService::Prepare(const std::vector<ClaimRef>& claims,
-                                                          const CallLimits& limits) {
-  const absl::Time call_start = absl::Now();
-  // One piece of work per uid: the response has one entry per uid, and a uid repeated in one
-  // call would otherwise race with itself.
-  std::vector<const ClaimRef*> work;
-  {
+// The fetching half of one Prepare call: up to FetchOptions::parallel threads (or, when none can
+// be made, the caller's own) run FetchOne over the claims in request order; Take(i) waits for
+// claim i, polling the caller meanwhile. Destroyed, it stops the GETs and joins its threads.
+class ClaimService::Call {
+ public:
+  Call(ClaimService* service, const std::vector<ClaimRef>& claims, const CallLimits& limits)
+      : service_(service), limits_(limits) {
+    // One piece of work per uid: the response has one entry per uid, and a uid repeated in one
+    // call would otherwise race with itself.
     std::set<std::string> seen;
     for (const ClaimRef& ref : claims) {
-      if (seen.insert(ref.uid).second) work.push_back(&ref);
+      if (seen.insert(ref.uid).second) work_.push_back(&ref);
+    }
+    slots_ = std::vector<Slot>(work_.size());
+  }
+  ~Call() {
+    int none = kGoOn;
+    give_up_.compare_exchange_strong(none, kCancelled);
+    stop_gets_ = true;
+    for (std::thread& t : fetchers_) {
+      if (t.joinable()) t.join();
     }
   }
+
+  size_t size() const { return work_.size(); }
+  const ClaimRef& ref(size_t i) const { return *work_[i]; }
+  absl::Time start() const { return call_start_; }
+  std::chrono::steady_clock::time_point started(size_t i) const { return slots_[i].start; }
+  // The GiveUp now (after a look at the caller), and as it was last seen.
+  int why() {
+    CheckCaller();
+    return give_up_.load();
+  }
+  int last_why() const { return give_up_.load(); }
+
+  void Start() {
+    const size_t wanted = std::min<size_t>(std::max(1, service_->fetch_.parallel), work_.size());
+    for (size_t t = 0; t < wanted; ++t) {
+      try {
+        fetchers_.emplace_back([this] { Fetch(); });
+      } catch (const std::system_error& e) {
+        if (fetchers_.empty()) {
+          spdlog::warn("driver {}: no thread for claim GETs, one at a time: {}", service_->driver_,
+                       e.what());
+        }
+        break;
+      }
+    }
+    if (fetchers_.empty()) {  // one at a time on this thread, still within the limits
+      on_this_thread_ = true;
+      Fetch();
+    }
+  }
+
+  Fetched Take(size_t i) {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!slots_[i].ready) {
+      lock.unlock();
+      CheckCaller();
+      lock.lock();
+      ready_cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return slots_[i].ready; });
+    }
+    return std::move(slots_[i].fetched);
+  }
+
+ private:
   struct Slot {
     Fetched fetched;
-    bool ready = false;  // guarded by mu
+    bool ready = false;  // guarded by mu_
     std::chrono::steady_clock::time_point start;
   };
-  std::vector<Slot> slots(work.size());
-  std::mutex mu;
-  std::condition_variable ready_cv;
-  std::atomic<size_t> next{0};
-  // A GiveUp: set on this thread, read by the fetchers (and the GETs they run) to stop.
-  std::atomic<int> give_up{kGoOn};
-  std::atomic<bool> stop_gets{false};
-  // Polled on this thread only (see CallLimits::cancelled).
-  auto check_caller = [&] {
-    if (give_up.load() != kGoOn) return;
+
+  // Polled on the caller's thread only (see CallLimits::cancelled).
+  void CheckCaller() {
+    if (give_up_.load() != kGoOn) return;
     int why = kGoOn;
-    if (limits.cancelled && limits.cancelled()) {
+    if (limits_.cancelled && limits_.cancelled()) {
       why = kCancelled;
-    } else if (absl::Now() >= limits.deadline) {
+    } else if (absl::Now() >= limits_.deadline) {
       why = kDeadline;
     }
     if (why != kGoOn) {
-      give_up = why;
-      stop_gets = true;
+      give_up_ = why;
+      stop_gets_ = true;
     }
-  };
+  }
 
-  bool on_this_thread = false;  // no fetcher thread could be made
-  auto fetcher = [&] {
-    for (size_t i; (i = next++) < work.size();) {
-      if (on_this_thread) check_caller();
-      slots[i].start = std::chrono::steady_clock::now();
-      Fetched f;
-      try {
-        if (const int why = give_up.load(); why != kGoOn) {
-          f.answered = f.given_up = true;
-          f.outcome.error = absl::StrCat("claim ", ShowClaimRef(work[i]->ns, work[i]->name),
-                                         ": not prepared: ", GiveUpText(why));
-        } else {
-          f = FetchOne(*work[i], limits, call_start, stop_gets);
-          if (f.given_up && give_up.load() != kGoOn) {
-            f.outcome.error = absl::StrCat("claim ", ShowClaimRef(work[i]->ns, work[i]->name),
-                                           ": not prepared: ", GiveUpText(give_up.load()));
-          }
-        }
-      } catch (const std::exception& e) {
-        // STYLE.md: nothing throws on purpose; this keeps one bug from failing every claim.
-        f = Fetched();
-        f.answered = true;
-        f.outcome.error = absl::StrCat("claim ", ShowClaimRef(work[i]->ns, work[i]->name),
-                                       ": internal error: ", e.what());
-        spdlog::error("driver {}: {}", driver_, f.outcome.error);
-      }
+  void Fetch() {
+    for (size_t i; (i = next_++) < work_.size();) {
+      if (on_this_thread_) CheckCaller();
+      slots_[i].start = std::chrono::steady_clock::now();
+      Fetched f = FetchGuarded(*work_[i]);
       {
-        std::lock_guard<std::mutex> lock(mu);
-        slots[i].fetched = std::move(f);
-        slots[i].ready = true;
+        std::lock_guard<std::mutex> lock(mu_);
+        slots_[i].fetched = std::move(f);
+        slots_[i].ready = true;
       }
-      ready_cv.notify_all();
+      ready_cv_.notify_all();
     }
-  };
-  std::vector<std::thread> fetchers;
-  // Whatever ends this function (an exception too) stops and joins the fetchers first.
-  struct JoinAll {
-    std::vector<std::thread>& threads;
-    std::atomic<int>& give_up;
-    std::atomic<bool>& stop_gets;
-    ~JoinAll() {
-      int none = kGoOn;
-      give_up.compare_exchange_strong(none, kCancelled);
-      stop_gets = true;
-      for (std::thread& t : threads) {
-        if (t.joinable()) t.join();
-      }
-    }
-  } join_all{fetchers, give_up, stop_gets};
-  const size_t wanted = std::min<size_t>(std::max(1, fetch_.parallel), work.size());
-  for (size_t t = 0; t < wanted; ++t) {
-    try {
-      fetchers.emplace_back(fetcher);
-    } catch (const std::system_error& e) {
-      if (fetchers.empty()) {
-        spdlog::warn("driver {}: no thread for claim GETs, one at a time: {}", driver_, e.what());
-      }
-      break;
-    }
-  }
-  if (fetchers.empty()) {  // one at a time on this thread, still within the limits
-    on_this_thread = true;
-    fetcher();
   }
 
+  Fetched FetchGuarded(const ClaimRef& ref) {
+    Fetched f;
+    try {
+      if (const int why = give_up_.load(); why != kGoOn) {
+        f.answered = f.given_up = true;
+        f.outcome.error = absl::StrCat("claim ", ShowClaimRef(ref.ns, ref.name),
+                                       ": not prepared: ", GiveUpText(why));
+      } else {
+        f = service_->FetchOne(ref, limits_, call_start_, stop_gets_);
+        if (f.given_up && give_up_.load() != kGoOn) {
+          f.outcome.error = absl::StrCat("claim ", ShowClaimRef(ref.ns, ref.name),
+                                         ": not prepared: ", GiveUpText(give_up_.load()));
+        }
+      }
+    } catch (const std::exception& e) {
+      // STYLE.md: nothing throws on purpose; this keeps one bug from failing every claim.
+      f = Fetched();
+      f.answered = true;
+      f.outcome.error =
+          absl::StrCat("claim ", ShowClaimRef(ref.ns, ref.name), ": internal error: ", e.what());
+      spdlog::error("driver {}: {}", service_->driver_, f.outcome.error);
+    }
+    return f;
+  }
+
+  ClaimService* const service_;
+  const CallLimits& limits_;
+  const absl::Time call_start_ = absl::Now();
+  std::vector<const ClaimRef*> work_;
+  std::vector<Slot> slots_;
+  std::mutex mu_;
+  std::condition_variable ready_cv_;
+  std::atomic<size_t> next_{0};
+  // A GiveUp: set on the caller's thread, read by the fetchers (and the GETs they run) to stop.
+  std::atomic<int> give_up_{kGoOn};
+  std::atomic<bool> stop_gets_{false};
+  bool on_this_thread_ = false;  // no fetcher thread could be made
+  std::vector<std::thread> fetchers_;
+};
+
+std::map<std::string, ClaimOutcome> ClaimService::Prepare(const std::vector<ClaimRef>& claims,
+                                                          const CallLimits& limits) {
+  Call call(this, claims, limits);
+  call.Start();
   std::map<std::string, ClaimOutcome> out;
   int given_up = 0;
-  for (size_t i = 0; i < work.size(); ++i) {
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      while (!slots[i].ready) {
-        lock.unlock();
-        check_caller();
-        lock.lock();
-        ready_cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return slots[i].ready; });
-      }
-    }
-    const ClaimRef& ref = *work[i];
-    Fetched& f = slots[i].fetched;
-    check_caller();
+  for (size_t i = 0; i < call.size(); ++i) {
+    const ClaimRef& ref = call.ref(i);
+    Fetched f = call.Take(i);
     ClaimOutcome outcome;
     if (f.answered) {
       outcome = std::move(f.outcome);
       if (f.given_up) ++given_up;
-    } else if (const int why = give_up.load(); why != kGoOn) {
+    } else if (const int why = call.why(); why != kGoOn) {
       outcome.error = absl::StrCat("claim ", ShowClaimRef(ref.ns, ref.name),
                                    ": fetched but not prepared: ", GiveUpText(why));
       ++given_up;
     } else {
       try {
-        outcome = CommitOne(ref, *f.claim);
+        outcome = PrepareOne(ref, *f.claim);
       } catch (const std::exception& e) {
         outcome = ClaimOutcome();
         outcome.error = absl::StrCat("claim ", Ref(ref), ": internal error: ", e.what());
@@ -322,16 +346,17 @@ std::map<std::string, ClaimOutcome> ClaimService::Prepare(const std::vector<Clai
       }
     }
     if (observer_ != nullptr) {
-      observer_->OnPrepare(driver_, outcome.error.empty(), SecondsSince(slots[i].start));
+      observer_->OnPrepare(driver_, outcome.error.empty(), SecondsSince(call.started(i)));
     }
     out[ref.uid] = std::move(outcome);
   }
   if (given_up > 0) {
     // One line for the call, not one per claim: a call of thousands of claims may give up.
-    spdlog::warn("driver {}: {} of {} claims of a prepare call were not prepared after {}: {}",
-                 driver_, given_up, work.size(), absl::FormatDuration(absl::Now() - call_start),
-                 give_up.load() != kGoOn ? GiveUpText(give_up.load())
-                                         : "too little time was left before the caller's deadline");
+    const int why = call.last_why();
+    spdlog::warn(
+        "driver {}: {} of {} claims of a prepare call were not prepared after {}: {}", driver_,
+        given_up, call.size(), absl::FormatDuration(absl::Now() - call.start()),
+        why != kGoOn ? GiveUpText(why) : "too little time was left before the caller's deadline");
   }
   return out;
 }
@@ -353,12 +378,15 @@ ClaimService::Fetched ClaimService::FetchOne(const ClaimRef& ref, const CallLimi
     f.outcome.error = std::move(message);
     return std::move(f);
   };
-  {
-    std::unique_lock<std::mutex> lock(node_->mu);
-    if (std::optional<ClaimOutcome> o = Known(ref, lock)) {
-      f.outcome = *std::move(o);
-      return f;
-    }
+  std::optional<Known> known;
+  // Holds a known claim (no unprepare meanwhile) until the end of this function.
+  absl::StatusOr<state::Ledger::Txn> held = ledger_->Reserve([&](state::Ledger::Edit& edit) {
+    known = Lookup(edit, ref);
+    return absl::OkStatus();
+  });
+  if (known) {
+    f.outcome = Replay(ref, *std::move(known));
+    return f;
   }
 
   // Each GET ends in time for the claims of the call to be prepared and answered before the
@@ -417,73 +445,86 @@ ClaimService::Fetched ClaimService::FetchOne(const ClaimRef& ref, const CallLimi
   return f;
 }
 
-std::optional<ClaimOutcome> ClaimService::Known(const ClaimRef& ref,
-                                                std::unique_lock<std::mutex>& lock) {
+std::optional<ClaimService::Known> ClaimService::Lookup(state::Ledger::Edit& edit,
+                                                        const ClaimRef& ref) {
   const std::string owner = state::DraOwner(driver_, ref.uid);
-  const state::Allocation* a = node_->state.Find(owner);
-  if (a == nullptr) return std::nullopt;
-  ClaimOutcome o;
-  auto fail = [&](std::string message) {
-    spdlog::warn("{}: prepare failed: {}", Who(ref), message);
-    o.error = std::move(message);
-    return o;
-  };
-  if (a->phase != state::Phase::kPrepared || node_->in_flight.contains(owner)) {
-    return fail(absl::StrCat("claim ", Ref(ref),
-                             ": a concurrent call is preparing or unpreparing it; retry"));
+  const state::Allocation* a = edit.state().Find(owner);
+  if (a == nullptr && !edit.Busy(owner)) return std::nullopt;
+  Known k;
+  if (a == nullptr || a->phase != state::Phase::kPrepared || edit.InFlight(owner)) {
+    k.error = absl::StrCat("claim ", Ref(ref),
+                           ": a concurrent call is preparing or unpreparing it; retry");
+    return k;
   }
   absl::StatusOr<std::vector<PreparedDevice>> devices = DevicesFromJson(a->answer.Parse());
-  if (!devices.ok()) return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(devices.status())));
+  if (!devices.ok()) {
+    k.error = absl::StrCat("claim ", Ref(ref), ": ", Message(devices.status()));
+    return k;
+  }
+  k.devices = *std::move(devices);
+  k.cdi = a->cdi.Parse();
   // The answer names CDI devices: their file must be there (a user or a cleanup may have removed
-  // it since). Outside the lock; unprepare waits for it (checking_cdi_).
-  const json cdi = a->cdi.Parse();
-  ++checking_cdi_[owner];
-  lock.unlock();
-  absl::StatusOr<std::string> restored = RestoreCdiFile(*cdi_, cdi);
-  lock.lock();
-  if (--checking_cdi_[owner] == 0) checking_cdi_.erase(owner);
-  if (!restored.ok()) {
-    return fail(absl::StrCat("claim ", Ref(ref), ": prepared, but its CDI file cannot be written: ",
-                             Message(restored.status())));
+  // it since). Checked outside the lock; an unprepare waits for it (retry).
+  edit.Hold(owner);
+  return k;
+}
+
+ClaimOutcome ClaimService::Replay(const ClaimRef& ref, Known known) {
+  ClaimOutcome o;
+  if (known.error.empty()) {
+    absl::StatusOr<std::string> restored = RestoreCdiFile(*cdi_, known.cdi);
+    if (!restored.ok()) {
+      known.error = absl::StrCat(
+          "claim ", Ref(ref),
+          ": prepared, but its CDI file cannot be written: ", Message(restored.status()));
+    } else if (!restored->empty()) {
+      spdlog::info("{}: already prepared; restored its CDI spec {} ({})", Who(ref),
+                   cdi_->PathOf(known.cdi["file"].get<std::string>()), *restored);
+    } else {
+      spdlog::debug("{}: already prepared, same answer", Who(ref));
+    }
   }
-  if (!restored->empty()) {
-    spdlog::info("{}: already prepared; restored its CDI spec {} ({})", Who(ref),
-                 cdi_->PathOf(cdi["file"].get<std::string>()), *restored);
-  } else {
-    spdlog::debug("{}: already prepared, same answer", Who(ref));
+  if (!known.error.empty()) {
+    spdlog::warn("{}: prepare failed: {}", Who(ref), known.error);
+    o.error = std::move(known.error);
+    return o;
   }
-  o.devices = *std::move(devices);
+  o.devices = std::move(known.devices);
   return o;
 }
 
-ClaimOutcome ClaimService::CommitOne(const ClaimRef& ref, const claims::Claim& claim) {
+absl::Status ClaimService::PlanOne(state::Ledger::Edit& edit, const ClaimRef& ref,
+                                   const claims::Claim& claim, const View& view,
+                                   std::optional<Known>* known, Plan* plan) {
+  // Another call may have prepared it while we fetched it.
+  if ((*known = Lookup(edit, ref))) return absl::OkStatus();
+  absl::StatusOr<Plan> planned = PlanClaim(claim, view.setup, view.topo, edit.state());
+  if (!planned.ok()) return planned.status();
+  *plan = *std::move(planned);
+  absl::Status added = edit.Add(plan->allocation);
+  if (added.ok()) return added;
+  return absl::Status(added.code(), absl::StrCat("claim ", Ref(ref), ": ", Message(added)));
+}
+
+ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref, const claims::Claim& claim) {
   ClaimOutcome out;
-  const std::string owner = state::DraOwner(driver_, ref.uid);
   auto fail = [&](std::string message) {
     spdlog::warn("{}: prepare failed: {}", Who(ref), message);
     out.error = std::move(message);
     return out;
   };
   const auto t1 = std::chrono::steady_clock::now();
+  const std::shared_ptr<const View> v = view();
+  std::optional<Known> known;
   Plan plan;
-  {
-    std::unique_lock<std::mutex> lock(node_->mu);
-    // Another call may have prepared it while we fetched it.
-    if (std::optional<ClaimOutcome> o = Known(ref, lock)) return *o;
-    absl::StatusOr<Plan> planned = PlanClaim(claim, setup_, topo_, node_->state);
-    if (!planned.ok()) return fail(Message(planned.status()));
-    plan = *std::move(planned);
-    if (absl::Status st = node_->state.Add(plan.allocation); !st.ok()) {
-      return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(st)));
-    }
-    node_->changes.Notify();
-  }
+  absl::StatusOr<state::Ledger::Txn> txn = ledger_->Reserve(
+      [&](state::Ledger::Edit& edit) { return PlanOne(edit, ref, claim, *v, &known, &plan); });
+  if (!txn.ok()) return fail(Message(txn.status()));
+  if (known) return Replay(ref, *std::move(known));
   const auto t2 = std::chrono::steady_clock::now();
-  auto undo = [&]() {
+  auto undo = [&] {
     if (!plan.cdi_file.empty()) (void)cdi_->Remove(plan.cdi_file, /*synced=*/false);
-    std::lock_guard<std::mutex> lock(node_->mu);
-    (void)node_->state.Remove(owner);
-    node_->changes.Notify();
+    ledger_->Abort(*txn);
   };
   if (!plan.cdi_file.empty()) {
     if (absl::StatusOr<cdi::Spec> w = cdi_->Write(plan.cdi_file, plan.cdi_spec, /*synced=*/false);
@@ -493,35 +534,15 @@ ClaimOutcome ClaimService::CommitOne(const ClaimRef& ref, const claims::Claim& c
     }
   }
   const auto t3 = std::chrono::steady_clock::now();
-  state::Allocation prepared = plan.allocation;
-  prepared.phase = state::Phase::kPrepared;
-  {
-    // Prepared in memory before the journal record, so a compaction in between keeps it; but
-    // not answerable (in_flight) until the record is durable.
-    std::lock_guard<std::mutex> lock(node_->mu);
-    (void)node_->state.SetPhase(owner, state::Phase::kPrepared);
-    node_->in_flight.insert(owner);
-  }
-  if (absl::Status st = node_->store->Put(prepared); !st.ok()) {
-    {
-      std::lock_guard<std::mutex> lock(node_->mu);
-      node_->in_flight.erase(owner);
-    }
+  if (absl::Status st = ledger_->Commit(*txn); !st.ok()) {
     undo();
     return fail(absl::StrCat("claim ", Ref(ref), ": record the allocation: ", Message(st)));
   }
-  {
-    std::lock_guard<std::mutex> lock(node_->mu);
-    node_->in_flight.erase(owner);
-    CompactIfDue(node_);
-  }
-  // Now durable, the use of a reservation counts (an allocateOnce one ends): tell its controller.
-  if (!prepared.reservation.empty()) node_->changes.Notify();
   const auto t4 = std::chrono::steady_clock::now();
   auto us = [](auto d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); };
   spdlog::info("{}: prepared cpus={} gpus={} devices={}", Who(ref),
-               prepared.cpus.Empty() ? "none" : prepared.cpus.ToString(), prepared.gpus.size(),
-               plan.devices.size());
+               plan.allocation.cpus.Empty() ? "none" : plan.allocation.cpus.ToString(),
+               plan.allocation.gpus.size(), plan.devices.size());
   spdlog::debug("{}: prepare took plan {} us, cdi {} us, journal {} us", Who(ref), us(t2 - t1),
                 us(t3 - t2), us(t4 - t3));
   out.devices = std::move(plan.devices);
@@ -560,59 +581,52 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
     return message;
   };
   state::Allocation held;
-  {
-    std::lock_guard<std::mutex> lock(node_->mu);
-    const state::Allocation* a = node_->state.Find(owner);
-    if (a == nullptr) {
-      // Not ours (another instance's, or never prepared): nothing to do, but a CDI file of a
-      // crashed prepare may still be there.
-      (void)cdi_->Remove(CdiFileName(driver_, ref.uid, setup_.cdi_marker), /*synced=*/false);
-      spdlog::debug("{}: not prepared, nothing to unprepare", Who(ref));
-      return "";
-    }
-    // A prepare whose journal record is still being written (in_flight) would append it after our
-    // removal record and bring the claim back on replay: that call must finish first.
-    // A repeated prepare rewriting its CDI file (checking_cdi_) would leave it behind.
-    if (a->phase != state::Phase::kPrepared || node_->in_flight.contains(owner) ||
-        checking_cdi_.contains(owner)) {
-      return fail(absl::StrCat("claim ", Ref(ref),
-                               ": a concurrent call is preparing or "
-                               "unpreparing it; retry"));
-    }
-    held = *a;
-    // Still holding its CPUs, but out of snapshots: the removal record is about to follow.
-    (void)node_->state.SetPhase(owner, state::Phase::kPreparing);
+  bool absent = false;
+  absl::StatusOr<state::Ledger::Txn> txn =
+      ledger_->Reserve([&](state::Ledger::Edit& edit) -> absl::Status {
+        const state::Allocation* a = edit.state().Find(owner);
+        if (a == nullptr) {
+          absent = true;
+          edit.Hold(owner);  // no prepare of it starts while its CDI file is removed
+          return absl::OkStatus();
+        }
+        // A prepare whose journal record is still being written would append it after our
+        // removal record and bring the claim back on replay: that call must finish first. A
+        // repeated prepare rewriting its CDI file (held) would leave it behind.
+        if (a->phase != state::Phase::kPrepared || edit.Busy(owner)) {
+          return absl::FailedPreconditionError(
+              "a concurrent call is preparing or unpreparing it; retry");
+        }
+        held = *a;
+        return edit.Release(owner);
+      });
+  if (!txn.ok()) return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(txn.status())));
+  if (absent) {
+    // Not ours (another instance's, or never prepared): nothing to do, but a CDI file of a
+    // crashed prepare may still be there.
+    (void)cdi_->Remove(CdiFileName(driver_, ref.uid, view()->setup.cdi_marker), /*synced=*/false);
+    spdlog::debug("{}: not prepared, nothing to unprepare", Who(ref));
+    return "";
   }
-  auto restore = [&]() {
-    std::lock_guard<std::mutex> lock(node_->mu);
-    (void)node_->state.SetPhase(owner, state::Phase::kPrepared);
-  };
   const json held_cdi = held.cdi.Parse();
-  if (held_cdi.is_object() && held_cdi.contains("file") && held_cdi["file"].is_string()) {
-    // Not synced: the journal record below is what makes the release durable, and a file that
-    // comes back after a power loss belongs to no prepared claim and is removed at start.
-    if (absl::Status st = cdi_->Remove(held_cdi["file"].get<std::string>(), /*synced=*/false);
-        !st.ok()) {
-      restore();
-      return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(st)));
-    }
+  const bool has_file =
+      held_cdi.is_object() && held_cdi.contains("file") && held_cdi["file"].is_string();
+  // Not synced: the journal record below is what makes the release durable, and a file that
+  // comes back after a power loss belongs to no prepared claim and is removed at start.
+  if (absl::Status st =
+          has_file ? cdi_->Remove(held_cdi["file"].get<std::string>(), false) : absl::OkStatus();
+      !st.ok()) {
+    ledger_->Abort(*txn);
+    return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(st)));
   }
-  if (absl::Status st = node_->store->Remove(owner); !st.ok()) {
+  if (absl::Status st = ledger_->Commit(*txn); !st.ok()) {
     // Still prepared: its CDI file must be there for a replayed prepare.
-    if (held_cdi.is_object() && held_cdi.contains("spec")) {
+    if (has_file && held_cdi.contains("spec")) {
       absl::StatusOr<cdi::Spec> spec = cdi::FromJson(held_cdi["spec"].dump());
       if (spec.ok()) (void)cdi_->Write(held_cdi["file"].get<std::string>(), *spec, false);
     }
-    restore();
-    // The snapshot may have been compacted without it meanwhile: record it again.
-    (void)node_->store->Put(held);
+    ledger_->Abort(*txn);  // Prepared again, and recorded again
     return fail(absl::StrCat("claim ", Ref(ref), ": record the release: ", Message(st)));
-  }
-  {
-    std::lock_guard<std::mutex> lock(node_->mu);
-    (void)node_->state.Remove(owner);
-    node_->changes.Notify();
-    CompactIfDue(node_);
   }
   spdlog::info("{}: unprepared, freed cpus={} gpus={}", Who(ref),
                held.cpus.Empty() ? "none" : held.cpus.ToString(), held.gpus.size());
@@ -632,16 +646,6 @@ std::string ClaimService::Who(const ClaimRef& ref) const {
   // The kubelet's call names no pod; the claim's reservedFor does, once it has been fetched.
   return absl::StrCat("claim ", Ref(ref), " uid=", ref.uid, " driver=", driver_,
                       " pod=", pods.empty() ? "unknown" : pods);
-}
-
-void CompactIfDue(NodeAllocations* node) {
-  if (!node->store->ShouldCompact(node->state.Size())) return;
-  if (absl::Status st = node->store->Compact(node->state); !st.ok()) {
-    // The journal keeps growing but stays correct; try again on the next change.
-    spdlog::warn("state compaction failed: {}", Message(st));
-  } else {
-    spdlog::debug("state compacted: {} allocations", node->state.Size());
-  }
 }
 
 }  // namespace topodra::prepare

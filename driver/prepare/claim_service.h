@@ -2,10 +2,11 @@
 // per-claim outcomes out. Owns the order of side effects that makes prepare crash-safe and
 // idempotent:
 //
-//   prepare:   GET claim -> plan and hold the CPUs/GPUs in memory (under the node lock, so two
-//              concurrent calls never get the same CPU) -> write the CDI spec (atomic) ->
-//              journal the allocation (durable) -> answer.
-//   unprepare: mark in transition -> remove the CDI spec -> journal the removal -> free.
+//   prepare:   GET claim -> Ledger::Reserve: plan and hold the CPUs/GPUs in memory (under the
+//              ledger's lock, so two concurrent calls never get the same CPU) -> write the CDI
+//              spec (atomic) -> Ledger::Commit: journal the allocation (durable) -> answer.
+//   unprepare: Ledger::Reserve: Release (kUnpreparing) -> remove the CDI spec ->
+//              Ledger::Commit: journal the removal, then free.
 //
 // A crash before the journal record leaves at most an orphan CDI file, removed at start; after
 // it, the claim is prepared and a repeated prepare replays the stored answer (writing its CDI
@@ -15,7 +16,6 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -33,8 +33,8 @@
 #include "cdi/spec_store.h"
 #include "driver/metrics/observer.h"
 #include "driver/prepare/planner.h"
+#include "driver/state/ledger.h"
 #include "driver/state/state.h"
-#include "driver/state/store.h"
 #include "nlohmann/json.hpp"
 #include "topology/topology.h"
 
@@ -75,37 +75,6 @@ class ApiClaimSource : public ClaimSource {
   std::string version_ = "v1";
 };
 
-// Wakes whoever reports the node's devices (device-plugin ListAndWatch streams) when who holds
-// what, or what exists, may have changed. A generation counter: waiters never miss a change
-// that happened between two waits.
-class ChangeSignal {
- public:
-  void Notify();
-  uint64_t generation() const;
-  // Returns as soon as the generation differs from `seen`, or after `timeout`; returns the
-  // generation then.
-  uint64_t WaitChange(uint64_t seen, absl::Duration timeout) const;
-
- private:
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  uint64_t generation_ = 0;
-};
-
-// The node's allocations, shared by every driver and the device plugin: one lock, one State, one
-// StateStore, so nothing is handed out twice whichever API asked for it.
-struct NodeAllocations {
-  std::mutex mu;
-  state::State state;  // guarded by mu
-  // Owners marked Prepared whose journal record is still being written: not yet answerable.
-  std::set<std::string> in_flight;  // guarded by mu
-  state::StateStore* store = nullptr;
-  // Notified after every change of `state` and every change of a driver's devices.
-  ChangeSignal changes;
-};
-
-// Compacts the state journal when it is due. With node->mu held.
-void CompactIfDue(NodeAllocations* node);
 
 struct ClaimRef {
   std::string ns;
@@ -142,7 +111,7 @@ struct FetchOptions {
 
 class ClaimService {
  public:
-  ClaimService(DriverSetup setup, topology::Topology topo, NodeAllocations* node,
+  ClaimService(DriverSetup setup, topology::Topology topo, state::Ledger* ledger,
                const cdi::SpecStore* cdi, ClaimSource* source);
 
   const std::string& driver() const { return driver_; }
@@ -183,23 +152,38 @@ class ClaimService {
  private:
   // A claim of a Prepare call on its way: fetched (and parsed), or already answered.
   struct Fetched;
+  // What the claim's driver setup and machine are now (Update replaces them whole).
+  struct View {
+    DriverSetup setup;
+    topology::Topology topo;
+  };
+  // A claim the ledger already has, found under its lock (Lookup), answered outside it (Replay).
+  struct Known;
+  std::shared_ptr<const View> view() const;
+  // The claim GETs of one Prepare call, run beside each other.
+  class Call;
   // Everything of one claim that can run beside the other claims of the call: the identifier
   // checks, the replay of a prepared claim, the GET and its checks.
   Fetched FetchOne(const ClaimRef& ref, const CallLimits& limits, absl::Time call_start,
                    const std::atomic<bool>& gave_up);
   // The rest, one claim at a time in request order: plan and hold, CDI file, journal.
-  ClaimOutcome CommitOne(const ClaimRef& ref, const claims::Claim& claim);
-  // With node_->mu held: the outcome when the claim is already known, else nullopt. A prepared
-  // claim is answered again after its CDI file is checked (outside the lock; mu is released and
-  // taken again).
-  std::optional<ClaimOutcome> Known(const ClaimRef& ref, std::unique_lock<std::mutex>& lock);
+  ClaimOutcome PrepareOne(const ClaimRef& ref, const claims::Claim& claim);
+  // PrepareOne's plan, under the ledger's lock: the claim as the ledger knows it (`known`), or
+  // its plan, held.
+  absl::Status PlanOne(state::Ledger::Edit& edit, const ClaimRef& ref, const claims::Claim& claim,
+                       const View& view, std::optional<Known>* known, Plan* plan);
+  // Within a Reserve: nullopt when the ledger does not know the claim; else its outcome, or (a
+  // prepared claim) its answer to replay, holding the claim until the transaction ends.
+  std::optional<Known> Lookup(state::Ledger::Edit& edit, const ClaimRef& ref);
+  // Outside the lock, the claim held: checks the CDI file of a known claim and answers.
+  ClaimOutcome Replay(const ClaimRef& ref, Known known);
   // "claim ns/name uid=... driver=... pod=ns/p": how every claim-scoped log line starts. Only for
   // claims whose identifiers passed ValidateClaimIdentity.
   std::string Who(const ClaimRef& ref) const;
   std::string UnprepareOne(const ClaimRef& ref);
 
   const std::string driver_;
-  NodeAllocations* node_;
+  state::Ledger* ledger_;
   const cdi::SpecStore* cdi_;
   ClaimSource* source_;
   metrics::Observer* observer_ = nullptr;
@@ -207,11 +191,8 @@ class ClaimService {
   mutable std::mutex pods_mu_;
   std::map<std::string, std::string> pods_;
   FetchOptions fetch_;
-  // Guarded by node_->mu.
-  DriverSetup setup_;
-  topology::Topology topo_;
-  // Owner -> repeated prepares checking its CDI file now: unprepare waits for them (retry).
-  std::map<std::string, int> checking_cdi_;
+  mutable absl::Mutex view_mu_;
+  std::shared_ptr<const View> view_ ABSL_GUARDED_BY(view_mu_);
 };
 
 }  // namespace topodra::prepare

@@ -27,12 +27,12 @@ Clock* RealClock() {
   return &clock;
 }
 
-Controller::Controller(kube::RestClient* client, ControllerOptions options,
-                       prepare::NodeAllocations* node, Clock* clock,
-                       std::function<NodeContext()> context, std::function<void()> held_changed)
+Controller::Controller(kube::RestClient* client, ControllerOptions options, state::Ledger* ledger,
+                       Clock* clock, std::function<NodeContext()> context,
+                       std::function<void()> held_changed)
     : client_(client),
       opts_(std::move(options)),
-      node_(node),
+      ledger_(ledger),
       clock_(clock),
       context_(std::move(context)),
       held_changed_(std::move(held_changed)) {}
@@ -48,9 +48,9 @@ void Controller::Start() {
   pass_thread_ = std::thread([this] { PassLoop(); });
   // Claims prepared and released change what reservations hold and show.
   changes_thread_ = std::thread([this] {
-    uint64_t seen = node_->changes.generation();
+    uint64_t seen = ledger_->changes().generation();
     while (!stop_.load()) {
-      const uint64_t now = node_->changes.WaitChange(seen, absl::Milliseconds(250));
+      const uint64_t now = ledger_->changes().WaitChange(seen, absl::Milliseconds(250));
       if (now != seen) {
         seen = now;
         Kick();
@@ -296,53 +296,39 @@ absl::Status Controller::Pass() {
     in.now = clock_->Now();
     bool state_changed = false;
     std::vector<Held> held;
-    {
-      std::lock_guard<std::mutex> lock(node_->mu);
-      in.state = &node_->state;
-      in.in_flight = node_->in_flight;
-      outcome = Decide(in);
-      // The journal first for each change would need a copy of the state to validate against;
-      // instead the memory is changed (which validates) and rolled back if the journal fails.
-      for (const std::string& uid : outcome.remove) {
-        const state::Reservation* had = node_->state.FindReservation(uid);
-        if (had == nullptr) continue;
-        const state::Reservation before = *had;
-        (void)node_->state.RemoveReservation(uid);
-        if (absl::Status st = node_->store->RemoveReservation(uid); !st.ok()) {
-          (void)node_->state.PutReservation(before);
-          // What did change this pass must still reach the device plugin and the pinning.
-          if (state_changed) node_->changes.Notify();
-          return absl::Status(
-              st.code(), absl::StrCat("forgetting reservation ", before.name, ": ", st.message()));
-        }
-        state_changed = true;
-      }
-      for (const state::Reservation& r : outcome.put) {
-        const state::Reservation* had = node_->state.FindReservation(r.uid);
-        std::optional<state::Reservation> before;
-        if (had != nullptr) before = *had;
-        if (absl::Status st = node_->state.PutReservation(r); !st.ok()) {
-          spdlog::error("reservation {} (uid {}): cannot record: {}", r.name, r.uid,
-                        std::string(st.message()));
-          continue;
-        }
-        if (absl::Status st = node_->store->PutReservation(r); !st.ok()) {
-          if (before) {
-            (void)node_->state.PutReservation(*before);
-          } else {
-            (void)node_->state.RemoveReservation(r.uid);
+    // Decided and applied under the ledger's lock (the memory validates each change); recorded
+    // outside it, and undone if the journal fails.
+    absl::StatusOr<state::Ledger::Txn> txn =
+        ledger_->Reserve([&](state::Ledger::Edit& edit) -> absl::Status {
+          in.state = &edit.state();
+          in.in_flight = edit.in_flight();
+          outcome = Decide(in);
+          for (const std::string& uid : outcome.remove) {
+            const state::Reservation* had = edit.state().FindReservation(uid);
+            if (had == nullptr) continue;
+            (void)edit.RemoveReservation(uid, absl::StrCat("forgetting reservation ", had->name));
+            state_changed = true;
           }
-          if (state_changed) node_->changes.Notify();
-          return absl::Status(st.code(),
-                              absl::StrCat("recording reservation ", r.name, ": ", st.message()));
-        }
-        state_changed = true;
-      }
-      if (state_changed) prepare::CompactIfDue(node_);
-      held = HeldDevices(node_->state);
+          for (const state::Reservation& r : outcome.put) {
+            absl::Status st =
+                edit.PutReservation(r, absl::StrCat("recording reservation ", r.name));
+            if (!st.ok()) {
+              spdlog::error("reservation {} (uid {}): cannot record: {}", r.name, r.uid,
+                            std::string(st.message()));
+              continue;
+            }
+            state_changed = true;
+          }
+          held = HeldDevices(edit.state());
+          return absl::OkStatus();
+        });
+    if (!txn.ok()) return txn.status();
+    // Commit tells the device plugin and the pinning of what changed; Abort of what it undid.
+    if (absl::Status st = ledger_->Commit(*txn); !st.ok()) {
+      ledger_->Abort(*txn);
+      return st;
     }
     for (const std::string& e : outcome.events) spdlog::info("{}", e);
-    if (state_changed) node_->changes.Notify();
     const bool held_changed = !held_known_ || held != last_held_;
     if (held_changed) {
       last_held_ = held;

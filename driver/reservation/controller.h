@@ -19,8 +19,8 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "driver/kube/rest_client.h"
-#include "driver/prepare/claim_service.h"
 #include "driver/reservation/lifecycle.h"
+#include "driver/state/ledger.h"
 
 namespace topodra::reservation {
 
@@ -59,10 +59,10 @@ struct ControllerStatus {
 
 class Controller {
  public:
-  // `context` is called at every pass (without node->mu held); `held_changed` after the held
-  // devices changed (placed, released, waited-for devices freed), also without the lock: it
+  // `context` is called at every pass (without the ledger's lock held); `held_changed` after the
+  // held devices changed (placed, released, waited-for devices freed), also without the lock: it
   // must republish the slices and update what prepare knows, synchronously.
-  Controller(kube::RestClient* client, ControllerOptions options, prepare::NodeAllocations* node,
+  Controller(kube::RestClient* client, ControllerOptions options, state::Ledger* ledger,
              Clock* clock, std::function<NodeContext()> context,
              std::function<void()> held_changed);
   ~Controller();
@@ -95,7 +95,7 @@ class Controller {
 
   kube::RestClient* client_;
   ControllerOptions opts_;
-  prepare::NodeAllocations* node_;
+  state::Ledger* ledger_;
   Clock* clock_;
   std::function<NodeContext()> context_;
   std::function<void()> held_changed_;

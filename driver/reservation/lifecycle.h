@@ -47,7 +47,7 @@ struct Inputs {
   // The published devices carrying each reservation's name (from the built pools).
   std::map<std::string, std::vector<DeviceRef>> devices;
   absl::Time now;
-  // Owners marked Prepared whose journal record is not written yet (NodeAllocations::in_flight):
+  // Owners changed by a transaction whose journal record is not written yet (Ledger in flight):
   // not yet a use that ends an allocateOnce reservation (the prepare may still fail).
   std::set<std::string> in_flight;
 };

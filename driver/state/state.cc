@@ -55,7 +55,17 @@ const char* KindName(AllocationKind kind) {
   return kind == AllocationKind::kDraClaim ? "DraClaim" : "DevicePlugin";
 }
 
-const char* PhaseName(Phase phase) { return phase == Phase::kPreparing ? "Preparing" : "Prepared"; }
+const char* PhaseName(Phase phase) {
+  switch (phase) {
+    case Phase::kPreparing:
+      return "Preparing";
+    case Phase::kPrepared:
+      return "Prepared";
+    case Phase::kUnpreparing:
+      return "Unpreparing";
+  }
+  return "Prepared";
+}
 
 bool Allocation::operator==(const Allocation& other) const {
   return kind == other.kind && owner == other.owner && claim_namespace == other.claim_namespace &&

@@ -14,7 +14,10 @@
 namespace topodra::state {
 
 enum class AllocationKind { kDraClaim, kDevicePlugin };
-enum class Phase { kPreparing, kPrepared };
+// kPreparing: planned, its side effects and journal record not done yet (never in a snapshot).
+// kUnpreparing: its release is being recorded; still holds its devices until that is durable.
+// Only kPreparing and kPrepared are written to files; kUnpreparing lives in memory only.
+enum class Phase { kPreparing, kPrepared, kUnpreparing };
 
 // A JSON value kept as its compact text. Every prepared claim keeps its answer and CDI spec for
 // replays and restarts; as text they take a few hundred bytes, as parsed trees several KiB, which
@@ -35,7 +38,8 @@ class JsonText {
   std::string text_;  // "" for null
 };
 
-// "DraClaim" / "DevicePlugin", "Preparing" / "Prepared": the spellings of the checkpoint file.
+// "DraClaim" / "DevicePlugin", "Preparing" / "Prepared": the spellings of the checkpoint file
+// ("Unpreparing" for logs only).
 const char* KindName(AllocationKind kind);
 const char* PhaseName(Phase phase);
 

@@ -39,7 +39,21 @@
 
 namespace topodra::state {
 
-class StateStore {
+// Where the Ledger (ledger.h) records changes: the StateStore, or a test's double. Put, Remove,
+// PutReservation and RemoveReservation are durable when they return OK and are called from
+// several threads at once; Compact is never called while one of them runs.
+class Journal {
+ public:
+  virtual ~Journal() = default;
+  virtual absl::Status Put(const Allocation& allocation) = 0;
+  virtual absl::Status Remove(const std::string& owner) = 0;
+  virtual absl::Status PutReservation(const Reservation& reservation) = 0;
+  virtual absl::Status RemoveReservation(const std::string& uid) = 0;
+  virtual bool ShouldCompact(int state_size) const = 0;
+  virtual absl::Status Compact(const State& state) = 0;
+};
+
+class StateStore : public Journal {
  public:
   // Loads snapshot + journal (the result is in `loaded`), drops a torn last record, and opens
   // the journal for appending. Errors name the file and what to do; never a silent reset: a
@@ -66,7 +80,7 @@ class StateStore {
   // when a compaction kept replacing the files while they were read.
   static absl::StatusOr<State> Peek(const std::string& path);
 
-  ~StateStore();
+  ~StateStore() override;
   StateStore(const StateStore&) = delete;
   StateStore& operator=(const StateStore&) = delete;
 
@@ -74,19 +88,18 @@ class StateStore {
   std::string journal_path() const { return path_ + ".journal"; }
 
   // Thread-safe. Durable when they return OK. Put records the whole allocation (an upsert).
-  absl::Status Put(const Allocation& allocation);
-  absl::Status Remove(const std::string& owner);
+  absl::Status Put(const Allocation& allocation) override;
+  absl::Status Remove(const std::string& owner) override;
   // Likewise for reservations: PutReservation records the whole reservation (an upsert).
-  absl::Status PutReservation(const Reservation& reservation);
-  absl::Status RemoveReservation(const std::string& uid);
+  absl::Status PutReservation(const Reservation& reservation) override;
+  absl::Status RemoveReservation(const std::string& uid) override;
 
   // True when the journal has grown past the size that makes a snapshot worthwhile.
-  bool ShouldCompact(int state_size) const;
+  bool ShouldCompact(int state_size) const override;
   // Writes `state` (its Prepared allocations, all its reservations) as the snapshot and empties
-  // the journal. The
-  // caller must pass a state that already reflects every Put/Remove issued so far (hold the
-  // lock that orders changes to the State while calling this).
-  absl::Status Compact(const State& state);
+  // the journal. The caller must pass a state that reflects every Put/Remove issued so far and
+  // issue none meanwhile (the Ledger compacts its committed state with no record in flight).
+  absl::Status Compact(const State& state) override;
 
   int64_t records() const;
 

@@ -25,11 +25,7 @@ SOURCE_SUFFIXES = (".h", ".cc")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 # (from, to) -> why it is still there and what removes it.
-ALLOWED_BACK_EDGES = {
-    ("driver/reservation", "driver/prepare"):
-        "reservation/controller.h takes prepare::NodeAllocations (and calls CompactIfDue); the "
-        "Ledger in driver/state replaces both (issue 17)",
-}
+ALLOWED_BACK_EDGES = {}
 
 
 def folder_of(path):

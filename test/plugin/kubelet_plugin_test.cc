@@ -30,8 +30,8 @@ class KubeletPluginTest : public ::testing::Test {
     dir_ = tmpl;
     prepare::DriverSetup setup;
     setup.driver = "dra.cpu";
-    service_ = std::make_unique<prepare::ClaimService>(setup, topology::Topology{}, &node_, nullptr,
-                                                       nullptr);
+    service_ = std::make_unique<prepare::ClaimService>(setup, topology::Topology{}, &ledger_,
+                                                       nullptr, nullptr);
   }
   void TearDown() override {
     std::error_code ec;
@@ -39,7 +39,7 @@ class KubeletPluginTest : public ::testing::Test {
   }
 
   std::string dir_;
-  prepare::NodeAllocations node_;
+  state::Ledger ledger_{nullptr, state::State{}};
   std::unique_ptr<prepare::ClaimService> service_;
 };
 

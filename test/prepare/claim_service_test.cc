@@ -139,26 +139,24 @@ class ClaimServiceTest : public ::testing::Test {
   }
   void TearDown() override {
     services_.clear();
-    node_.reset();
-    store_.reset();
+    ledger_.reset();
+    store_ = nullptr;
     std::filesystem::remove_all(dir_);
   }
 
-  // Opens the state (again) and makes a fresh NodeAllocations from what was on disk.
+  // Opens the state (again) and makes a fresh Ledger from what was on disk.
   void OpenNode() {
     absl::StatusOr<state::StateStore::Opened> opened =
         state::StateStore::Open(dir_ + "/state/checkpoint.json");
     ASSERT_TRUE(opened.ok()) << opened.status();
-    store_ = std::move(opened->store);
-    node_ = std::make_unique<NodeAllocations>();
-    node_->state = opened->loaded;
-    node_->store = store_.get();
+    store_ = opened->store.get();
+    ledger_ = std::make_unique<state::Ledger>(std::move(opened->store), opened->loaded);
   }
 
   ClaimService* Start(const DriverSetup& setup, const topology::Topology& topo) {
-    if (node_ == nullptr) OpenNode();
+    if (ledger_ == nullptr) OpenNode();
     services_.push_back(
-        std::make_unique<ClaimService>(setup, topo, node_.get(), cdi_.get(), &source_));
+        std::make_unique<ClaimService>(setup, topo, ledger_.get(), cdi_.get(), &source_));
     return services_.back().get();
   }
 
@@ -166,8 +164,8 @@ class ClaimServiceTest : public ::testing::Test {
   // files, with the same driver setups.
   void Restart(const std::vector<std::pair<DriverSetup, std::string>>& drivers) {
     services_.clear();
-    node_.reset();
-    store_.reset();
+    ledger_.reset();
+    store_ = nullptr;
     OpenNode();
     for (const auto& [setup, topo] : drivers) Start(setup, Load(topo));
   }
@@ -203,13 +201,16 @@ class ClaimServiceTest : public ::testing::Test {
     EXPECT_EQ(out[ref.uid], "") << ref.ns << "/" << ref.name;
   }
 
-  const state::Allocation* Held(const std::string& driver, const std::string& uid) {
-    std::lock_guard<std::mutex> lock(node_->mu);
-    return node_->state.Find(state::DraOwner(driver, uid));
+  std::optional<state::Allocation> Held(const std::string& driver, const std::string& uid) {
+    return ledger_->Read([&](const state::State& st) -> std::optional<state::Allocation> {
+      const state::Allocation* a = st.Find(state::DraOwner(driver, uid));
+      if (a == nullptr) return std::nullopt;
+      return *a;
+    });
   }
   CpuSet HeldCpus(const std::string& uid) {
-    const state::Allocation* a = Held(kCpuDriver, uid);
-    return a == nullptr ? CpuSet{} : a->cpus;
+    const std::optional<state::Allocation> a = Held(kCpuDriver, uid);
+    return a ? a->cpus : CpuSet{};
   }
 
   bool CdiExists(const std::string& file) { return std::filesystem::exists(cdi_->PathOf(file)); }
@@ -226,7 +227,7 @@ class ClaimServiceTest : public ::testing::Test {
   Plan Expected(const ClaimRef& ref, const DriverSetup& setup, const topology::Topology& topo) {
     absl::StatusOr<json> j = source_.GetClaim(ref.ns, ref.name, FetchLimits());
     EXPECT_TRUE(j.ok());
-    absl::StatusOr<Plan> plan = PlanClaim(Parse(*j), setup, topo, node_->state);
+    absl::StatusOr<Plan> plan = PlanClaim(Parse(*j), setup, topo, ledger_->Copy());
     EXPECT_TRUE(plan.ok()) << plan.status();
     return plan.ok() ? *std::move(plan) : Plan{};
   }
@@ -234,8 +235,8 @@ class ClaimServiceTest : public ::testing::Test {
   std::string dir_;
   FakeSource source_;
   std::unique_ptr<cdi::SpecStore> cdi_;
-  std::unique_ptr<state::StateStore> store_;
-  std::unique_ptr<NodeAllocations> node_;
+  state::StateStore* store_ = nullptr;  // owned by ledger_
+  std::unique_ptr<state::Ledger> ledger_;
   std::vector<std::unique_ptr<ClaimService>> services_;
 };
 
@@ -261,8 +262,8 @@ TEST_F(ClaimServiceTest, PrepareWritesTheCdiSpecRecordsAndAnswers) {
   EXPECT_EQ(CdiFiles(), std::set<std::string>{"dra.cpu-claim_uid-1.json"});
 
   // Held in memory, prepared, as planned.
-  const state::Allocation* a = Held(kCpuDriver, "uid-1");
-  ASSERT_NE(a, nullptr);
+  const std::optional<state::Allocation> a = Held(kCpuDriver, "uid-1");
+  ASSERT_TRUE(a.has_value());
   state::Allocation prepared = want.allocation;
   prepared.phase = state::Phase::kPrepared;
   EXPECT_EQ(*a, prepared);
@@ -340,13 +341,13 @@ TEST_F(ClaimServiceTest, UnprepareRemovesTheFileAndFreesTheCpus) {
   EXPECT_THAT(PrepareError(c2),
               HasSubstr("claim team/c2 request \"cpus\": cpuset \"5-6\": CPU 5 is already "
                         "prepared for claim default/c1 (uid uid-1)"));
-  EXPECT_EQ(Held(kCpuDriver, "uid-2"), nullptr);
+  EXPECT_EQ(Held(kCpuDriver, "uid-2"), std::nullopt);
   EXPECT_FALSE(CdiExists("dra.cpu-claim_uid-2.json"));
 
   UnprepareOk(c1);
   EXPECT_FALSE(CdiExists("dra.cpu-claim_uid-1.json"));
-  EXPECT_EQ(Held(kCpuDriver, "uid-1"), nullptr);
-  EXPECT_TRUE(node_->state.Empty());
+  EXPECT_EQ(Held(kCpuDriver, "uid-1"), std::nullopt);
+  EXPECT_TRUE(ledger_->Copy().Empty());
   UnprepareOk(c1);  // again: nothing left to do
 
   // The CPUs are free again.
@@ -373,7 +374,7 @@ TEST_F(ClaimServiceTest, UnprepareOfAnUnknownClaimSucceeds) {
   EXPECT_EQ(out, (std::map<std::string, std::string>{{"never-prepared", ""}, {"ghost", ""}}));
   EXPECT_FALSE(CdiExists("dra.cpu-claim_ghost.json"));
   EXPECT_EQ(source_.gets(), 0);
-  EXPECT_TRUE(node_->state.Empty());
+  EXPECT_TRUE(ledger_->Copy().Empty());
 }
 
 TEST_F(ClaimServiceTest, OneBadClaimDoesNotAffectTheOthers) {
@@ -447,10 +448,10 @@ TEST_F(ClaimServiceTest, OneBadClaimDoesNotAffectTheOthers) {
     const ClaimOutcome& o = out[w.uid];
     EXPECT_THAT(o.devices, IsEmpty());
     for (const std::string& s : w.has) EXPECT_THAT(o.error, HasSubstr(s));
-    EXPECT_EQ(Held(kCpuDriver, w.uid), nullptr);
+    EXPECT_EQ(Held(kCpuDriver, w.uid), std::nullopt);
     EXPECT_FALSE(CdiExists(CdiFileName(kCpuDriver, w.uid)));
   }
-  EXPECT_EQ(node_->state.Size(), 3);
+  EXPECT_EQ(ledger_->Copy().Size(), 3);
   EXPECT_EQ(CdiFiles(),
             (std::set<std::string>{"dra.cpu-claim_uid-good-1.json", "dra.cpu-claim_uid-good-2.json",
                                    "dra.cpu-claim_uid-good-3.json"}));
@@ -512,7 +513,7 @@ TEST_F(ClaimServiceTest, IdentifiersBeyondTheApiLimitsFailTheirClaimAlone) {
   EXPECT_LT(un["uid-long-name"].size(), 400u);
   EXPECT_THAT(un["../../etc/x"], HasSubstr("has characters other than letters, digits and '-'"));
   EXPECT_EQ(un["uid-good"], "");
-  EXPECT_TRUE(node_->state.Empty());
+  EXPECT_TRUE(ledger_->Copy().Empty());
 }
 
 // Issue 15 item 11: the claims of one call are fetched concurrently, at most `parallel` at a time,
@@ -573,7 +574,7 @@ TEST_F(ClaimServiceTest, HangingClaimsFailAloneWithAMessageNamingTheTimeout) {
                            i, ": Timeout was reached after 300ms"));
     EXPECT_EQ(source_.timeout_of("default", absl::StrCat("good-", i)), absl::Milliseconds(300));
   }
-  EXPECT_EQ(node_->state.Size(), 3);
+  EXPECT_EQ(ledger_->Copy().Size(), 3);
 
   // A caller with 5 s left: the margin is 400 ms, so a GET gets at most 4.6 s (less whatever a
   // loaded machine takes to get there).
@@ -644,14 +645,14 @@ TEST_F(ClaimServiceTest, ClaimWithoutResultsOfThisDriver) {
   EXPECT_EQ(out["uid-g"].error, "");
   EXPECT_THAT(out["uid-g"].devices, IsEmpty());
   EXPECT_THAT(CdiFiles(), IsEmpty());
-  ASSERT_NE(Held(kCpuDriver, "uid-g"), nullptr);
+  ASSERT_NE(Held(kCpuDriver, "uid-g"), std::nullopt);
   EXPECT_TRUE(HeldCpus("uid-g").Empty());
   // Replayed like any other.
   out = service().Prepare({ref});
   EXPECT_EQ(out["uid-g"].error, "");
   EXPECT_EQ(source_.gets(), 1);
   UnprepareOk(ref);
-  EXPECT_TRUE(node_->state.Empty());
+  EXPECT_TRUE(ledger_->Copy().Empty());
 }
 
 TEST_F(ClaimServiceTest, PreparedClaimsSurviveARestart) {
@@ -667,12 +668,12 @@ TEST_F(ClaimServiceTest, PreparedClaimsSurviveARestart) {
   PrepareOk(c3);
   UnprepareOk(c3);
   const CpuSet cpus1 = HeldCpus("uid-1");
-  const state::State before = node_->state;
+  const state::State before = ledger_->Copy();
   ASSERT_EQ(before.Size(), 2);
   const int gets = source_.gets();
 
   Restart({{setup, k16}});
-  EXPECT_EQ(node_->state, before);
+  EXPECT_EQ(ledger_->Copy(), before);
   // Same answers, from the state, without asking the API server.
   EXPECT_EQ(PrepareOk(c1).devices, a1.devices);
   EXPECT_EQ(PrepareOk(c2).devices, a2.devices);
@@ -697,10 +698,10 @@ TEST_F(ClaimServiceTest, PreparedClaimsSurviveARestart) {
   UnprepareOk(c1);
   EXPECT_FALSE(CdiExists("dra.cpu-claim_uid-1.json"));
   Restart({{setup, k16}});
-  EXPECT_EQ(Held(kCpuDriver, "uid-1"), nullptr);
-  ASSERT_NE(Held(kCpuDriver, "uid-2"), nullptr);
-  ASSERT_NE(Held(kCpuDriver, "uid-5"), nullptr);
-  EXPECT_EQ(node_->state.Size(), 2);
+  EXPECT_EQ(Held(kCpuDriver, "uid-1"), std::nullopt);
+  ASSERT_NE(Held(kCpuDriver, "uid-2"), std::nullopt);
+  ASSERT_NE(Held(kCpuDriver, "uid-5"), std::nullopt);
+  EXPECT_EQ(ledger_->Copy().Size(), 2);
   EXPECT_EQ(PrepareOk(c2).devices, a2.devices);
   EXPECT_EQ(CdiFiles(),
             (std::set<std::string>{"dra.cpu-claim_uid-2.json", "dra.cpu-claim_uid-5.json"}));
@@ -875,7 +876,7 @@ TEST_F(ClaimServiceTest, GpuAndCpuDriversShareTheNode) {
   EXPECT_EQ(g.devices[0].cdi_device_ids,
             std::vector<std::string>{"gpu.topodra.io/claim=uid-t-gpu-0000-34-00-0"});
   EXPECT_EQ(HeldCpus("uid-t").ToString(), "0-1");
-  ASSERT_NE(Held(kGpuDriver, "uid-t"), nullptr);
+  ASSERT_NE(Held(kGpuDriver, "uid-t"), std::nullopt);
   EXPECT_EQ(Held(kGpuDriver, "uid-t")->gpus, std::set<std::string>{"0000:34:00.0"});
   absl::StatusOr<cdi::Spec> spec = cdi_->Read("gpu.topodra.io-claim_uid-t.json");
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -898,7 +899,7 @@ TEST_F(ClaimServiceTest, GpuAndCpuDriversShareTheNode) {
   UnprepareOk(both, 0);
   EXPECT_FALSE(CdiExists("dra.cpu-claim_uid-t.json"));
   EXPECT_TRUE(CdiExists("gpu.topodra.io-claim_uid-t.json"));
-  ASSERT_NE(Held(kGpuDriver, "uid-t"), nullptr);
+  ASSERT_NE(Held(kGpuDriver, "uid-t"), std::nullopt);
 
   // The GPU part survives a restart, device nodes and all.
   Restart({{cpu, kDgx}, {gpu, kDgx}});
@@ -911,7 +912,7 @@ TEST_F(ClaimServiceTest, GpuAndCpuDriversShareTheNode) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, *spec);
   UnprepareOk(both, 1);
-  EXPECT_TRUE(node_->state.Empty());
+  EXPECT_TRUE(ledger_->Copy().Empty());
   EXPECT_THAT(CdiFiles(), IsEmpty());
 }
 
@@ -939,7 +940,9 @@ TEST_F(ClaimServiceTest, InFlightClaimIsNotPreparedOrUnpreparedTwice) {
   // Another call has planned it (Preparing) and not finished yet.
   state::Allocation busy = HeldBy(kCpuDriver, "uid-1", "default", "c1", CpuSet{2, 10});
   busy.phase = state::Phase::kPreparing;
-  ASSERT_TRUE(node_->state.Add(busy).ok());
+  absl::StatusOr<state::Ledger::Txn> planning =
+      ledger_->Reserve([&](state::Ledger::Edit& edit) { return edit.Add(busy); });
+  ASSERT_TRUE(planning.ok()) << planning.status();
   EXPECT_THAT(
       PrepareError(ref),
       HasSubstr("claim default/c1: a concurrent call is preparing or unpreparing it; retry"));
@@ -948,7 +951,7 @@ TEST_F(ClaimServiceTest, InFlightClaimIsNotPreparedOrUnpreparedTwice) {
       out["uid-1"],
       HasSubstr("claim default/c1: a concurrent call is preparing or unpreparing it; retry"));
   EXPECT_EQ(source_.gets(), 0);
-  ASSERT_NE(Held(kCpuDriver, "uid-1"), nullptr);
+  ASSERT_NE(Held(kCpuDriver, "uid-1"), std::nullopt);
   EXPECT_EQ(Held(kCpuDriver, "uid-1")->phase, state::Phase::kPreparing);
   EXPECT_EQ(store_->records(), 0);
 }
@@ -959,7 +962,10 @@ TEST_F(ClaimServiceTest, CorruptStoredAnswerIsReported) {
   const ClaimRef ref = Add("default", "c1", "uid-1", {Result("cpus", kNuma0, "2")});
   state::Allocation bad = HeldBy(kCpuDriver, "uid-1", "default", "c1", CpuSet{2, 10});
   bad.answer = json{{"devices", "not a list"}};
-  ASSERT_TRUE(node_->state.Add(bad).ok());
+  absl::StatusOr<state::Ledger::Txn> added =
+      ledger_->Reserve([&](state::Ledger::Edit& edit) { return edit.Add(bad); });
+  ASSERT_TRUE(added.ok()) << added.status();
+  ASSERT_TRUE(ledger_->Commit(*added).ok());
   std::map<std::string, ClaimOutcome> out = service().Prepare({ref});
   EXPECT_EQ(out["uid-1"].error, "claim default/c1: stored answer: no devices list");
   EXPECT_THAT(out["uid-1"].devices, IsEmpty());
@@ -977,7 +983,7 @@ TEST_F(ClaimServiceTest, CdiWriteFailureHoldsNothing) {
   const std::string error = PrepareError(ref);
   EXPECT_THAT(error, HasSubstr("claim default/c1: "));
   EXPECT_THAT(error, HasSubstr(cdi_->dir()));
-  EXPECT_TRUE(node_->state.Empty());
+  EXPECT_TRUE(ledger_->Copy().Empty());
   EXPECT_EQ(store_->records(), 0);
   // Fixed: the same CPUs are there to take.
   std::filesystem::remove(cdi_->dir());
@@ -999,7 +1005,7 @@ TEST_F(ClaimServiceTest, CdiRemoveFailureKeepsTheClaimPrepared) {
   EXPECT_THAT(out["uid-1"], HasSubstr(path));
   // Still prepared, still holding its CPUs; a repeated prepare cannot put its CDI file back
   // while the directory is there, and says so.
-  ASSERT_NE(Held(kCpuDriver, "uid-1"), nullptr);
+  ASSERT_NE(Held(kCpuDriver, "uid-1"), std::nullopt);
   EXPECT_EQ(Held(kCpuDriver, "uid-1")->phase, state::Phase::kPrepared);
   EXPECT_THAT(PrepareError(ref),
               AllOf(HasSubstr("claim default/c1: prepared, but its CDI file cannot be written: "),
@@ -1008,7 +1014,7 @@ TEST_F(ClaimServiceTest, CdiRemoveFailureKeepsTheClaimPrepared) {
   EXPECT_EQ(PrepareOk(ref).devices, first.devices);
   EXPECT_TRUE(std::filesystem::is_regular_file(path));
   UnprepareOk(ref);
-  EXPECT_TRUE(node_->state.Empty());
+  EXPECT_TRUE(ledger_->Copy().Empty());
 }
 
 // Files may not grow past their current size (RLIMIT_FSIZE): the journal, already the largest
@@ -1042,13 +1048,13 @@ TEST_F(ClaimServiceTest, JournalFailureUndoesThePrepare) {
     EXPECT_THAT(error, HasSubstr("claim default/c1: record the allocation: "));
     EXPECT_THAT(error, HasSubstr(store_->journal_path()));
   }
-  EXPECT_EQ(Held(kCpuDriver, "uid-1"), nullptr);
+  EXPECT_EQ(Held(kCpuDriver, "uid-1"), std::nullopt);
   EXPECT_FALSE(CdiExists("dra.cpu-claim_uid-1.json"));
   EXPECT_EQ(store_->records(), records);
   // The journal took nothing: it still opens, without the failed claim.
-  const state::State in_memory = node_->state;
+  const state::State in_memory = ledger_->Copy();
   Restart({{CpuSetup(topo, Mode::kNuma), k16}});
-  EXPECT_EQ(node_->state, in_memory);
+  EXPECT_EQ(ledger_->Copy(), in_memory);
   PrepareOk(ref);
   EXPECT_EQ(HeldCpus("uid-1").ToString(), "7,15");
 }
@@ -1066,14 +1072,14 @@ TEST_F(ClaimServiceTest, JournalFailureKeepsTheClaimPreparedOnUnprepare) {
     EXPECT_THAT(out["uid-1"], HasSubstr("claim default/c1: record the release: "));
   }
   // Still held: the kubelet retries the unprepare.
-  ASSERT_NE(Held(kCpuDriver, "uid-1"), nullptr);
+  ASSERT_NE(Held(kCpuDriver, "uid-1"), std::nullopt);
   EXPECT_EQ(Held(kCpuDriver, "uid-1")->phase, state::Phase::kPrepared);
   EXPECT_EQ(HeldCpus("uid-1").ToString(), "7,15");
   UnprepareOk(ref);
-  EXPECT_EQ(Held(kCpuDriver, "uid-1"), nullptr);
+  EXPECT_EQ(Held(kCpuDriver, "uid-1"), std::nullopt);
   Restart({{CpuSetup(topo, Mode::kNuma), k16}});
-  EXPECT_EQ(Held(kCpuDriver, "uid-1"), nullptr);
-  ASSERT_NE(Held(kCpuDriver, "uid-a"), nullptr);
+  EXPECT_EQ(Held(kCpuDriver, "uid-1"), std::nullopt);
+  ASSERT_NE(Held(kCpuDriver, "uid-a"), std::nullopt);
 }
 
 // After an unprepare that failed at its journal record, the claim is Prepared again and a
@@ -1130,10 +1136,10 @@ TEST_F(ClaimServiceTest, CompactionUnderLoadKeepsTheState) {
   }
   EXPECT_EQ(failures.load(), 0);
   EXPECT_LT(store_->records(), state::kMinCompactRecords);  // it was compacted
-  const state::State in_memory = node_->state;
+  const state::State in_memory = ledger_->Copy();
   EXPECT_EQ(in_memory.Size(), kThreads + 1);
   Restart({{setup, k16}});
-  EXPECT_EQ(node_->state, in_memory);
+  EXPECT_EQ(ledger_->Copy(), in_memory);
   EXPECT_EQ(PrepareOk(keep).devices, kept.devices);
   absl::StatusOr<ClaimService::Reconciled> r = service().ReconcileCdi();
   ASSERT_TRUE(r.ok()) << r.status();
@@ -1179,17 +1185,13 @@ TEST_F(ClaimServiceTest, RacingPrepareAndUnprepareKeepTheJournalConsistent) {
       });
     }
     for (std::thread& t : threads) t.join();
-    state::State in_memory;
-    {
-      std::lock_guard<std::mutex> lock(node_->mu);
-      in_memory = node_->state;
-    }
+    const state::State in_memory = ledger_->Copy();
     Restart({{setup, k16}});
     {
-      std::lock_guard<std::mutex> lock(node_->mu);
-      ASSERT_EQ(node_->state.Size(), in_memory.Size());
+      const state::State reloaded = ledger_->Copy();
+      ASSERT_EQ(reloaded.Size(), in_memory.Size());
       for (const auto& [owner, a] : in_memory.allocations()) {
-        const state::Allocation* back = node_->state.Find(owner);
+        const state::Allocation* back = reloaded.Find(owner);
         ASSERT_NE(back, nullptr) << owner;
         EXPECT_EQ(back->cpus, a.cpus) << owner;
       }
@@ -1239,10 +1241,10 @@ TEST_F(ClaimServiceTest, ConcurrentOverlappingCpusetsNeverShareACpu) {
     }
     // No CPU twice, and the state holds exactly the successful claims.
     EXPECT_EQ(held_size, held.Size());
-    EXPECT_EQ(node_->state.HeldCpus(), held);
-    EXPECT_EQ(node_->state.Size(), static_cast<int>(ok.size()));
+    EXPECT_EQ(ledger_->Copy().HeldCpus(), held);
+    EXPECT_EQ(ledger_->Copy().Size(), static_cast<int>(ok.size()));
     for (int cpu : held) {
-      std::optional<std::string> holder = node_->state.HolderOfCpu(cpu);
+      std::optional<std::string> holder = ledger_->Copy().HolderOfCpu(cpu);
       ASSERT_TRUE(holder.has_value()) << cpu;
       int holders = 0;
       for (int i : ok) holders += wanted[i].Contains(cpu) ? 1 : 0;
@@ -1269,9 +1271,9 @@ TEST_F(ClaimServiceTest, ConcurrentOverlappingCpusetsNeverShareACpu) {
       EXPECT_FALSE(CdiExists(CdiFileName(kCpuDriver, refs[i].uid))) << i;
     }
     // What is in memory is what is on disk.
-    const state::State in_memory = node_->state;
+    const state::State in_memory = ledger_->Copy();
     Restart({{CpuSetup(topo, Mode::kMachine), k16}});
-    EXPECT_EQ(node_->state, in_memory);
+    EXPECT_EQ(ledger_->Copy(), in_memory);
 
     // Everything released at once, also concurrently.
     {
@@ -1283,7 +1285,7 @@ TEST_F(ClaimServiceTest, ConcurrentOverlappingCpusetsNeverShareACpu) {
       for (std::thread& t : threads) t.join();
       for (int i = 0; i < kClaims; ++i) EXPECT_EQ(errors[i], "") << i;
     }
-    EXPECT_TRUE(node_->state.Empty());
+    EXPECT_TRUE(ledger_->Copy().Empty());
     EXPECT_THAT(CdiFiles(), IsEmpty());
   }
 }
@@ -1337,7 +1339,7 @@ TEST_F(ClaimServiceTest, ConcurrentGroupedClaimsGetDisjointCpus) {
   }
   EXPECT_EQ(ok, 8);
   EXPECT_EQ(all.ToString(), "0-15");
-  EXPECT_EQ(node_->state.HeldCpus(), all);
+  EXPECT_EQ(ledger_->Copy().HeldCpus(), all);
 }
 
 // The kubelet retrying one claim while the first call is still running.
@@ -1368,7 +1370,7 @@ TEST_F(ClaimServiceTest, ConcurrentPreparesOfOneClaim) {
                             "retry"));
     }
   }
-  EXPECT_EQ(node_->state.Size(), 1);
+  EXPECT_EQ(ledger_->Copy().Size(), 1);
   EXPECT_EQ(HeldCpus("uid-1").Size(), 4);
   EXPECT_EQ(CdiFiles(), std::set<std::string>{"dra.cpu-claim_uid-1.json"});
 }

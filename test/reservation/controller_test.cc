@@ -134,10 +134,14 @@ class ControllerTest : public ::testing::Test {
     absl::StatusOr<state::StateStore::Opened> opened =
         state::StateStore::Open(dir_ + "/checkpoint.json");
     ASSERT_TRUE(opened.ok()) << opened.status();
-    store_ = std::move(opened->store);
-    node_ = std::make_unique<prepare::NodeAllocations>();
-    node_->store = store_.get();
-    node_->state = std::move(opened->loaded);
+    ledger_ = std::make_unique<state::Ledger>(std::move(opened->store), std::move(opened->loaded));
+  }
+
+  // Reserve + Commit, as the DRA path does.
+  void Commit(const std::function<absl::Status(state::Ledger::Edit&)>& plan) {
+    absl::StatusOr<state::Ledger::Txn> txn = ledger_->Reserve(plan);
+    ASSERT_TRUE(txn.ok()) << txn.status();
+    ASSERT_TRUE(ledger_->Commit(*txn).ok());
   }
 
   void StartController() {
@@ -147,7 +151,7 @@ class ControllerTest : public ::testing::Test {
     o.max_backoff = absl::Milliseconds(200);
     o.watch_timeout_seconds = 5;
     controller_ = std::make_unique<Controller>(
-        client_.get(), o, node_.get(), &clock_,
+        client_.get(), o, ledger_.get(), &clock_,
         [this] {
           NodeContext ctx;
           ctx.topo = K32();
@@ -159,11 +163,9 @@ class ControllerTest : public ::testing::Test {
           // What the daemon does: publish the held devices, then learn their names.
           publish::PublishOptions po;
           po.node_name = "node-a";
-          {
-            std::lock_guard<std::mutex> lock(node_->mu);
-            for (const Held& h : HeldDevices(node_->state)) {
-              po.reservations.push_back({h.name, h.cpus, h.gpus, h.since});
-            }
+          for (const Held& h :
+               ledger_->Read([](const state::State& st) { return HeldDevices(st); })) {
+            po.reservations.push_back({h.name, h.cpus, h.gpus, h.since});
           }
           std::map<std::string, std::vector<DeviceRef>> devices;
           for (const publish::Pool& p : publish::BuildPools(K32(), po)) {
@@ -207,8 +209,7 @@ class ControllerTest : public ::testing::Test {
   std::string dir_;
   std::unique_ptr<FakeApiServer> server_;
   std::unique_ptr<kube::RestClient> client_;
-  std::unique_ptr<state::StateStore> store_;
-  std::unique_ptr<prepare::NodeAllocations> node_;
+  std::unique_ptr<state::Ledger> ledger_;
   FakeClock clock_;
   std::unique_ptr<Controller> controller_;
   std::mutex published_mu_;
@@ -246,25 +247,18 @@ TEST_F(ControllerTest, ExpiresWhenTheInjectedClockSaysSo) {
   clock_.Advance(absl::Minutes(1) + absl::Seconds(1));
   const json obj = WaitPhase("short", "Failed");  // at most 500 ms: the loop re-reads the clock
   EXPECT_EQ(obj["status"]["conditions"][0]["reason"], "Expired");
-  std::lock_guard<std::mutex> lock(node_->mu);
-  EXPECT_TRUE(node_->state.ReservedCpus().Empty());
+  EXPECT_TRUE(ledger_->Copy().ReservedCpus().Empty());
 }
 
 TEST_F(ControllerTest, PreAllocationWaitsThenHoldsWhatIsReleased) {
-  {
-    std::lock_guard<std::mutex> lock(node_->mu);
-    ASSERT_TRUE(node_->state.Add(ClaimHolding("busy", "8-9")).ok());
-  }
+  Commit([](state::Ledger::Edit& edit) { return edit.Add(ClaimHolding("busy", "8-9")); });
   StartController();
   Create(Reservation("pre", {{"cpuset", "8-11"}}, {{"preAllocation", true}}));
   json obj = WaitPhase("pre", "Waiting");
   EXPECT_EQ(obj["status"]["heldCpus"], "10-11");
   // The claim is unprepared: the reservation takes its CPUs at once.
-  {
-    std::lock_guard<std::mutex> lock(node_->mu);
-    ASSERT_TRUE(node_->state.Remove(state::DraOwner("dra.cpu", "c-busy")).ok());
-  }
-  node_->changes.Notify();
+  Commit(
+      [](state::Ledger::Edit& edit) { return edit.Release(state::DraOwner("dra.cpu", "c-busy")); });
   obj = WaitPhase("pre", "Available");
   EXPECT_EQ(obj["status"]["heldCpus"], "8-11");
 }
@@ -279,25 +273,22 @@ TEST_F(ControllerTest, DeletionReleasesAndRestartLosesNothing) {
   controller_.reset();
   // While the daemon is down, one is deleted; a restart must keep the other exactly.
   ASSERT_TRUE(server_->Api("DELETE", std::string(kPath) + "/gone").ok());
-  store_.reset();
+  ledger_.reset();
   OpenState();
   {
-    std::lock_guard<std::mutex> lock(node_->mu);
-    ASSERT_NE(node_->state.FindReservation(a["metadata"]["uid"]), nullptr);
-    EXPECT_EQ(node_->state.ReservedCpus().ToString(), "2-5");
+    ASSERT_NE(ledger_->Copy().FindReservation(a["metadata"]["uid"]), nullptr);
+    EXPECT_EQ(ledger_->Copy().ReservedCpus().ToString(), "2-5");
   }
   StartController();
   for (int i = 0; i < 500; ++i) {
     {
-      std::lock_guard<std::mutex> lock(node_->mu);
-      if (node_->state.FindReservation(b["metadata"]["uid"]) == nullptr) break;
+      if (ledger_->Copy().FindReservation(b["metadata"]["uid"]) == nullptr) break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  std::lock_guard<std::mutex> lock(node_->mu);
-  EXPECT_EQ(node_->state.FindReservation(b["metadata"]["uid"]), nullptr);
-  ASSERT_NE(node_->state.FindReservation(a["metadata"]["uid"]), nullptr);
-  EXPECT_EQ(node_->state.ReservedCpus().ToString(), "2-3");
+  EXPECT_EQ(ledger_->Copy().FindReservation(b["metadata"]["uid"]), nullptr);
+  ASSERT_NE(ledger_->Copy().FindReservation(a["metadata"]["uid"]), nullptr);
+  EXPECT_EQ(ledger_->Copy().ReservedCpus().ToString(), "2-3");
   EXPECT_EQ(Get("keep")["status"]["cpus"], "2-3");
 }
 
@@ -309,16 +300,16 @@ TEST_F(ControllerTest, OwnersCanChangeAfterPlacementAndTheStatusFollowsConflicts
   ASSERT_TRUE(server_->Api("PUT", std::string(kPath) + "/r", &obj).ok());
   for (int i = 0; i < 500; ++i) {
     {
-      std::lock_guard<std::mutex> lock(node_->mu);
-      const state::Reservation* r = node_->state.FindReservation(obj["metadata"]["uid"]);
+      const state::State st = ledger_->Copy();
+      const state::Reservation* r = st.FindReservation(obj["metadata"]["uid"]);
       if (r != nullptr && r->spec.Parse()["owners"][0]["namespace"] == "team-b") break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  std::lock_guard<std::mutex> lock(node_->mu);
-  EXPECT_EQ(
-      node_->state.FindReservation(obj["metadata"]["uid"])->spec.Parse()["owners"][0]["namespace"],
-      "team-b");
+  EXPECT_EQ(ledger_->Copy()
+                .FindReservation(obj["metadata"]["uid"])
+                ->spec.Parse()["owners"][0]["namespace"],
+            "team-b");
 }
 
 TEST_F(ControllerTest, ReservationsOfADeletedCrdAreReleased) {
@@ -338,13 +329,11 @@ TEST_F(ControllerTest, ReservationsOfADeletedCrdAreReleased) {
   StartController();
   for (int i = 0; i < 500; ++i) {
     {
-      std::lock_guard<std::mutex> lock(node_->mu);
-      if (node_->state.reservations().empty()) break;
+      if (ledger_->Copy().reservations().empty()) break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  std::lock_guard<std::mutex> lock(node_->mu);
-  EXPECT_TRUE(node_->state.reservations().empty());
+  EXPECT_TRUE(ledger_->Copy().reservations().empty());
 }
 
 TEST(ControllerNoCrdTest, WaitsForTheCrdWithoutFailing) {
@@ -354,13 +343,13 @@ TEST(ControllerNoCrdTest, WaitsForTheCrdWithoutFailing) {
   kube::ClusterConfig c;
   c.server = (*s)->url();
   std::unique_ptr<kube::RestClient> client = *kube::NewCurlRestClient(c);
-  prepare::NodeAllocations node;
+  state::Ledger ledger(nullptr, state::State{});
   ControllerOptions o;
   o.node_name = "node-a";
   o.initial_backoff = absl::Milliseconds(20);
   o.max_backoff = absl::Milliseconds(100);
   Controller controller(
-      client.get(), o, &node, RealClock(),
+      client.get(), o, &ledger, RealClock(),
       [] {
         NodeContext ctx;
         ctx.topo = K32();
