@@ -128,8 +128,6 @@ std::vector<std::pair<std::string, std::string>> ClaimService::Devices() const {
   return out;
 }
 
-}
-
 absl::StatusOr<ClaimService::Reconciled> ClaimService::ReconcileCdi() {
   const std::string marker = view()->setup.cdi_marker;
   const std::map<std::string, json> wanted = ledger_->Read([&](const state::State& st) {
