@@ -11,6 +11,13 @@ namespace {
 
 using nlohmann::json;
 
+// Never throws: events and lists come from outside.
+std::string StringOf(const json& j, const char* key) {
+  if (!j.is_object()) return "";
+  auto v = j.find(key);
+  return v != j.end() && v->is_string() ? v->get<std::string>() : "";
+}
+
 std::string StringAt(const json& j, const char* object, const char* key) {
   if (!j.is_object()) return "";
   auto o = j.find(object);
@@ -81,7 +88,9 @@ absl::Status Informer::List() {
   const json& body = r->body;
   if (!body.is_object() || !body.contains("items") || !body["items"].is_array()) {
     return absl::InternalError(absl::StrCat("list of ", collection.substr(collection.rfind('/') + 1),
-                                            ": unexpected body ", body.dump().substr(0, 200)));
+                                            ": unexpected body ",
+                                            body.dump(-1, ' ', false, json::error_handler_t::replace)
+                                                .substr(0, 200)));
   }
   std::vector<json> items(body["items"].begin(), body["items"].end());
   if (absl::Status st = handler_->OnList(std::move(items)); !st.ok()) return st;
@@ -95,7 +104,7 @@ absl::Status Informer::List() {
 
 bool Informer::OnWatchEvent(const json& event) {
   watch_delivered_ = true;
-  const std::string type = event.is_object() ? event.value("type", "") : "";
+  const std::string type = StringOf(event, "type");
   if (type == "ERROR") {
     // 410 Gone / Expired: our resourceVersion is too old (or the store was wiped).
     need_list_ = true;
