@@ -44,6 +44,7 @@ TEST_F(FakeRestClientTest, ResourceVersionsGrowWithEveryWriteAndListsCarryTheCur
   EXPECT_EQ(a["metadata"]["resourceVersion"], std::to_string(start + 1));
   EXPECT_EQ(a["metadata"]["uid"].get<std::string>().empty(), false);
   EXPECT_EQ(a["metadata"]["generation"], 1);
+  EXPECT_TRUE(a["metadata"]["creationTimestamp"].is_string());
   json changed = a;
   changed["spec"]["nodeName"] = "n2";
   absl::StatusOr<kube::Response> put = fake_.Put(std::string(kSlices) + "/a", changed);
@@ -103,6 +104,11 @@ TEST_F(FakeRestClientTest, UnservedCollectionsAnswer404) {
   EXPECT_EQ(kube::HttpCodeOf(fake_.Get(kResv).status()), 404);
   fake_.Serve(kResv, "Reservation", true);
   EXPECT_TRUE(fake_.Objects(kResv).empty());  // a deleted CRD takes its objects with it
+}
+
+TEST_F(FakeRestClientTest, CreationTimestampFromTheInjectedClock) {
+  fake_.SetClock([] { return absl::FromUnixSeconds(1767225600); });
+  EXPECT_EQ(Create(Slice("a", "n1"))["metadata"]["creationTimestamp"], "2026-01-01T00:00:00Z");
 }
 
 TEST_F(FakeRestClientTest, GenerateNameAndDryRun) {

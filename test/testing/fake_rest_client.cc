@@ -229,6 +229,11 @@ void FakeRestClient::Restart(uint64_t next_resource_version) {
   Changed();
 }
 
+void FakeRestClient::SetClock(std::function<absl::Time()> now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  now_ = std::move(now);
+}
+
 void FakeRestClient::SetBeforeRequest(
     std::function<void(const std::string& verb, const std::string& path)> hook) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -447,6 +452,8 @@ absl::StatusOr<kube::Response> FakeRestClient::Write(const std::string& verb,
     obj["metadata"].erase("generateName");
     obj["metadata"]["uid"] = absl::StrCat("uid-", ++uid_counter_);
     obj["metadata"]["generation"] = 1;
+    obj["metadata"]["creationTimestamp"] =
+        absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", now_ ? now_() : absl::Now(), absl::UTCTimeZone());
     if (c.status_subresource) obj.erase("status");
     if (t.query.count("dryRun")) return kube::Response{201, obj, {}};
     obj["metadata"]["resourceVersion"] = std::to_string(++rv_);

@@ -5,6 +5,7 @@
 // - cluster-scoped collections by path ("/apis/resource.k8s.io/v1/resourceslices"); a path not
 //   served answers 404 (a CRD not installed, a version not served);
 // - one resourceVersion counter for every write; uid, generation (bumped when spec changes),
+//   creationTimestamp (from SetClock's clock, the real one by default),
 //   generateName, dryRun=All, the status subresource (PUT .../status writes only the status,
 //   a PUT of the object keeps the stored status);
 // - 404 for a missing object, 409 AlreadyExists on create, 409 Conflict for a stale
@@ -33,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "driver/kube/rest_client.h"
 #include "nlohmann/json.hpp"
 
@@ -77,6 +79,9 @@ class FakeRestClient : public kube::RestClient {
   // watches broken with Unavailable; resourceVersions go on from `next_resource_version` (0:
   // from where they were; lower: an etcd restored without a revision bump).
   void Restart(uint64_t next_resource_version = 0);
+
+  // What creationTimestamp says on create (a test's injected clock); the real time by default.
+  void SetClock(std::function<absl::Time()> now);
 
   // Runs before each request is answered, without the fake's lock (it may write to the fake):
   // the server changing between a client's read and its write.
@@ -165,6 +170,7 @@ class FakeRestClient : public kube::RestClient {
   std::vector<Failure> failures_;
   bool refuse_ = false;
   std::function<void(const std::string&, const std::string&)> before_;
+  std::function<absl::Time()> now_;
 };
 
 // Label and field selectors as the API server reads them: `selector` holds when every
