@@ -20,7 +20,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
-#include "absl/strings/cord.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -36,7 +35,6 @@ namespace {
 // strerror is not thread-safe.
 std::string ErrnoText(int err) { return std::error_code(err, std::generic_category()).message(); }
 
-constexpr char kHttpCodePayload[] = "type.topodra.dev/kube.HttpCode";
 constexpr std::size_t kMaxBodyBytes = 256 << 20;      // a large list response
 constexpr std::size_t kMaxErrorBodyBytes = 1 << 20;   // non-2xx bodies (Status objects)
 constexpr std::size_t kMaxWatchLineBytes = 16 << 20;  // one watch event
@@ -100,31 +98,6 @@ long WatchTimeoutSeconds(const std::string& path) {
     rest.remove_prefix(amp + 1);
   }
   return 0;
-}
-
-absl::StatusCode CodeForHttp(long http, const std::string& reason) {
-  switch (http) {
-    case 400:
-    case 422:
-      return absl::StatusCode::kInvalidArgument;
-    case 401:
-      return absl::StatusCode::kUnauthenticated;
-    case 403:
-      return absl::StatusCode::kPermissionDenied;
-    case 404:
-      return absl::StatusCode::kNotFound;
-    case 409:
-      return reason == "AlreadyExists" ? absl::StatusCode::kAlreadyExists
-                                       : absl::StatusCode::kAborted;
-    case 410:
-      return absl::StatusCode::kOutOfRange;
-    case 429:
-      return absl::StatusCode::kResourceExhausted;
-    default:
-      if (http >= 500 && http <= 599) return absl::StatusCode::kUnavailable;
-      if (http >= 400 && http <= 499) return absl::StatusCode::kFailedPrecondition;
-      return absl::StatusCode::kUnknown;
-  }
 }
 
 absl::Status CurlError(const std::string& what, CURLcode code, const char* errbuf) {
@@ -627,9 +600,7 @@ class CurlRestClient : public RestClient {
     std::string text = absl::StrCat(verb, " ", path, ": HTTP ", t.http_code);
     if (!reason.empty()) absl::StrAppend(&text, " ", reason);
     if (!message.empty()) absl::StrAppend(&text, ": ", message);
-    absl::Status error(CodeForHttp(t.http_code, reason), text);
-    error.SetPayload(kHttpCodePayload, absl::Cord(absl::StrCat(t.http_code)));
-    return error;
+    return kube::HttpError(static_cast<int>(t.http_code), reason, text);
   }
 
   // The token for the next request, re-read from token_file when older than token_refresh. A
@@ -678,13 +649,6 @@ class CurlRestClient : public RestClient {
 };
 
 }  // namespace
-
-std::optional<int> HttpCodeOf(const absl::Status& status) {
-  const auto payload = status.GetPayload(kHttpCodePayload);
-  int code = 0;
-  if (!payload.has_value() || !absl::SimpleAtoi(std::string(*payload), &code)) return std::nullopt;
-  return code;
-}
 
 std::string UrlEncode(const std::string& s) {
   static constexpr char kHex[] = "0123456789ABCDEF";

@@ -55,6 +55,10 @@ absl::StatusOr<ClusterConfig> ParseKubeconfig(const std::string& yaml_text,
 // v1 Status body, else the HTTP reason phrase and the start of the raw body). A 2xx body that is
 // not JSON is Internal.
 std::optional<int> HttpCodeOf(const absl::Status& status);  // from the status payload
+// The error of an HTTP answer `http_code` with the v1 Status `reason` (may be empty), mapped as
+// above and carrying the code for HttpCodeOf; `text` is the whole message. For clients of any
+// transport (the libcurl one, the in-memory fake of the tests).
+absl::Status HttpError(int http_code, const std::string& reason, const std::string& text);
 
 struct Response {
   int http_code = 0;
@@ -98,6 +102,10 @@ class RestClient {
   // on_event runs on the calling thread; an exception from it becomes an Internal error.
   virtual absl::Status Watch(const std::string& path, const WatchHandler& on_event,
                              const std::atomic<bool>* stop) = 0;
+  // Makes every Watch of this client blocked at the moment look at its stop flag now, so one
+  // that is set ends at once rather than at the next poll. Call it after setting the flag. The
+  // libcurl client polls anyway (every 50 ms) and needs no wake-up.
+  virtual void WakeWatches() {}
 };
 
 // The libcurl implementation. Thread-safe: each call uses its own easy handle. With token_file

@@ -8,10 +8,6 @@ namespace {
 
 constexpr char kFieldManager[] = "topodra";
 
-std::string Selector(const std::string& driver, const std::string& node) {
-  return kube::UrlEncode(absl::StrCat("spec.driver=", driver, ",spec.nodeName=", node));
-}
-
 bool IsHttp404(const absl::Status& s) { return kube::HttpCodeOf(s) == 404; }
 
 }  // namespace
@@ -26,37 +22,16 @@ std::string ResourceSliceApi::Collection() const {
   return absl::StrCat("/apis/resource.k8s.io/", version_, "/resourceslices");
 }
 
-absl::StatusOr<ResourceSliceApi::SliceList> ResourceSliceApi::List(const std::string& driver,
-                                                                   const std::string& node) {
-  absl::StatusOr<kube::Response> r;
-  for (const char* version : {"v1", "v1beta2"}) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      version_ = version;
-    }
-    r = client_->Get(absl::StrCat(Collection(), "?fieldSelector=", Selector(driver, node)));
-    if (r.ok() || !IsHttp404(r.status())) break;
-  }
-  if (!r.ok()) return r.status();
-  SliceList out;
-  const nlohmann::json& body = r->body;
-  if (!body.is_object() || !body.contains("items") || !body["items"].is_array()) {
-    return absl::InternalError(
-        absl::StrCat("list of resourceslices: unexpected body ", DumpJson(body).substr(0, 200)));
-  }
-  for (const nlohmann::json& item : body["items"]) out.items.push_back(item);
-  out.resource_version = StringField(Field(body, "metadata"), "resourceVersion");
-  return out;
+std::vector<std::string> ResourceSliceApi::Collections() {
+  return {"/apis/resource.k8s.io/v1/resourceslices", "/apis/resource.k8s.io/v1beta2/resourceslices"};
 }
 
-absl::Status ResourceSliceApi::Watch(const std::string& driver, const std::string& node,
-                                     const std::string& resource_version, int timeout_seconds,
-                                     const kube::WatchHandler& handler,
-                                     const std::atomic<bool>* stop) {
-  const std::string path = absl::StrCat(
-      Collection(), "?watch=true&allowWatchBookmarks=true&fieldSelector=", Selector(driver, node),
-      "&resourceVersion=", kube::UrlEncode(resource_version), "&timeoutSeconds=", timeout_seconds);
-  return client_->Watch(path, handler, stop);
+void ResourceSliceApi::UseCollection(const std::string& collection) {
+  // "/apis/resource.k8s.io/<version>/resourceslices"
+  const std::string prefix = "/apis/resource.k8s.io/";
+  if (collection.rfind(prefix, 0) != 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  version_ = collection.substr(prefix.size(), collection.find('/', prefix.size()) - prefix.size());
 }
 
 absl::StatusOr<kube::Response> ResourceSliceApi::Create(const nlohmann::json& slice, bool dry_run) {

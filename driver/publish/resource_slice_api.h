@@ -1,8 +1,8 @@
-// The ResourceSlice and Node calls the publisher makes, over any RestClient: paths, selectors,
-// the v1 -> v1beta2 fallback, and the error conventions of spec §3.2.
+// The ResourceSlice and Node calls the publisher makes, over any RestClient: paths, the API
+// version the list settled (v1 or v1beta2), and the error conventions of spec §3.2. Listing and
+// watching are the informer's (driver/kube/informer.h).
 #pragma once
 
-#include <atomic>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -17,18 +17,11 @@ class ResourceSliceApi {
  public:
   explicit ResourceSliceApi(kube::RestClient* client) : client_(client) {}
 
-  struct SliceList {
-    std::vector<nlohmann::json> items;
-    std::string resource_version;
-  };
-  // Lists the slices of one driver on one node. The first list also settles the API version:
-  // v1, or v1beta2 (same JSON) when the server does not serve v1 (404 on the collection).
-  absl::StatusOr<SliceList> List(const std::string& driver, const std::string& node);
-  // Streams events after resource_version with bookmarks until the server ends the stream after
-  // timeout_seconds, the handler returns false, or *stop is set.
-  absl::Status Watch(const std::string& driver, const std::string& node,
-                     const std::string& resource_version, int timeout_seconds,
-                     const kube::WatchHandler& handler, const std::atomic<bool>* stop);
+  // The collection in each API version the publisher speaks, newest first: v1, or v1beta2 (same
+  // JSON) on a server that does not serve v1. The informer lists the first one served.
+  static std::vector<std::string> Collections();
+  // Writes go to `collection` (one of Collections()) from now on.
+  void UseCollection(const std::string& collection);
   // Strict field validation, so a field the server does not know is an error, not a silent drop.
   absl::StatusOr<kube::Response> Create(const nlohmann::json& slice, bool dry_run = false);
   absl::StatusOr<kube::Response> Update(const nlohmann::json& slice);

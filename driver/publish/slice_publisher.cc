@@ -79,23 +79,16 @@ std::string NameOf(const json& obj) { return StringField(Field(obj, "metadata"),
 // back off beyond this. A server that answers, even with errors, gets the full backoff.
 constexpr std::chrono::milliseconds kRefusedMaxBackoff{1000};
 
-bool Refused(const absl::Status& st) {
-  return !kube::HttpCodeOf(st) && st.code() == absl::StatusCode::kUnavailable &&
-         absl::StrContains(st.message(), "Couldn't connect");  // libcurl's text
-}
-
-std::chrono::milliseconds RetryAfter(std::chrono::milliseconds backoff, const absl::Status& st) {
-  return Refused(st) ? std::min(backoff, kRefusedMaxBackoff) : backoff;
-}
-
-// The backoff after this failure. While nothing listens it stays within kRefusedMaxBackoff too,
-// so the first error of a server that is still starting (503, 429) does not inherit the long
-// backoff that a minute of refused connections would otherwise have grown.
-std::chrono::milliseconds NextBackoff(std::chrono::milliseconds backoff,
-                                      std::chrono::milliseconds max_backoff,
-                                      const absl::Status& st) {
-  return std::min(backoff * 2,
-                  Refused(st) ? std::min(kRefusedMaxBackoff, max_backoff) : max_backoff);
+kube::InformerOptions InformerOptionsFor(const PublisherOptions& o) {
+  kube::InformerOptions i;
+  i.collections = ResourceSliceApi::Collections();
+  i.field_selector = absl::StrCat("spec.driver=", o.driver, ",spec.nodeName=", o.node_name);
+  i.initial_backoff = o.initial_backoff;
+  i.max_backoff = o.max_backoff;
+  i.refused_max_backoff = kRefusedMaxBackoff;
+  i.watch_timeout_seconds = o.watch_timeout_seconds;
+  i.wait = o.backoff_wait;
+  return i;
 }
 
 }  // namespace
@@ -117,7 +110,7 @@ absl::StatusOr<TaintMode> ParseTaintMode(const std::string& s) {
 }
 
 SlicePublisher::SlicePublisher(kube::RestClient* client, PublisherOptions options)
-    : api_(client), opts_(std::move(options)) {}
+    : api_(client), opts_(std::move(options)), informer_(client, InformerOptionsFor(opts_), this) {}
 
 void SlicePublisher::SetDesired(std::optional<Pool> pool) {
   {
@@ -126,29 +119,22 @@ void SlicePublisher::SetDesired(std::optional<Pool> pool) {
     desired_.pool = std::move(pool);
     ++desired_.version;
   }
-  wake_ = true;
   cv_.notify_all();
+  informer_.Wake();
 }
 
 void SlicePublisher::Stop() {
-  stopped_ = true;
-  wake_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
+  }
   cv_.notify_all();
+  informer_.Stop();
 }
 
 PublisherStatus SlicePublisher::status() const {
   std::lock_guard<std::mutex> lock(mu_);
   return status_;
-}
-
-bool SlicePublisher::Wait(std::chrono::milliseconds d, const std::atomic<bool>* stop) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, d, [&] { return ShouldStop(stop) || wake_.load(); });
-  return !ShouldStop(stop);
-}
-
-bool SlicePublisher::ShouldStop(const std::atomic<bool>* stop) const {
-  return stopped_.load() || (stop != nullptr && stop->load());
 }
 
 void SlicePublisher::RecordResult(const absl::Status& s) {
@@ -170,16 +156,14 @@ void SlicePublisher::RecordResult(const absl::Status& s) {
   if (!s.ok()) status_.in_sync = false;
 }
 
-absl::Status SlicePublisher::Relist() {
-  absl::StatusOr<ResourceSliceApi::SliceList> list = api_.List(opts_.driver, opts_.node_name);
-  if (!list.ok()) return list.status();
+absl::Status SlicePublisher::OnList(std::vector<json> items) {
+  // The list settled the API version (v1, or v1beta2 on a server without v1): writes follow it.
+  api_.UseCollection(informer_.collection());
   cache_.clear();
-  for (json& item : list->items) {
+  for (json& item : items) {
     const std::string name = NameOf(item);
     if (!name.empty()) cache_[name] = std::move(item);
   }
-  resource_version_ = list->resource_version;
-  need_relist_ = false;
   drift_ = true;  // compare against what the server really holds
   return absl::OkStatus();
 }
@@ -311,7 +295,7 @@ absl::StatusOr<std::vector<json>> SlicePublisher::DesiredObjects(const std::opti
 absl::Status SlicePublisher::WriteFailed(const absl::Status& st) {
   // Whatever failed, the next pass plans from what the server holds, not from a cache that may
   // be why this write failed: the same stale plan must not be sent again and again.
-  need_relist_ = true;
+  informer_.Relist();
   // 409 (AlreadyExists on create, Conflict or a failed precondition on update and delete): the
   // cache was stale, which a wipe or another writer makes normal. Re-list and go on at once, a
   // few times in a row; a writer that keeps racing us gets the backoff.
@@ -349,7 +333,7 @@ absl::Status SlicePublisher::CheckStored(const json& sent, const json& stored, b
     // Accepted, but the taints were dropped: DRADeviceTaints is off after all.
     taints_supported_ = false;
     LogTaintDecision(false);
-    need_relist_ = true;
+    informer_.Relist();
     retry_now_ = true;
     return absl::UnavailableError(
         "the API server dropped the device taints; republishing without them");
@@ -361,11 +345,11 @@ absl::Status SlicePublisher::CheckStored(const json& sent, const json& stored, b
         "driver={} node={}: API server dropped ResourceSlice mixins (KEP-5234); publishing "
         "flat slices",
         opts_.driver, opts_.node_name);
-    need_relist_ = true;
+    informer_.Relist();
     retry_now_ = true;
     return absl::UnavailableError("the API server dropped spec.mixins; republishing flat slices");
   }
-  need_relist_ = true;
+  informer_.Relist();
   return absl::FailedPreconditionError(
       absl::StrCat("the API server stored ResourceSlice \"", NameOf(sent),
                    "\" without some of the fields sent (a feature gate is off?); sent ",
@@ -463,13 +447,13 @@ absl::Status SlicePublisher::Reconcile() {
 
 absl::Status SlicePublisher::SyncOnce() {
   retry_now_ = false;
-  absl::Status st = Relist();
+  absl::Status st = informer_.List();
   if (st.ok()) st = Reconcile();
   // A discovery that the server dropped mixins or taints asks for one more pass without them
   // (each can happen once), and so does a stale cache (kStaleRetries times in a row at most).
   for (int pass = 0; pass < 2 + kStaleRetries && !st.ok() && retry_now_; ++pass) {
     retry_now_ = false;
-    st = Relist();
+    st = informer_.List();
     if (st.ok()) st = Reconcile();
   }
   retry_now_ = false;
@@ -477,19 +461,28 @@ absl::Status SlicePublisher::SyncOnce() {
   return st;
 }
 
-bool SlicePublisher::HandleEvent(const json& event) {
-  const std::string type = StringField(event, "type");
-  const json& obj = Field(event, "object");
-  const std::string rv = StringField(Field(obj, "metadata"), "resourceVersion");
-  if (type == "ERROR") {
-    // 410 Gone / Expired: our resourceVersion is too old (or the store was wiped).
-    need_relist_ = true;
-    return false;
+absl::Status SlicePublisher::Sync() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!drift_ && desired_.version == synced_version_) return absl::OkStatus();
   }
-  if (!rv.empty()) resource_version_ = rv;
-  if (type == "BOOKMARK") return true;
+  retry_now_ = false;
+  absl::Status st = Reconcile();
+  // As in SyncOnce: a fallback was taken (and logged), or the cache was stale and is re-listed:
+  // the next pass is a new attempt, not a failure.
+  for (int pass = 0; pass < 2 + kStaleRetries && !st.ok() && retry_now_; ++pass) {
+    retry_now_ = false;
+    st = informer_.List();
+    if (st.ok()) st = Reconcile();
+  }
+  retry_now_ = false;
+  return st;
+}
+
+kube::InformerHandler::Next SlicePublisher::OnEvent(const std::string& type, const json& obj) {
+  const std::string rv = StringField(Field(obj, "metadata"), "resourceVersion");
   const std::string name = NameOf(obj);
-  if (name.empty()) return true;
+  if (name.empty()) return Next::kContinue;
   auto it = cache_.find(name);
   const bool known =
       it != cache_.end() && StringField(Field(it->second, "metadata"), "resourceVersion") == rv;
@@ -498,15 +491,14 @@ bool SlicePublisher::HandleEvent(const json& event) {
     // created the one we hold (events replayed after a heal).
     if (it == cache_.end() || StringField(Field(it->second, "metadata"), "uid") !=
                                   StringField(Field(obj, "metadata"), "uid")) {
-      return true;
+      return Next::kContinue;
     }
     // Someone else deletes our slices, most likely all of them (the kubelet's wipe at its start,
     // shared/spec kubelet-grpc.md §4.6): plan from what the server holds now, not from a cache
     // that the rest of the wipe's events have not reached yet.
     cache_.erase(it);
     drift_ = true;
-    need_relist_ = true;
-    return false;
+    return Next::kRelist;
   }
   if (type == "ADDED" || type == "MODIFIED") {
     // A watch resumed from before two quick writes of ours replays the first one's echo after the
@@ -517,59 +509,25 @@ bool SlicePublisher::HandleEvent(const json& event) {
       uint64_t have = 0, got = 0;
       const std::string have_text = StringField(Field(it->second, "metadata"), "resourceVersion");
       if (absl::SimpleAtoi(have_text, &have) && absl::SimpleAtoi(rv, &got) && got < have) {
-        return true;
+        return Next::kContinue;
       }
     }
     cache_[name] = obj;
-    if (known) return true;  // the echo of our own write
+    if (known) return Next::kContinue;  // the echo of our own write
     drift_ = true;
-    return false;
+    return Next::kSync;
   }
-  return true;
+  return Next::kContinue;
 }
 
 void SlicePublisher::Run() {
-  std::chrono::milliseconds backoff = opts_.initial_backoff;
-  while (!stopped_) {
-    wake_ = false;
-    uint64_t version = 0;
-    bool known = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      version = desired_.version;
-      known = desired_.known;
-    }
-    if (!known) {
-      Wait(std::chrono::hours(1), nullptr);
-      continue;
-    }
-    absl::Status st;
-    if (need_relist_) st = Relist();
-    if (st.ok() && (drift_ || version != synced_version_)) st = Reconcile();
-    if (!st.ok() && retry_now_) {
-      // A fallback was taken (and logged), or the cache was stale and is re-listed: the next pass
-      // is a new attempt, not a failure.
-      retry_now_ = false;
-      continue;
-    }
-    RecordResult(st);
-    if (!st.ok()) {
-      if (!Wait(RetryAfter(backoff, st), nullptr)) break;
-      backoff = NextBackoff(backoff, opts_.max_backoff, st);
-      continue;
-    }
-    backoff = opts_.initial_backoff;
-    if (wake_) continue;
-    absl::Status ws = api_.Watch(
-        opts_.driver, opts_.node_name, resource_version_, opts_.watch_timeout_seconds,
-        [this](const json& e) { return HandleEvent(e); }, &wake_);
-    if (!ws.ok()) {
-      need_relist_ = true;
-      RecordResult(ws);
-      if (!Wait(RetryAfter(backoff, ws), nullptr)) break;
-      backoff = NextBackoff(backoff, opts_.max_backoff, ws);
-    }
+  {
+    // Nothing is listed or touched before the daemon has decided what to publish.
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return stopped_ || desired_.known; });
+    if (stopped_) return;
   }
+  informer_.Run();
 }
 
 }  // namespace topodra::publish

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "driver/kube/informer.h"
 #include "driver/kube/rest_client.h"
 #include "driver/publish/resource_slice_api.h"
 #include "driver/publish/slice_builder.h"
@@ -37,6 +38,7 @@ struct PublisherOptions {
   std::chrono::milliseconds max_backoff{30000};
   int watch_timeout_seconds = 300;
   SliceLimits limits;
+  kube::BackoffWait backoff_wait;  // null: the real clock (tests record backoffs instead)
 };
 
 // What a status probe (readiness, metrics, tests) sees.
@@ -52,7 +54,8 @@ struct PublisherStatus {
   int64_t errors = 0;      // failed attempts
 };
 
-class SlicePublisher {
+// Lists and watches its slices through a kube::Informer; Sync is the reconcile.
+class SlicePublisher : private kube::InformerHandler {
  public:
   SlicePublisher(kube::RestClient* client, PublisherOptions options);
 
@@ -73,7 +76,12 @@ class SlicePublisher {
     std::optional<Pool> pool;
     uint64_t version = 0;
   };
-  absl::Status Relist();
+  // kube::InformerHandler, on the Run thread (or SyncOnce's caller).
+  absl::Status OnList(std::vector<nlohmann::json> items) override;
+  Next OnEvent(const std::string& type, const nlohmann::json& object) override;
+  absl::Status Sync() override;
+  void OnResult(const absl::Status& result) override { RecordResult(result); }
+
   absl::Status Reconcile();
   absl::StatusOr<kube::Response> Write(nlohmann::json& obj);
   absl::Status CheckStored(const nlohmann::json& sent, const nlohmann::json& stored, bool tainted,
@@ -86,10 +94,7 @@ class SlicePublisher {
   absl::StatusOr<std::vector<nlohmann::json>> DesiredObjects(const std::optional<Pool>& pool,
                                                              bool* mixin_form, bool* tainted);
   nlohmann::json ObjectFor(const Slice& s, int64_t generation) const;
-  bool HandleEvent(const nlohmann::json& event);
   void RecordResult(const absl::Status& s);
-  bool Wait(std::chrono::milliseconds d, const std::atomic<bool>* stop);
-  bool ShouldStop(const std::atomic<bool>* stop) const;
 
   ResourceSliceApi api_;
   PublisherOptions opts_;
@@ -98,13 +103,11 @@ class SlicePublisher {
   std::condition_variable cv_;
   Desired desired_;
   PublisherStatus status_;
-  std::atomic<bool> wake_{false};  // interrupts a watch: desired changed or Stop()
-  std::atomic<bool> stopped_{false};
+  bool stopped_ = false;  // guarded by mu_
 
+  kube::Informer informer_;
   // Owned by the Run thread (or SyncOnce's caller).
   std::map<std::string, nlohmann::json> cache_;  // name -> stored slice
-  std::string resource_version_;
-  bool need_relist_ = true;
   bool drift_ = false;  // the watch saw our slices change behind our back
   uint64_t synced_version_ = 0;
   std::optional<bool> mixins_supported_;  // auto mode: learned from the server

@@ -20,6 +20,17 @@ class SystemClock : public Clock {
 
 constexpr char kCrdMissing[] = "the Reservation CRD is not installed";
 
+kube::InformerOptions InformerOptionsFor(const ControllerOptions& o) {
+  kube::InformerOptions i;
+  i.collections = {absl::StrCat("/apis/", kGroup, "/", kVersion, "/", kPlural)};
+  i.field_selector = "spec.nodeName=" + o.node_name;
+  i.initial_backoff = absl::ToChronoMilliseconds(o.initial_backoff);
+  i.max_backoff = absl::ToChronoMilliseconds(o.max_backoff);
+  i.watch_timeout_seconds = o.watch_timeout_seconds;
+  i.wait = o.backoff_wait;
+  return i;
+}
+
 }  // namespace
 
 Clock* RealClock() {
@@ -35,7 +46,8 @@ Controller::Controller(kube::RestClient* client, ControllerOptions options, stat
       ledger_(ledger),
       clock_(clock),
       context_(std::move(context)),
-      held_changed_(std::move(held_changed)) {}
+      held_changed_(std::move(held_changed)),
+      informer_(client, InformerOptionsFor(opts_), this) {}
 
 Controller::~Controller() { Stop(); }
 
@@ -44,7 +56,7 @@ std::string Controller::Collection() const {
 }
 
 void Controller::Start() {
-  watch_thread_ = std::thread([this] { WatchLoop(); });
+  watch_thread_ = std::thread([this] { informer_.Run(); });
   pass_thread_ = std::thread([this] { PassLoop(); });
   // Claims prepared and released change what reservations hold and show.
   changes_thread_ = std::thread([this] {
@@ -61,6 +73,7 @@ void Controller::Start() {
 
 void Controller::Stop() {
   stop_ = true;
+  informer_.Stop();
   cv_.notify_all();
   for (std::thread* t : {&watch_thread_, &pass_thread_, &changes_thread_}) {
     if (t->joinable()) t->join();
@@ -101,44 +114,36 @@ void Controller::RecordError(Loop loop, const absl::Status& st) {
   status_.last_error = watch.empty() ? loop_error_[static_cast<int>(Loop::kPass)] : watch;
 }
 
-absl::Status Controller::List() {
-  const std::string path = absl::StrCat(
-      Collection(), "?fieldSelector=", kube::UrlEncode("spec.nodeName=" + opts_.node_name));
-  absl::StatusOr<kube::Response> r = client_->Get(path);
-  if (!r.ok()) {
-    if (kube::HttpCodeOf(r.status()) == 404) {
-      // No CRD, no Reservation objects: what was placed for them is released (deleting a CRD
-      // deletes its objects). Checked again with backoff, so installing it later works.
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!status_.crd_missing) {
-          spdlog::info(
-              "reservations node={}: the Reservation CRD ({}.{}) is not installed; reservations "
-              "are off until it is",
-              opts_.node_name, kPlural, kGroup);
-        }
-        status_.crd_missing = true;
-        cache_.clear();
-        listed_ = true;
-        status_.listed = true;
-        kicked_ = true;
-      }
-      cv_.notify_all();
-      return absl::NotFoundError(kCrdMissing);
+absl::Status Controller::OnListError(const absl::Status& error) {
+  if (kube::HttpCodeOf(error) != 404) return error;
+  // No CRD, no Reservation objects: what was placed for them is released (deleting a CRD
+  // deletes its objects). Checked again with backoff, so installing it later works.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!status_.crd_missing) {
+      spdlog::info(
+          "reservations node={}: the Reservation CRD ({}.{}) is not installed; reservations "
+          "are off until it is",
+          opts_.node_name, kPlural, kGroup);
     }
-    return r.status();
+    status_.crd_missing = true;
+    cache_.clear();
+    listed_ = true;
+    status_.listed = true;
+    kicked_ = true;
   }
+  cv_.notify_all();
+  return absl::NotFoundError(kCrdMissing);
+}
+
+absl::Status Controller::OnList(std::vector<json> items) {
   std::map<std::string, Cached> fresh;
-  const json& items = Field(r->body, "items");
-  if (items.is_array()) {
-    for (const json& item : items) {
-      absl::StatusOr<Object> o = ParseObject(item);
-      if (!o.ok()) continue;  // cannot be named, so cannot be reported either
-      const std::string uid = o->uid;
-      fresh[uid] = Cached{item, *std::move(o)};
-    }
+  for (const json& item : items) {
+    absl::StatusOr<Object> o = ParseObject(item);
+    if (!o.ok()) continue;  // cannot be named, so cannot be reported either
+    const std::string uid = o->uid;
+    fresh[uid] = Cached{item, *std::move(o)};
   }
-  resource_version_ = StringField(Field(r->body, "metadata"), "resourceVersion");
   {
     std::lock_guard<std::mutex> lock(mu_);
     cache_ = std::move(fresh);
@@ -155,18 +160,9 @@ absl::Status Controller::List() {
   return absl::OkStatus();
 }
 
-bool Controller::HandleEvent(const json& event) {
-  const std::string type = StringField(event, "type");
-  const json& obj = Field(event, "object");
-  if (type == "ERROR") {  // 410 Expired and friends: relist
-    relist_needed_ = true;
-    return false;
-  }
-  const std::string rv = StringField(Field(obj, "metadata"), "resourceVersion");
-  if (!rv.empty()) resource_version_ = rv;
-  if (type == "BOOKMARK") return true;
+kube::InformerHandler::Next Controller::OnEvent(const std::string& type, const json& obj) {
   absl::StatusOr<Object> o = ParseObject(obj);
-  if (!o.ok()) return true;
+  if (!o.ok()) return Next::kContinue;
   spdlog::debug("reservations node={}: {} {} (resourceVersion {})", opts_.node_name, type, o->name,
                 o->resource_version);
   {
@@ -177,7 +173,7 @@ bool Controller::HandleEvent(const json& event) {
       auto it = cache_.find(o->uid);
       // Our own status write already updated the cache; an older echo must not undo it.
       if (it != cache_.end() && it->second.object.resource_version == o->resource_version) {
-        return true;
+        return Next::kContinue;
       }
       const std::string uid = o->uid;
       cache_[uid] = Cached{obj, *std::move(o)};
@@ -185,47 +181,7 @@ bool Controller::HandleEvent(const json& event) {
     kicked_ = true;
   }
   cv_.notify_all();
-  return true;
-}
-
-absl::Status Controller::Watch() {
-  const std::string path = absl::StrCat(
-      Collection(), "?watch=true&allowWatchBookmarks=true&fieldSelector=",
-      kube::UrlEncode("spec.nodeName=" + opts_.node_name), "&resourceVersion=", resource_version_,
-      "&timeoutSeconds=", opts_.watch_timeout_seconds);
-  return client_->Watch(
-      path, [this](const json& e) { return HandleEvent(e); }, &stop_);
-}
-
-void Controller::WatchLoop() {
-  absl::Duration backoff = opts_.initial_backoff;
-  bool need_list = true;
-  while (!stop_.load()) {
-    absl::Status st = absl::OkStatus();
-    if (need_list) {
-      st = List();
-      if (st.ok()) {
-        need_list = false;
-        RecordError(Loop::kWatch, st);
-      }
-    }
-    if (st.ok()) {
-      st = Watch();
-      // A stream that ended normally resumes from the last resourceVersion; one that ended
-      // with an error event or failed starts again from a list.
-      if (!st.ok() || resource_version_.empty() || relist_needed_) need_list = true;
-      relist_needed_ = false;
-      if (st.ok()) {
-        backoff = opts_.initial_backoff;
-        continue;
-      }
-    }
-    if (stop_.load()) break;
-    RecordError(Loop::kWatch, st);
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, absl::ToChronoMilliseconds(backoff), [this] { return stop_.load(); });
-    backoff = std::min(backoff * 2, opts_.max_backoff);
-  }
+  return Next::kContinue;
 }
 
 absl::Status Controller::WriteStatus(const std::string& uid, const json& desired) {
@@ -362,7 +318,7 @@ absl::Status Controller::Pass() {
 
 absl::Status Controller::SyncOnce(bool relist) {
   if (relist) {
-    if (absl::Status st = List(); !st.ok()) return st;
+    if (absl::Status st = informer_.List(); !st.ok()) return st;
   }
   return Pass();
 }

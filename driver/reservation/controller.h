@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "driver/kube/informer.h"
 #include "driver/kube/rest_client.h"
 #include "driver/reservation/lifecycle.h"
 #include "driver/state/ledger.h"
@@ -46,6 +47,7 @@ struct ControllerOptions {
   int watch_timeout_seconds = 300;
   // A pass at least this often, whatever happens (a missed event costs at most this).
   absl::Duration resync = absl::Seconds(30);
+  kube::BackoffWait backoff_wait;  // the list + watch loop's; null: the real clock
 };
 
 struct ControllerStatus {
@@ -57,7 +59,8 @@ struct ControllerStatus {
   std::string last_error;
 };
 
-class Controller {
+// The objects come from a kube::Informer (list + watch on one thread); passes run on another.
+class Controller : private kube::InformerHandler {
  public:
   // `context` is called at every pass (without the ledger's lock held); `held_changed` after the
   // held devices changed (placed, released, waited-for devices freed), also without the lock: it
@@ -80,16 +83,18 @@ class Controller {
     nlohmann::json raw;
     Object object;
   };
-  absl::Status List();
-  absl::Status Watch();
-  bool HandleEvent(const nlohmann::json& event);
+  // kube::InformerHandler, on the watch thread (or SyncOnce's caller).
+  absl::Status OnList(std::vector<nlohmann::json> items) override;
+  absl::Status OnListError(const absl::Status& error) override;
+  Next OnEvent(const std::string& type, const nlohmann::json& object) override;
+  void OnResult(const absl::Status& result) override { RecordError(Loop::kWatch, result); }
+
   absl::Status Pass();
   absl::Status WriteStatus(const std::string& uid, const nlohmann::json& status);
   // The watch loop (list and watch) and the pass loop (status writes) fail and recover apart:
   // each logs its own changes of state, so one loop's success is not the other's recovery.
   enum class Loop { kWatch = 0, kPass = 1 };
   void RecordError(Loop loop, const absl::Status& st);
-  void WatchLoop();
   void PassLoop();
   std::string Collection() const;
 
@@ -108,13 +113,12 @@ class Controller {
   std::optional<absl::Time> next_;       // the next expiry; guarded by mu_
   ControllerStatus status_;              // guarded by mu_
   std::string loop_error_[2];            // by Loop: its last error, "" when working; mu_
-  std::string resource_version_;         // watch thread only
-  bool relist_needed_ = false;           // watch thread only
   std::vector<Held> last_held_;          // pass thread only
   bool held_known_ = false;              // pass thread only
 
   std::mutex pass_mu_;  // one pass at a time (SyncOnce from tests vs the loop)
   std::atomic<bool> stop_{false};
+  kube::Informer informer_;
   std::thread watch_thread_, pass_thread_, changes_thread_;
 };
 

@@ -1,0 +1,353 @@
+// The slice publisher against the in-memory API server (test/testing/fake_rest_client.h): the
+// requests it makes, healing after deletions, edits, a restarted or unreachable server, and the
+// log lines, with no Python server and no sleeps (backoffs are recorded, not waited).
+// test/integration/publisher_test.cc runs the same publisher over HTTP against the Python server.
+#include "driver/publish/slice_publisher.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "driver/publish/device_builder.h"
+#include "driver/publish/slice_builder.h"
+#include "driver/publish/slice_json.h"
+#include "test/testing/fake_rest_client.h"
+#include "test/testing/fixtures.h"
+#include "test/testing/log_capture.h"
+#include "common/json_text.h"
+
+namespace topodra::publish {
+namespace {
+
+using json = nlohmann::json;
+using ::testing::ElementsAre;
+using ::testing::SizeIs;
+using topodra::testing::FakeRestClient;
+
+constexpr char kSlices[] = "/apis/resource.k8s.io/v1/resourceslices";
+constexpr char kBeta[] = "/apis/resource.k8s.io/v1beta2/resourceslices";
+// 32 CPUs, in slices of 12 devices at most: 3 slices in individual mode. Small, because building
+// slices is most of the time these tests take under ASan.
+constexpr char k32[] = "32em64t-2n8c2t-pci-normalio.xml";
+
+SliceLimits Limits() {
+  SliceLimits l;
+  l.max_devices = 12;
+  return l;
+}
+
+Pool PoolFor(const std::string& machine, CpuDeviceMode mode = CpuDeviceMode::kIndividual) {
+  // Discovery is the slow part under ASan: once per machine.
+  static std::map<std::string, topology::Topology>* loaded =
+      new std::map<std::string, topology::Topology>();
+  auto it = loaded->find(machine);
+  if (it == loaded->end()) {
+    it = loaded->emplace(machine, topodra::testing::LoadTopology(machine)).first;
+  }
+  PublishOptions o;
+  o.node_name = "node-a";
+  o.cpu_mode = mode;
+  return BuildPools(it->second, o).at(0);
+}
+
+class SlicePublisherTest : public ::testing::Test {
+ protected:
+  SlicePublisherTest() {
+    fake_.Serve(kSlices, "ResourceSlice");
+    fake_.Serve("/api/v1/nodes", "Node");
+    node_uid_ = (*fake_.Post("/api/v1/nodes", {{"metadata", {{"name", "node-a"}}}}))
+                    .body["metadata"]["uid"];
+  }
+  ~SlicePublisherTest() override { StopRunning(); }
+
+  PublisherOptions Options() {
+    PublisherOptions o;
+    o.driver = "dra.cpu";
+    o.node_name = "node-a";
+    o.watch_timeout_seconds = 9;
+    o.limits = Limits();
+    o.backoff_wait = [this](std::unique_lock<std::mutex>&, std::condition_variable&,
+                            std::chrono::milliseconds d, const std::function<bool()>&) {
+      waits_.push_back(d.count());
+      if (on_wait_) on_wait_(waits_.size());
+    };
+    return o;
+  }
+  // The publisher under test; the fixture stops it before it goes.
+  SlicePublisher& Make() {
+    StopRunning();
+    publisher_ = std::make_unique<SlicePublisher>(&fake_, Options());
+    return *publisher_;
+  }
+  void Start(SlicePublisher* p) {
+    running_ = p;
+    thread_ = std::thread([p] { p->Run(); });
+  }
+  void StopRunning() {
+    if (running_ == nullptr) return;
+    running_->Stop();
+    thread_.join();  // a watch or backoff that did not wake would hang here
+    running_ = nullptr;
+  }
+  // The publisher is idle in its watch with `slices` slices stored.
+  bool Settled(size_t slices, const std::string& collection = kSlices) {
+    return fake_.Await(
+        [&] { return fake_.WatchesIdle(1) && fake_.Objects(collection).size() == slices; });
+  }
+  // The stored slices, flattened, against the flat form of `pool`; every one at `generation`.
+  void ExpectStored(const Pool& pool, int64_t generation, const std::string& collection = kSlices) {
+    json doc = {{"kind", "List"}, {"items", fake_.Objects(collection)}};
+    absl::StatusOr<std::vector<Slice>> stored = SlicesFromDocument(doc);
+    ASSERT_TRUE(stored.ok()) << stored.status();
+    absl::StatusOr<std::vector<Slice>> flat = Flatten(*stored);
+    ASSERT_TRUE(flat.ok()) << flat.status() << " " << DumpJson(doc).substr(0, 2000);
+    absl::StatusOr<std::vector<Slice>> want = BuildSlices(pool, SliceForm::kFlat, Limits());
+    ASSERT_TRUE(want.ok());
+    ASSERT_EQ(flat->size(), want->size());
+    for (size_t i = 0; i < flat->size(); ++i) {
+      Slice got = (*flat)[i];
+      Slice w = (*want)[i];
+      EXPECT_EQ(StringField(got.metadata, "name"), StringField(w.metadata, "name"));
+      EXPECT_EQ(got.generation, generation);
+      EXPECT_EQ(Field(got.metadata, "ownerReferences")[0]["uid"], node_uid_);
+      got.metadata = w.metadata = json::object();
+      got.generation = w.generation = 0;
+      EXPECT_EQ(got, w);
+    }
+  }
+  // The requests since the last call, with the query of writes cut (it is always the same).
+  std::vector<std::string> Take() {
+    std::vector<std::string> out;
+    for (const FakeRestClient::Request& r : fake_.Requests()) {
+      std::string path = r.path;
+      if (r.verb != "GET" && r.verb != "WATCH") {
+        path = path.substr(0, path.find('?')) +
+               (r.path.find("dryRun=All") != std::string::npos ? "?dryRun=All" : "");
+      }
+      out.push_back(absl::StrCat(r.verb, " ", path, " ", r.code));
+    }
+    fake_.ClearRequests();
+    return out;
+  }
+
+  FakeRestClient fake_;
+  std::string node_uid_;
+  std::vector<int64_t> waits_;
+  std::function<void(size_t)> on_wait_;
+  SlicePublisher* running_ = nullptr;
+  std::thread thread_;
+  std::unique_ptr<SlicePublisher> publisher_;
+};
+
+const std::string kList = absl::StrCat(
+    "GET ", kSlices, "?fieldSelector=spec.driver%3Ddra.cpu%2Cspec.nodeName%3Dnode-a");
+
+TEST_F(SlicePublisherTest, SyncOnceProbesMixinsOnceThenPublishes) {
+  const Pool pool = PoolFor(k32);
+  SlicePublisher& p = Make();
+  p.SetDesired(pool);
+  fake_.ClearRequests();
+  ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+  ExpectStored(pool, 1);
+  const std::string post = absl::StrCat("POST ", kSlices, " 201");
+  // The fake keeps every field it is sent, as a server with KEP-5234 does: mixin form.
+  EXPECT_THAT(Take(), ElementsAre(kList + " 200", "GET /api/v1/nodes/node-a 200",
+                                  absl::StrCat("POST ", kSlices, "?dryRun=All 201"), post, post,
+                                  post));
+  EXPECT_TRUE(p.status().mixins);
+  EXPECT_TRUE(p.status().in_sync);
+  EXPECT_EQ(p.status().writes, 3);
+  // In sync: a second pass lists and writes nothing.
+  ASSERT_TRUE(p.SyncOnce().ok());
+  EXPECT_THAT(Take(), ElementsAre(kList + " 200"));
+  EXPECT_EQ(p.status().generation, 1);
+}
+
+TEST_F(SlicePublisherTest, RunPublishesThenFollowsNewDesiredStatesWithoutRelisting) {
+  SlicePublisher& p = Make();
+  p.SetDesired(PoolFor(k32));
+  Start(&p);
+  ASSERT_TRUE(Settled(3));
+  ExpectStored(PoolFor(k32), 1);
+  Take();
+  // A new pool wakes the watch: updates from the cache, no list.
+  const Pool grouped = PoolFor(k32, CpuDeviceMode::kGrouped);
+  p.SetDesired(grouped);
+  ASSERT_TRUE(fake_.Await([&] {
+    return fake_.WatchesIdle(1) && p.status().in_sync && p.status().generation == 2;
+  }));
+  ExpectStored(grouped, 2);
+  for (const std::string& r : Take()) {
+    EXPECT_THAT(r, ::testing::Not(::testing::StartsWith("GET "))) << r;
+  }
+  // Nothing to publish: every slice goes.
+  p.SetDesired(std::nullopt);
+  ASSERT_TRUE(Settled(0));
+  EXPECT_TRUE(waits_.empty());
+}
+
+TEST_F(SlicePublisherTest, HealsAWipeAndAnEditBehindItsBack) {
+  const Pool pool = PoolFor(k32);
+  SlicePublisher& p = Make();
+  p.SetDesired(pool);
+  Start(&p);
+  ASSERT_TRUE(Settled(3));
+  // The kubelet's wipe at its start: every slice deleted.
+  for (const json& s : fake_.Objects(kSlices)) {
+    ASSERT_TRUE(fake_.Delete(absl::StrCat(kSlices, "/", s["metadata"]["name"].get<std::string>()),
+                             {})
+                    .ok());
+  }
+  ASSERT_TRUE(Settled(3));
+  ExpectStored(pool, 2);
+  // Someone edits a slice: restored, with a new generation everywhere.
+  json edited = *fake_.Object(kSlices, "node-a-dra.cpu-1");
+  edited["spec"]["devices"][0]["attributes"]["dra.cpu/numaNodeID"]["int"] = 77;
+  ASSERT_TRUE(fake_.Put(absl::StrCat(kSlices, "/node-a-dra.cpu-1"), edited).ok());
+  ASSERT_TRUE(fake_.Await([&] { return fake_.WatchesIdle(1) && p.status().generation == 3; }));
+  ExpectStored(pool, 3);
+  EXPECT_TRUE(waits_.empty());
+  EXPECT_EQ(p.status().errors, 0);
+}
+
+TEST_F(SlicePublisherTest, ServerRestartedEmptyWithLowerResourceVersions) {
+  testing::LogCapture log;
+  const Pool pool = PoolFor(k32);
+  SlicePublisher& p = Make();
+  p.SetDesired(pool);
+  Start(&p);
+  ASSERT_TRUE(Settled(3));
+  // An etcd restored without a revision bump: empty, and versions start below ours.
+  fake_.Restart(/*next_resource_version=*/1);
+  ASSERT_TRUE(Settled(3));
+  // The generation goes on from what was published, though the server lost it.
+  ExpectStored(pool, 2);
+  EXPECT_THAT(waits_, ElementsAre(200));  // the broken watch, once
+  EXPECT_THAT(log.Lines("retrying with backoff"), SizeIs(1));
+  EXPECT_THAT(log.Lines("works again"), SizeIs(1));
+}
+
+TEST_F(SlicePublisherTest, ServerDownAtStartBacksOffWithinASecondAndLogsOnce) {
+  testing::LogCapture log;
+  fake_.Refuse(true);
+  on_wait_ = [this](size_t n) {
+    if (n == 6) fake_.Refuse(false);
+  };
+  SlicePublisher& p = Make();
+  p.SetDesired(PoolFor(k32));
+  Start(&p);
+  ASSERT_TRUE(Settled(3));
+  // Nothing listens: the backoff stays within a second (kRefusedMaxBackoff).
+  EXPECT_THAT(waits_, ElementsAre(200, 400, 800, 1000, 1000, 1000));
+  EXPECT_EQ(p.status().errors, 6);
+  EXPECT_THAT(
+      log.Lines("retrying with backoff"),
+      ElementsAre("driver=dra.cpu node=node-a: publishing ResourceSlices failed, retrying with "
+                  "backoff: GET /apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.driver%"
+                  "3Ddra.cpu%2Cspec.nodeName%3Dnode-a: Couldn't connect to server"));
+  EXPECT_THAT(log.Lines("works again"),
+              ElementsAre("driver=dra.cpu node=node-a: publishing ResourceSlices works again"));
+  EXPECT_EQ(p.status().last_error, "");
+}
+
+TEST_F(SlicePublisherTest, ServerErrorsGetTheFullBackoff) {
+  fake_.FailNext(4, 503);
+  SlicePublisher& p = Make();
+  p.SetDesired(PoolFor(k32));
+  Start(&p);
+  ASSERT_TRUE(Settled(3));
+  EXPECT_THAT(waits_, ElementsAre(200, 400, 800, 1600));
+}
+
+TEST_F(SlicePublisherTest, V1beta2OnlyServer) {
+  fake_.Unserve(kSlices);
+  fake_.Serve(kBeta, "ResourceSlice");
+  fake_.ClearRequests();
+  const Pool pool = PoolFor(k32);
+  SlicePublisher& p = Make();
+  p.SetDesired(pool);
+  Start(&p);
+  ASSERT_TRUE(Settled(3, kBeta));
+  ExpectStored(pool, 1, kBeta);
+  EXPECT_EQ(fake_.Objects(kBeta)[0]["apiVersion"], "resource.k8s.io/v1beta2");
+  const std::vector<std::string> r = Take();
+  EXPECT_EQ(r[0], kList + " 404");
+  EXPECT_THAT(r.back(), ::testing::StartsWith(absl::StrCat("WATCH ", kBeta, "?watch=true")));
+}
+
+TEST_F(SlicePublisherTest, CreateOverAStaleCacheRelistsAtOnce) {
+  for (bool run_loop : {false, true}) {
+    SCOPED_TRACE(run_loop ? "Run" : "SyncOnce");
+    for (const json& s : fake_.Objects(kSlices)) {
+      ASSERT_TRUE(fake_.Delete(absl::StrCat(kSlices, "/", s["metadata"]["name"].get<std::string>()),
+                               {})
+                      .ok());
+    }
+    const Pool pool = PoolFor(k32);
+    // Someone stores an old slice of that name between the publisher's list and its create.
+    fake_.SetBeforeRequest([&](const std::string& verb, const std::string& path) {
+      if (verb != "POST" || path.find("dryRun") != std::string::npos) return;
+      fake_.SetBeforeRequest(nullptr);
+      Slice old = BuildSlices(pool, SliceForm::kFlat, Limits())->at(0);
+      old.devices.resize(1);
+      old.generation = 9;
+      ASSERT_TRUE(fake_.Post(kSlices, SliceToJson(old, "resource.k8s.io/v1")).ok());
+    });
+    SlicePublisher& p = Make();
+    p.SetDesired(pool);
+    fake_.ClearRequests();
+    if (run_loop) {
+      Start(&p);
+      ASSERT_TRUE(Settled(3));
+      StopRunning();
+    } else {
+      ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+    }
+    ExpectStored(pool, 10);
+    EXPECT_EQ(p.status().errors, 0);  // a stale cache is not a failure worth a warning
+    EXPECT_TRUE(waits_.empty());
+    // The other writer's create, our 409, then a list and the update of what is there now.
+    const std::vector<std::string> r = Take();
+    ASSERT_GE(r.size(), 6u);
+    EXPECT_EQ(r[3], absl::StrCat("POST ", kSlices, " 201"));
+    EXPECT_EQ(r[4], absl::StrCat("POST ", kSlices, " 409"));
+    EXPECT_EQ(r[5], kList + " 200");
+  }
+}
+
+TEST_F(SlicePublisherTest, UpdateOfASliceDeletedMeanwhileCreatesIt) {
+  const Pool pool = PoolFor(k32);
+  Pool changed = pool;
+  for (Device& d : changed.devices) d.attributes["test.topodra.io/round"] = int64_t{1};
+  SlicePublisher& p = Make();
+  p.SetDesired(pool);
+  ASSERT_TRUE(p.SyncOnce().ok());
+  fake_.SetBeforeRequest([&](const std::string& verb, const std::string& path) {
+    if (verb != "PUT") return;
+    fake_.SetBeforeRequest(nullptr);
+    ASSERT_TRUE(fake_.Delete(path.substr(0, path.find('?')), {}).ok());
+  });
+  p.SetDesired(changed);
+  fake_.ClearRequests();
+  ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+  EXPECT_EQ(p.status().errors, 0);
+  ExpectStored(changed, 2);
+  std::vector<std::string> writes;
+  for (const std::string& r : Take()) {
+    if (r.rfind("GET", 0) != 0) writes.push_back(r.substr(0, r.find(' ')) + r.substr(r.rfind(' ')));
+  }
+  EXPECT_THAT(writes, ElementsAre("DELETE 200", "PUT 404", "POST 201", "PUT 200", "PUT 200"));
+}
+
+TEST_F(SlicePublisherTest, StopBeforeADesiredStateReturnsAtOnce) {
+  SlicePublisher& p = Make();
+  fake_.ClearRequests();
+  Start(&p);
+  StopRunning();
+  EXPECT_TRUE(fake_.Requests().empty());  // nothing decided: nothing listed or touched
+}
+
+}  // namespace
+}  // namespace topodra::publish
