@@ -60,8 +60,8 @@ absl::StatusOr<node::NodeConfig> NodeConfigFromFlags(const RunCommand& cmd,
   if (!taints.ok()) return Prefixed("--reservation-taints", taints.status());
   c.reservation_taints = *taints;
   if (cmd.reservations != "on" && cmd.reservations != "off") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--reservations: invalid value \"", cmd.reservations, "\" (want on or off)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--reservations: invalid value \"", cmd.reservations, "\" (want on or off)"));
   }
   c.reservations = cmd.reservations == "on";
   absl::StatusOr<Enforcement> enforcement = ResolveEnforcement(cmd);

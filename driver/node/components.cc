@@ -5,6 +5,9 @@
 #include <sys/inotify.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "driver/cgroup/pinning.h"
 #include "driver/plugin/pod_resources.h"
@@ -262,9 +265,8 @@ absl::Status MachineWatch::Start() {
     if (listener.ok()) {
       listener_ = *std::move(listener);
     } else {
-      spdlog::info(
-          "no kernel uevents ({}); device changes are found by the rediscovery every {} s",
-          std::string(listener.status().message()), absl::ToInt64Seconds(refresh_));
+      spdlog::info("no kernel uevents ({}); device changes are found by the rediscovery every {} s",
+                   std::string(listener.status().message()), absl::ToInt64Seconds(refresh_));
     }
   }
   {
@@ -295,9 +297,10 @@ void MachineWatch::Request() {
 }
 
 // Waits at most until `until` (and at most 500 ms, so stopping is noticed) for a device uevent
-// or a request.
+// or a request; true when one came.
 bool MachineWatch::WaitForChange(absl::Time until) {
-  const absl::Duration slice = std::min(absl::Milliseconds(500), until - absl::Now());
+  const absl::Duration slice =
+      std::clamp(until - absl::Now(), absl::ZeroDuration(), absl::Milliseconds(500));
   if (listener_ != nullptr) {
     std::optional<uevent::Uevent> e = listener_->Next(slice);
     if (e && uevent::AffectsDevices(*e)) {
@@ -312,24 +315,21 @@ bool MachineWatch::WaitForChange(absl::Time until) {
     return std::exchange(requested_, false);
   }
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, absl::ToChronoNanoseconds(std::max(slice, absl::ZeroDuration())),
-               [this] { return stop_ || requested_; });
+  cv_.wait_for(lock, absl::ToChronoNanoseconds(slice), [this] { return stop_ || requested_; });
   return std::exchange(requested_, false);
+}
+
+bool MachineWatch::Stopping() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stop_;
 }
 
 void MachineWatch::Run() {
   absl::Time next = absl::Now() + refresh_;
-  while (true) {
+  while (!Stopping()) {
     beat_ = absl::ToUnixNanos(absl::Now());
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stop_) return;
-    }
-    if (!WaitForChange(next) && absl::Now() < next) continue;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stop_) return;
-    }
+    const bool due = absl::Now() >= next || WaitForChange(next);
+    if (!due || Stopping()) continue;
     next = absl::Now() + refresh_;
     changed_();
   }

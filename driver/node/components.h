@@ -157,6 +157,7 @@ class MachineWatch : public Component {
  private:
   void Run();
   bool WaitForChange(absl::Time until);  // true: rediscover now
+  bool Stopping();
 
   const absl::Duration refresh_;
   const bool uevents_;

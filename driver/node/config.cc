@@ -44,9 +44,9 @@ absl::Status Validate(const NodeConfig& config, const topology::Topology& topo) 
   if (absl::Status st = publish::ValidateOptions(config.publish, topo); !st.ok()) return st;
   for (DevicePluginKind kind : config.device_plugin.kinds) {
     if (absl::Status st = ValidateResourceName(config.device_plugin.resource(kind)); !st.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--device-plugin-", kind == DevicePluginKind::kGpu ? "gpu" : "cpu",
-                       "-resource: ", st.message()));
+      return absl::InvalidArgumentError(absl::StrCat("--device-plugin-",
+                                                     kind == DevicePluginKind::kGpu ? "gpu" : "cpu",
+                                                     "-resource: ", st.message()));
     }
   }
   if (config.topology_refresh < absl::Seconds(1)) {
@@ -55,10 +55,9 @@ absl::Status Validate(const NodeConfig& config, const topology::Topology& topo) 
                      " is shorter than a second"));
   }
   if (config.device_plugin.reclaim_interval <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device-plugin-reclaim-interval: ",
-                     absl::FormatDuration(config.device_plugin.reclaim_interval),
-                     " is not positive"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device-plugin-reclaim-interval: ",
+        absl::FormatDuration(config.device_plugin.reclaim_interval), " is not positive"));
   }
   return absl::OkStatus();
 }

@@ -76,9 +76,9 @@ prepare::DriverSetup Inventory::GpuSetup() const {
   setup.kind = prepare::DriverKind::kGpu;
   setup.gpu_pool = options_.publish.node_name;
   for (const auto& [name, gpu] : PublishedGpus()) {
-    setup.gpus[name] = prepare::GpuDevice{
-        gpu.pci_bus_id,
-        options_.gpu_nodes ? options_.gpu_nodes(gpu) : std::vector<cdi::DeviceNode>{}};
+    setup.gpus[name] =
+        prepare::GpuDevice{gpu.pci_bus_id, options_.gpu_nodes ? options_.gpu_nodes(gpu)
+                                                              : std::vector<cdi::DeviceNode>{}};
   }
   return setup;
 }

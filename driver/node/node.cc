@@ -55,8 +55,8 @@ absl::StatusOr<std::unique_ptr<Node>> Node::Create(NodeConfig config, topology::
 absl::Status Node::LoadState() {
   // The mark in the names of the CDI files this instance writes: other instances sharing the
   // CDI directory leave them alone, and a wiped state directory still knows them.
-  cdi_marker_ = prepare::CdiInstanceMarker(config_.publish.node_name,
-                                           AbsoluteDir(config_.state_dir));
+  cdi_marker_ =
+      prepare::CdiInstanceMarker(config_.publish.node_name, AbsoluteDir(config_.state_dir));
   absl::StatusOr<state::StateStore::Opened> opened = OpenState(config_, cdi_marker_);
   if (!opened.ok()) return opened.status();
   store_ = std::move(opened->store);
@@ -164,8 +164,8 @@ void Node::AddKubeletComponents() {
 void Node::AddReservations() {
   reservation::ControllerOptions ro;
   ro.node_name = config_.publish.node_name;
-  reservations_ = components_.Add(std::make_unique<Reservations>(
-      std::make_unique<reservation::Controller>(
+  reservations_ =
+      components_.Add(std::make_unique<Reservations>(std::make_unique<reservation::Controller>(
           deps_.client, ro, &allocations_, reservation::RealClock(),
           [this] {
             std::lock_guard<std::mutex> lock(publish_mu_);
@@ -287,9 +287,9 @@ metrics::Probe Node::Ready() {
   }
   for (const auto& [driver, st] : publishing_->Statuses()) {
     if (!st.published_once) {
-      missing.push_back(absl::StrCat(
-          "driver ", driver, ": ResourceSlices not published yet",
-          st.last_error.empty() ? "" : " (", st.last_error, st.last_error.empty() ? "" : ")"));
+      missing.push_back(absl::StrCat("driver ", driver, ": ResourceSlices not published yet",
+                                     st.last_error.empty() ? "" : " (", st.last_error,
+                                     st.last_error.empty() ? "" : ")"));
     }
   }
   if (missing.empty()) return {};

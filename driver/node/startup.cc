@@ -78,8 +78,7 @@ absl::Status PrepareOwnedDirectories(const NodeConfig& config) {
     dirs.push_back({"pinning records directory", config.state_dir + "/containers", 0700});
   }
   if (!config.device_plugin.kinds.empty()) {
-    dirs.push_back(
-        {"device plugin directory", config.kubelet_root_dir + "/device-plugins", 0750});
+    dirs.push_back({"device plugin directory", config.kubelet_root_dir + "/device-plugins", 0750});
   }
   for (const files::OwnedDirectory& d : dirs) {
     if (absl::Status st = files::PrepareOwnedDirectory(d, ::geteuid()); !st.ok()) {
