@@ -124,6 +124,33 @@ TEST_F(NodeTest, MachineChangeIsRepublished) {
   node->Stop();
 }
 
+// What SIGUSR1 does: the machine watch rediscovers now, not at the next --topology-refresh.
+TEST_F(NodeTest, ARequestedRediscoveryRunsOnTheMachineWatch) {
+  NodeConfig c = Config();
+  c.publish.cpu_mode = publish::CpuDeviceMode::kIndividual;
+  c.topology_refresh = absl::Hours(1);
+  std::unique_ptr<Node> node = Create(c);
+  ASSERT_NE(node, nullptr);
+  ASSERT_TRUE(node->Start().ok());
+  SetMachine("16em64t-4s2c2t-offlines.xml");
+  node->RequestRediscovery();
+  EXPECT_TRUE(Eventually([&] { return node->inventory().CpuPool()->devices.size() < 16; }));
+  node->Stop();
+}
+
+// A stopped node leaves its state and locks to the next one on the same directories.
+TEST_F(NodeTest, RestartsOnTheStateItLeft) {
+  {
+    std::unique_ptr<Node> first = Create(Config());
+    ASSERT_NE(first, nullptr);
+    ASSERT_TRUE(first->Start().ok());
+  }  // destroyed without Stop: the destructor stops it
+  std::unique_ptr<Node> second = Create(Config());
+  ASSERT_NE(second, nullptr);
+  ASSERT_TRUE(second->Start().ok());
+  second->Stop();
+}
+
 TEST_F(NodeTest, ASecondInstanceOnTheSameStateIsRefused) {
   std::unique_ptr<Node> first = Create(Config());
   ASSERT_NE(first, nullptr);
