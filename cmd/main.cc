@@ -129,6 +129,91 @@ bool ExpandConfig(const CLI::App& run, std::vector<std::string>* args, std::stri
   return true;
 }
 
+// `topodra run`'s flags. --config is read by ExpandConfig before parsing; here it is only named.
+void AddRunFlags(CLI::App* run, topodra::cmd::RunCommand* cmd, std::string* config_file) {
+  AddTopologyFlags(run, &cmd->topology);
+  AddPublishFlags(run, &cmd->publish);
+  run->add_option("--kubeconfig", cmd->kubeconfig,
+                  "kubeconfig file; default $KUBECONFIG, else the in-cluster service account")
+      ->check(CLI::ExistingFile);
+  run->add_option("--slice-mixins", cmd->slice_mixins,
+                  "auto: use KEP-5234 mixins when the API server stores them; on; off (flat)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  run->add_option("--topology-refresh", cmd->topology_refresh_seconds,
+                  "Seconds between rediscoveries of the machine (CPU hotplug, GPU loss)")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
+  run->add_option("--log-format", cmd->log_format, "text or json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  run->add_flag("-v", cmd->verbosity, "More detail: -v debug, -vv trace")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  run->add_option("--kubelet-root-dir", cmd->kubelet_root_dir,
+                  "The kubelet's --root-dir: plugins_registry/ and plugins/ live there")
+      ->capture_default_str();
+  run->add_option("--cdi-dir", cmd->cdi_dir, "Where per-claim CDI spec files are written")
+      ->capture_default_str();
+  run->add_option("--state-dir", cmd->state_dir,
+                  "Crash-safe allocation state (checkpoint, journal, instance lock)")
+      ->capture_default_str();
+  run->add_option("--host-root", cmd->host_root,
+                  "Where the host's /sys, /dev and /proc are seen (GPU device nodes)")
+      ->capture_default_str();
+  run->add_option("--device-plugin", cmd->device_plugin,
+                  "Also serve the legacy device-plugin API: none, gpu, cpu or gpu,cpu")
+      ->check(CLI::IsMember({"none", "gpu", "cpu", "gpu,cpu", "cpu,gpu"}))
+      ->capture_default_str();
+  run->add_option("--device-plugin-gpu-resource", cmd->device_plugin_gpu_resource,
+                  "Extended resource name of GPUs served through the device plugin")
+      ->capture_default_str();
+  run->add_option("--device-plugin-cpu-resource", cmd->device_plugin_cpu_resource,
+                  "Extended resource name of exclusive CPUs served through the device plugin")
+      ->capture_default_str();
+  run->add_option("--device-plugin-reclaim-interval", cmd->device_plugin_reclaim_seconds,
+                  "Seconds between checks of the kubelet's PodResources API; a device-plugin "
+                  "allocation no container uses in two checks is released")
+      ->check(CLI::Range(0.05, 3600.0))
+      ->capture_default_str();
+  run->add_option("--pod-resources-socket", cmd->pod_resources_socket,
+                  "The kubelet's PodResources API socket (default "
+                  "<kubelet-root-dir>/pod-resources/kubelet.sock)");
+  run->add_option_function<std::string>(
+         "--enforce", [cmd](const std::string& v) { cmd->enforce = v; },
+         "CPU pinning: cgroup (containers of CPU claims run only on their CPUs, all others only "
+         "on the shared pool) or none (the CDI environment only); default cgroup, none with "
+         "--topology-file or --topology-synthetic")
+      ->check(CLI::IsMember({"cgroup", "none"}));
+  run->add_option("--cgroup-root", cmd->cgroup_root, "The host's cgroup mount")
+      ->capture_default_str();
+  run->add_flag("--strict-cpu-reservation", cmd->strict_cpu_reservation,
+                "Keep --reserved-cpus out of the shared pool too (the kubelet's "
+                "strict-cpu-reservation); by default they are never handed out exclusively but "
+                "containers without a CPU claim run on them");
+  run->add_option("--hook-dir", cmd->hook_dir,
+                  "Host directory the CPU pinning hook is installed in (same path in the pod)")
+      ->capture_default_str();
+  run->add_option("--metrics-address", cmd->metrics_address,
+                  "Serve Prometheus /metrics and the /healthz and /readyz probes on this address "
+                  "(:port, host:port; none to disable)")
+      ->capture_default_str();
+  run->add_option("--health-address", cmd->health_address,
+                  "Serve only the /healthz and /readyz probes on this address, for the kubelet "
+                  "(host:port, :port; none to disable); keep it off the network")
+      ->capture_default_str();
+  run->add_option("--reservations", cmd->reservations,
+                  "on: hold CPUs and GPUs for this node's Reservation objects (topodra.io); off")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  run->add_option("--reservation-taints", cmd->reservation_taints,
+                  "Taint reserved devices so only owners that tolerate them get them: auto (when "
+                  "the API server keeps device taints), on, off (the attribute only)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  run->add_option("--config", *config_file,
+                  "YAML file with the same keys as these flags (without dashes); flags win");
+}
+
 int Main(int argc, char** argv) {
   // hwloc loads every plugin it finds on each discovery (the daemon rediscovers every 30 s) and
   // only then applies our component blacklist: OpenCL, GL (X11), libpciaccess and libxml2 (ICU)
@@ -180,89 +265,9 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
 
   topodra::cmd::RunCommand run_cmd;
-  CLI::App* run = app.add_subcommand("run", "Run the node daemon: publish this node's devices");
-  AddTopologyFlags(run, &run_cmd.topology);
-  AddPublishFlags(run, &run_cmd.publish);
-  run->add_option("--kubeconfig", run_cmd.kubeconfig,
-                  "kubeconfig file; default $KUBECONFIG, else the in-cluster service account")
-      ->check(CLI::ExistingFile);
-  run->add_option("--slice-mixins", run_cmd.slice_mixins,
-                  "auto: use KEP-5234 mixins when the API server stores them; on; off (flat)")
-      ->check(CLI::IsMember({"auto", "on", "off"}))
-      ->capture_default_str();
-  run->add_option("--topology-refresh", run_cmd.topology_refresh_seconds,
-                  "Seconds between rediscoveries of the machine (CPU hotplug, GPU loss)")
-      ->check(CLI::Range(1, 86400))
-      ->capture_default_str();
-  run->add_option("--log-format", run_cmd.log_format, "text or json")
-      ->check(CLI::IsMember({"text", "json"}))
-      ->capture_default_str();
-  run->add_flag("-v", run_cmd.verbosity, "More detail: -v debug, -vv trace")
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  run->add_option("--kubelet-root-dir", run_cmd.kubelet_root_dir,
-                  "The kubelet's --root-dir: plugins_registry/ and plugins/ live there")
-      ->capture_default_str();
-  run->add_option("--cdi-dir", run_cmd.cdi_dir, "Where per-claim CDI spec files are written")
-      ->capture_default_str();
-  run->add_option("--state-dir", run_cmd.state_dir,
-                  "Crash-safe allocation state (checkpoint, journal, instance lock)")
-      ->capture_default_str();
-  run->add_option("--host-root", run_cmd.host_root,
-                  "Where the host's /sys, /dev and /proc are seen (GPU device nodes)")
-      ->capture_default_str();
-  run->add_option("--device-plugin", run_cmd.device_plugin,
-                  "Also serve the legacy device-plugin API: none, gpu, cpu or gpu,cpu")
-      ->check(CLI::IsMember({"none", "gpu", "cpu", "gpu,cpu", "cpu,gpu"}))
-      ->capture_default_str();
-  run->add_option("--device-plugin-gpu-resource", run_cmd.device_plugin_gpu_resource,
-                  "Extended resource name of GPUs served through the device plugin")
-      ->capture_default_str();
-  run->add_option("--device-plugin-cpu-resource", run_cmd.device_plugin_cpu_resource,
-                  "Extended resource name of exclusive CPUs served through the device plugin")
-      ->capture_default_str();
-  run->add_option("--device-plugin-reclaim-interval", run_cmd.device_plugin_reclaim_seconds,
-                  "Seconds between checks of the kubelet's PodResources API; a device-plugin "
-                  "allocation no container uses in two checks is released")
-      ->check(CLI::Range(0.05, 3600.0))
-      ->capture_default_str();
-  run->add_option("--pod-resources-socket", run_cmd.pod_resources_socket,
-                  "The kubelet's PodResources API socket (default "
-                  "<kubelet-root-dir>/pod-resources/kubelet.sock)");
-  run->add_option_function<std::string>(
-         "--enforce", [&run_cmd](const std::string& v) { run_cmd.enforce = v; },
-         "CPU pinning: cgroup (containers of CPU claims run only on their CPUs, all others only "
-         "on the shared pool) or none (the CDI environment only); default cgroup, none with "
-         "--topology-file or --topology-synthetic")
-      ->check(CLI::IsMember({"cgroup", "none"}));
-  run->add_option("--cgroup-root", run_cmd.cgroup_root, "The host's cgroup mount")
-      ->capture_default_str();
-  run->add_flag("--strict-cpu-reservation", run_cmd.strict_cpu_reservation,
-                "Keep --reserved-cpus out of the shared pool too (the kubelet's "
-                "strict-cpu-reservation); by default they are never handed out exclusively but "
-                "containers without a CPU claim run on them");
-  run->add_option("--hook-dir", run_cmd.hook_dir,
-                  "Host directory the CPU pinning hook is installed in (same path in the pod)")
-      ->capture_default_str();
-  run->add_option("--metrics-address", run_cmd.metrics_address,
-                  "Serve Prometheus /metrics and the /healthz and /readyz probes on this address "
-                  "(:port, host:port; none to disable)")
-      ->capture_default_str();
-  run->add_option("--health-address", run_cmd.health_address,
-                  "Serve only the /healthz and /readyz probes on this address, for the kubelet "
-                  "(host:port, :port; none to disable); keep it off the network")
-      ->capture_default_str();
-  run->add_option("--reservations", run_cmd.reservations,
-                  "on: hold CPUs and GPUs for this node's Reservation objects (topodra.io); off")
-      ->check(CLI::IsMember({"on", "off"}))
-      ->capture_default_str();
-  run->add_option("--reservation-taints", run_cmd.reservation_taints,
-                  "Taint reserved devices so only owners that tolerate them get them: auto (when "
-                  "the API server keeps device taints), on, off (the attribute only)")
-      ->check(CLI::IsMember({"auto", "on", "off"}))
-      ->capture_default_str();
   std::string config_file;
-  run->add_option("--config", config_file,
-                  "YAML file with the same keys as these flags (without dashes); flags win");
+  CLI::App* run = app.add_subcommand("run", "Run the node daemon: publish this node's devices");
+  AddRunFlags(run, &run_cmd, &config_file);
 
   CLI::App* version = app.add_subcommand("version", "Print the version");
 

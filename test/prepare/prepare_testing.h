@@ -1,5 +1,5 @@
 // Shared by the planner and ClaimService tests: fixture machines, the node's driver setups as the
-// daemon builds them from what it publishes, and ResourceClaims as inline JSON.
+// daemon builds them from what it publishes (node::Inventory), and ResourceClaims as inline JSON.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "driver/node/inventory.h"
 #include "driver/prepare/planner.h"
 #include "driver/publish/device_builder.h"
 #include "driver/publish/names.h"
@@ -58,39 +59,33 @@ inline const char* ModeName(Mode m) {
   return "?";
 }
 
-// The CPU driver's setup as the daemon derives it from the published pool, with the
-// reservations `held` publishes (their grouped devices are groups of their own in every mode).
+// The publishing options of these tests' node in `mode`, holding what `held`'s reservations
+// hold (their grouped devices are groups of their own in every mode).
+inline node::InventoryOptions Options(Mode mode, const CpuSet& reserved = CpuSet{}) {
+  node::InventoryOptions o;
+  o.publish.node_name = kNode;
+  o.publish.cpu_driver = kCpuDriver;
+  o.publish.gpu_driver = kGpuDriver;
+  o.publish.reserved_cpus = reserved;
+  o.publish.cpu_mode = mode == Mode::kIndividual ? publish::CpuDeviceMode::kIndividual
+                                                 : publish::CpuDeviceMode::kGrouped;
+  o.publish.group_by = mode == Mode::kSocket    ? publish::GroupBy::kSocket
+                       : mode == Mode::kMachine ? publish::GroupBy::kMachine
+                                                : publish::GroupBy::kNuma;
+  return o;
+}
+
+// The CPU driver's setup as the daemon derives it (node::Inventory) from the published pool,
+// with the reservations `held` publishes.
 inline DriverSetup CpuSetup(const topology::Topology& topo, Mode mode,
                             const CpuSet& reserved = CpuSet{}, const state::State* held = nullptr) {
-  publish::PublishOptions opts;
-  opts.node_name = kNode;
-  opts.cpu_driver = kCpuDriver;
-  opts.reserved_cpus = reserved;
-  std::set<std::string> reservation_devices;
+  std::vector<publish::ReservedDevices> reservations;
   if (held != nullptr) {
     for (const auto& [uid, r] : held->reservations()) {
-      opts.reservations.push_back({r.name, r.cpus, r.gpus, r.placed_at});
-      reservation_devices.insert(publish::ReservationCpuDeviceName(r.name));
+      reservations.push_back({r.name, r.cpus, r.gpus, r.placed_at});
     }
   }
-  opts.cpu_mode = mode == Mode::kIndividual ? publish::CpuDeviceMode::kIndividual
-                                            : publish::CpuDeviceMode::kGrouped;
-  opts.group_by = mode == Mode::kSocket    ? publish::GroupBy::kSocket
-                  : mode == Mode::kMachine ? publish::GroupBy::kMachine
-                                           : publish::GroupBy::kNuma;
-  const claims::CpuDeviceKind kind = mode == Mode::kIndividual ? claims::CpuDeviceKind::kIndividual
-                                     : mode == Mode::kMachine  ? claims::CpuDeviceKind::kMachine
-                                                               : claims::CpuDeviceKind::kGroup;
-  DriverSetup setup;
-  setup.driver = kCpuDriver;
-  setup.kind = DriverKind::kCpu;
-  setup.reserved = reserved;
-  setup.cpu_pool.name = kNode;
-  for (const auto& [name, cpus] : publish::CpuDeviceCpus(topo, opts)) {
-    setup.cpu_pool.devices[name] = claims::CpuDevice{
-        reservation_devices.contains(name) ? claims::CpuDeviceKind::kGroup : kind, cpus};
-  }
-  return setup;
+  return node::Inventory::Build(Options(mode, reserved), topo, std::move(reservations)).CpuSetup();
 }
 
 // The device node a GPU's CDI device gets in these tests: /dev/nvidia<index>.
@@ -105,17 +100,16 @@ inline std::vector<cdi::DeviceNode> GpuNodes(int index) {
   return {node, ctl};
 }
 
+// The GPU driver's setup as the daemon derives it; the published GPUs get /dev/nvidia0, 1, ...
+// in the machine's order.
 inline DriverSetup GpuSetup(const topology::Topology& topo) {
-  DriverSetup setup;
-  setup.driver = kGpuDriver;
-  setup.kind = DriverKind::kGpu;
-  setup.gpu_pool = kNode;
-  int index = 0;
+  std::map<std::string, int> index;  // PCI bus id -> index among the compute GPUs
   for (const topology::Gpu& gpu : topo.gpus) {
-    if (publish::IsBmcDisplay(gpu)) continue;
-    setup.gpus[publish::GpuDeviceName(gpu)] = GpuDevice{gpu.pci_bus_id, GpuNodes(index++)};
+    if (!publish::IsBmcDisplay(gpu)) index.emplace(gpu.pci_bus_id, static_cast<int>(index.size()));
   }
-  return setup;
+  node::InventoryOptions o = Options(Mode::kNuma);
+  o.gpu_nodes = [index](const topology::Gpu& gpu) { return GpuNodes(index.at(gpu.pci_bus_id)); };
+  return node::Inventory::Build(o, topo, {}).GpuSetup();
 }
 
 // One status.allocation.devices.results entry.

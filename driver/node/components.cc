@@ -1,0 +1,373 @@
+#include "driver/node/components.h"
+
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "driver/cgroup/pinning.h"
+#include "driver/plugin/pod_resources.h"
+
+namespace topodra::node {
+
+// ---- Pinning
+
+Pinning::Pinning(PinningSetup setup, const NodeConfig& config,
+                 state::Ledger* ledger, std::function<CpuSet()> online)
+    : setup_(std::move(setup)),
+      reserved_(config.publish.reserved_cpus),
+      strict_(config.strict_cpu_reservation),
+      ledger_(ledger),
+      online_(std::move(online)) {}
+
+cgroup::Target Pinning::TargetNow() {
+  const std::vector<cgroup::HookRecord> records =
+      cgroup::ReadLiveRecords(setup_.records_dir, setup_.hierarchy.root, absl::Now());
+  std::vector<std::string> stale;
+  cgroup::Target t;
+  const CpuSet online = online_();
+  ledger_->Read([&](const state::State& st) {
+    t = cgroup::BuildTarget(online, reserved_, strict_, st, records, &stale);
+  });
+  for (const std::string& f : stale) ::unlink((setup_.records_dir + "/" + f).c_str());
+  return t;
+}
+
+absl::Status Pinning::Start() {
+  stop_ = false;
+  reconciler_ = std::make_unique<cgroup::Reconciler>(cgroup::NewCgroupFs(setup_.hierarchy),
+                                                     setup_.hierarchy.root);
+  // Containers created while the daemon was down are fixed before we serve.
+  const cgroup::ApplyResult first = reconciler_->Apply(TargetNow());
+  spdlog::info("CPU pinning: {} pod cgroups, {} cpusets written{}", first.cgroups, first.writes,
+               first.failed > 0 ? absl::StrCat(", ", first.failed, " failed") : "");
+  if (absl::Status st = reconciler_->Start(); !st.ok()) {
+    spdlog::warn(
+        "CPU pinning: not watching for new cgroups ({}); they are fixed at the next "
+        "change",
+        std::string(st.message()));
+  }
+  follow_ = std::thread([this] { FollowAllocations(); });
+  records_ = std::thread([this] { WatchRecords(); });
+  return absl::OkStatus();
+}
+
+void Pinning::FollowAllocations() {
+  uint64_t seen = ledger_->changes().generation();
+  while (!stop_.load()) {
+    const uint64_t now = ledger_->changes().WaitChange(seen, absl::Milliseconds(500));
+    if (now == seen || stop_.load()) continue;
+    seen = now;
+    reconciler_->SetTarget(TargetNow());
+  }
+}
+
+// The hook's records of which container holds which claim: a new one changes the target.
+void Pinning::WatchRecords() {
+  const int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  if (fd < 0 || inotify_add_watch(fd, setup_.records_dir.c_str(),
+                                  IN_CLOSE_WRITE | IN_MOVED_TO | IN_DELETE) < 0) {
+    spdlog::warn("CPU pinning: cannot watch {}: hook records are seen at the next change",
+                 setup_.records_dir);
+    if (fd >= 0) ::close(fd);
+    return;
+  }
+  char buf[4096];
+  while (!stop_.load()) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 500) <= 0) continue;
+    while (::read(fd, buf, sizeof(buf)) > 0) {
+    }
+    ledger_->changes().Notify();
+  }
+  ::close(fd);
+}
+
+void Pinning::Stop() {
+  stop_ = true;
+  if (follow_.joinable()) follow_.join();
+  if (records_.joinable()) records_.join();
+  reconciler_->Stop();
+}
+
+// ---- DraDrivers
+
+DraDrivers::DraDrivers(std::vector<Driver> drivers, const NodeConfig& config)
+    : drivers_(std::move(drivers)),
+      kubelet_root_(config.kubelet_root_dir),
+      cdi_dir_(config.cdi_dir) {}
+
+absl::Status DraDrivers::Start() {
+  for (Driver& d : drivers_) {
+    const std::string& driver = d.service->driver();
+    if (absl::StatusOr<prepare::ClaimService::Reconciled> r = d.service->ReconcileCdi(); !r.ok()) {
+      Stop();
+      return absl::Status(r.status().code(), absl::StrCat("driver ", driver, ": CDI files in ",
+                                                          cdi_dir_, ": ", r.status().message()));
+    }
+    plugin::PluginOptions po;
+    po.driver = driver;
+    po.kubelet_root = kubelet_root_;
+    po.keep_lock = d.keep_lock;
+    absl::StatusOr<std::unique_ptr<plugin::KubeletPlugin>> p =
+        plugin::KubeletPlugin::Start(po, d.service.get());
+    if (!p.ok()) {
+      Stop();
+      return absl::Status(p.status().code(),
+                          absl::StrCat("driver ", driver, ": ", p.status().message()));
+    }
+    d.plugin = *std::move(p);
+  }
+  return absl::OkStatus();
+}
+
+void DraDrivers::Stop() {
+  for (Driver& d : drivers_) {
+    if (d.plugin != nullptr) d.plugin->Stop();
+    d.plugin.reset();
+  }
+}
+
+void DraDrivers::OnInventory(const Inventory& now) {
+  for (Driver& d : drivers_) {
+    const bool cpu = d.kind == prepare::DriverKind::kCpu;
+    d.service->Update(cpu ? now.CpuSetup() : now.GpuSetup(), now.topology());
+  }
+}
+
+std::vector<std::string> DraDrivers::Problems() const {
+  std::vector<std::string> out;
+  for (const Driver& d : drivers_) {
+    if (d.plugin == nullptr) continue;
+    if (d.plugin->registrations() == 0) {
+      out.push_back(
+          absl::StrCat("driver ", d.service->driver(), ": not registered with the kubelet"));
+    }
+    for (std::string& p : d.plugin->SocketProblems()) out.push_back(std::move(p));
+  }
+  return out;
+}
+
+// ---- DevicePlugins
+
+DevicePlugins::DevicePlugins(std::vector<Plugin> plugins, const NodeConfig& config)
+    : plugins_(std::move(plugins)), config_(config) {}
+
+absl::Status DevicePlugins::Start() {
+  for (const Plugin& p : plugins_) {
+    deviceplugin::DevicePluginService* s = p.service.get();
+    if (absl::StatusOr<cdi::ReconciledCdi> r = s->ReconcileCdi(); !r.ok()) {
+      Stop();
+      return absl::Status(r.status().code(),
+                          absl::StrCat("device plugin ", s->resource(), ": CDI files in ",
+                                       config_.cdi_dir, ": ", r.status().message()));
+    }
+    plugin::DevicePluginOptions dpo;
+    dpo.kubelet_root = config_.kubelet_root_dir;
+    absl::StatusOr<std::unique_ptr<plugin::DevicePluginServer>> server =
+        plugin::DevicePluginServer::Start(dpo, s);
+    if (!server.ok()) {
+      Stop();
+      return absl::Status(server.status().code(), absl::StrCat("device plugin ", s->resource(),
+                                                               ": ", server.status().message()));
+    }
+    servers_.push_back(*std::move(server));
+  }
+  if (plugins_.empty()) return absl::OkStatus();
+  const std::string socket = config_.device_plugin.pod_resources_socket.empty()
+                                 ? plugin::PodResourcesSocket(config_.kubelet_root_dir)
+                                 : config_.device_plugin.pod_resources_socket;
+  std::vector<deviceplugin::DevicePluginService*> services;
+  for (const Plugin& p : plugins_) services.push_back(p.service.get());
+  reclaimer_ = std::make_unique<plugin::DevicePluginReclaimer>(
+      plugin::NewPodResourcesClient(socket, absl::Seconds(5)), std::move(services),
+      config_.device_plugin.reclaim_interval);
+  return absl::OkStatus();
+}
+
+void DevicePlugins::Stop() {
+  if (reclaimer_ != nullptr) reclaimer_->Stop();
+  reclaimer_.reset();
+  for (const auto& s : servers_) s->Stop();
+  servers_.clear();
+}
+
+void DevicePlugins::OnInventory(const Inventory& now) {
+  for (const Plugin& p : plugins_) {
+    p.service->Update(now.DevicePluginSetup(p.kind, p.service->resource()), now.topology());
+  }
+}
+
+std::vector<std::string> DevicePlugins::Problems() const {
+  std::vector<std::string> out;
+  for (const auto& s : servers_) {
+    if (std::string p = s->SocketProblem(); !p.empty()) out.push_back(std::move(p));
+  }
+  return out;
+}
+
+// ---- Publishing
+
+Publishing::Publishing(kube::RestClient* client, const NodeConfig& config, const Inventory& first) {
+  for (const std::string& driver : {config.publish.cpu_driver, config.publish.gpu_driver}) {
+    publish::PublisherOptions po;
+    po.driver = driver;
+    po.node_name = config.publish.node_name;
+    po.mixins = config.slice_mixins;
+    po.taints = config.reservation_taints;
+    Publisher p;
+    p.driver = driver;
+    p.publisher = std::make_unique<publish::SlicePublisher>(client, po);
+    publishers_.push_back(std::move(p));
+  }
+  OnInventory(first);
+}
+
+absl::Status Publishing::Start() {
+  for (Publisher& p : publishers_) {
+    p.thread = std::thread([pub = p.publisher.get()] { pub->Run(); });
+  }
+  return absl::OkStatus();
+}
+
+void Publishing::Stop() {
+  for (Publisher& p : publishers_) p.publisher->Stop();
+  for (Publisher& p : publishers_) {
+    if (p.thread.joinable()) p.thread.join();
+  }
+}
+
+void Publishing::OnInventory(const Inventory& now) {
+  for (Publisher& p : publishers_) p.publisher->SetDesired(now.PoolOf(p.driver));
+}
+
+std::vector<std::pair<std::string, publish::PublisherStatus>> Publishing::Statuses() const {
+  std::vector<std::pair<std::string, publish::PublisherStatus>> out;
+  for (const Publisher& p : publishers_) out.emplace_back(p.driver, p.publisher->status());
+  return out;
+}
+
+// ---- MachineWatch
+
+MachineWatch::MachineWatch(absl::Duration refresh, bool uevents, std::function<void()> changed)
+    : refresh_(refresh),
+      uevents_(uevents),
+      changed_(std::move(changed)),
+      beat_(absl::ToUnixNanos(absl::Now())) {}
+
+absl::Status MachineWatch::Start() {
+  if (uevents_) {
+    absl::StatusOr<std::unique_ptr<uevent::Listener>> listener = uevent::Listener::Open();
+    if (listener.ok()) {
+      listener_ = *std::move(listener);
+    } else {
+      spdlog::info("no kernel uevents ({}); device changes are found by the rediscovery every {} s",
+                   std::string(listener.status().message()), absl::ToInt64Seconds(refresh_));
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = false;
+  }
+  beat_ = absl::ToUnixNanos(absl::Now());
+  thread_ = std::thread([this] { Run(); });
+  return absl::OkStatus();
+}
+
+void MachineWatch::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  listener_.reset();
+}
+
+void MachineWatch::Request() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    requested_ = true;
+  }
+  cv_.notify_all();
+}
+
+// Waits at most until `until` (and at most 500 ms, so stopping is noticed) for a device uevent
+// or a request; true when one came.
+bool MachineWatch::WaitForChange(absl::Time until) {
+  const absl::Duration slice =
+      std::clamp(until - absl::Now(), absl::ZeroDuration(), absl::Milliseconds(500));
+  if (listener_ != nullptr) {
+    std::optional<uevent::Uevent> e = listener_->Next(slice);
+    if (e && uevent::AffectsDevices(*e)) {
+      spdlog::debug("uevent {}@{} ({}): rediscovering", e->action, e->devpath, e->subsystem);
+      // One rediscovery for a burst (a CPU going offline sends several events).
+      const absl::Time burst = absl::Now() + absl::Milliseconds(10);
+      while (absl::Now() < burst && listener_->Next(burst - absl::Now())) {
+      }
+      return true;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    return std::exchange(requested_, false);
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, absl::ToChronoNanoseconds(slice), [this] { return stop_ || requested_; });
+  return std::exchange(requested_, false);
+}
+
+bool MachineWatch::Stopping() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stop_;
+}
+
+void MachineWatch::Run() {
+  absl::Time next = absl::Now() + refresh_;
+  while (!Stopping()) {
+    beat_ = absl::ToUnixNanos(absl::Now());
+    const bool due = absl::Now() >= next || WaitForChange(next);
+    if (!due || Stopping()) continue;
+    next = absl::Now() + refresh_;
+    changed_();
+  }
+}
+
+// ---- HealthServers
+
+HealthServers::HealthServers(const NodeConfig& config, metrics::Endpoints endpoints)
+    : config_(config), endpoints_(std::move(endpoints)) {}
+
+absl::Status HealthServers::Start() {
+  if (config_.health_listen) {
+    absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> server = metrics::MetricsServer::Start(
+        *config_.health_listen, endpoints_, metrics::Serving::kProbes);
+    if (!server.ok()) {
+      return absl::Status(server.status().code(),
+                          absl::StrCat("--health-address: ", server.status().message()));
+    }
+    health_ = *std::move(server);
+    spdlog::info("serving /healthz and /readyz on {}", config_.health_address);
+  }
+  if (config_.metrics_listen) {
+    absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> server =
+        metrics::MetricsServer::Start(*config_.metrics_listen, endpoints_);
+    if (!server.ok()) {
+      health_.reset();
+      return absl::Status(server.status().code(),
+                          absl::StrCat("--metrics-address: ", server.status().message()));
+    }
+    metrics_ = *std::move(server);
+    spdlog::info("serving /metrics, /healthz and /readyz on {}", config_.metrics_address);
+  }
+  return absl::OkStatus();
+}
+
+void HealthServers::Stop() {
+  metrics_.reset();
+  health_.reset();
+}
+
+}  // namespace topodra::node

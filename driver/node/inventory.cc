@@ -1,0 +1,129 @@
+#include "driver/node/inventory.h"
+
+#include <utility>
+
+#include "driver/publish/names.h"
+
+namespace topodra::node {
+
+Inventory Inventory::Build(const InventoryOptions& options, topology::Topology topo,
+                           std::vector<publish::ReservedDevices> held) {
+  Inventory inv;
+  inv.options_ = options;
+  inv.options_.publish.reservations = std::move(held);
+  inv.topo_ = std::move(topo);
+  inv.pools_ = publish::BuildPools(inv.topo_, inv.options_.publish);
+  return inv;
+}
+
+std::optional<publish::Pool> Inventory::PoolOf(const std::string& driver) const {
+  for (const publish::Pool& p : pools_) {
+    if (p.driver == driver) return p;
+  }
+  return std::nullopt;
+}
+
+bool Inventory::ServesGpus() const {
+  if (!options_.publish.gpus) return false;
+  const std::optional<publish::Pool> pool = GpuPool();
+  return pool.has_value() && !pool->devices.empty();
+}
+
+std::map<std::string, topology::Gpu> Inventory::PublishedGpus() const {
+  std::set<std::string> published;
+  if (std::optional<publish::Pool> pool = GpuPool()) {
+    for (const publish::Device& d : pool->devices) published.insert(d.name);
+  }
+  std::map<std::string, topology::Gpu> out;
+  for (const topology::Gpu& gpu : topo_.gpus) {
+    std::string name = publish::GpuDeviceName(gpu);
+    if (published.contains(name)) out.emplace(std::move(name), gpu);
+  }
+  return out;
+}
+
+prepare::DriverSetup Inventory::CpuSetup() const {
+  const publish::PublishOptions& opts = options_.publish;
+  prepare::DriverSetup setup;
+  setup.cdi_marker = options_.cdi_marker;
+  setup.driver = opts.cpu_driver;
+  setup.kind = prepare::DriverKind::kCpu;
+  setup.reserved = opts.reserved_cpus;
+  setup.cpuset_hook = options_.cpuset_hook;
+  setup.cpu_pool.name = opts.node_name;
+  const claims::CpuDeviceKind kind =
+      opts.cpu_mode == publish::CpuDeviceMode::kIndividual ? claims::CpuDeviceKind::kIndividual
+      : opts.group_by == publish::GroupBy::kMachine        ? claims::CpuDeviceKind::kMachine
+                                                           : claims::CpuDeviceKind::kGroup;
+  std::set<std::string> reservation_devices;
+  for (const publish::ReservedDevices& r : opts.reservations) {
+    reservation_devices.insert(publish::ReservationCpuDeviceName(r.name));
+  }
+  for (auto& [name, cpus] : publish::CpuDeviceCpus(topo_, opts)) {
+    // A reservation's device is a group of its own in every grouped mode: topodra picks its
+    // owners' CPUs inside it (or takes their opaque cpuset).
+    const claims::CpuDeviceKind k =
+        reservation_devices.contains(name) ? claims::CpuDeviceKind::kGroup : kind;
+    setup.cpu_pool.devices[name] = claims::CpuDevice{k, cpus};
+  }
+  return setup;
+}
+
+prepare::DriverSetup Inventory::GpuSetup() const {
+  prepare::DriverSetup setup;
+  setup.cdi_marker = options_.cdi_marker;
+  setup.driver = options_.publish.gpu_driver;
+  setup.kind = prepare::DriverKind::kGpu;
+  setup.gpu_pool = options_.publish.node_name;
+  for (const auto& [name, gpu] : PublishedGpus()) {
+    setup.gpus[name] =
+        prepare::GpuDevice{gpu.pci_bus_id, options_.gpu_nodes ? options_.gpu_nodes(gpu)
+                                                              : std::vector<cdi::DeviceNode>{}};
+  }
+  return setup;
+}
+
+deviceplugin::ResourceSetup Inventory::DevicePluginSetup(deviceplugin::ResourceKind kind,
+                                                         const std::string& resource) const {
+  const bool gpu = kind == deviceplugin::ResourceKind::kGpu;
+  const prepare::DriverSetup dra = gpu ? GpuSetup() : CpuSetup();
+  deviceplugin::ResourceSetup setup;
+  setup.kind = kind;
+  setup.resource = resource;
+  setup.reserved = dra.reserved;
+  setup.cdi_marker = dra.cdi_marker;
+  if (!gpu) setup.cpuset_hook = options_.cpuset_hook;
+  for (const auto& [name, device] : dra.gpus) setup.gpus[device.pci_bus_id] = device;
+  return setup;
+}
+
+std::map<std::string, std::vector<reservation::DeviceRef>> Inventory::ReservedDevices() const {
+  std::map<std::string, std::vector<reservation::DeviceRef>> out;
+  for (const publish::Pool& p : pools_) {
+    for (const publish::Device& d : p.devices) {
+      auto it = d.attributes.find(publish::kReservationAttribute);
+      if (it == d.attributes.end()) continue;
+      if (const std::string* name = std::get_if<std::string>(&it->second)) {
+        out[*name].push_back({p.driver, p.name, d.name});
+      }
+    }
+  }
+  return out;
+}
+
+reservation::NodeContext Inventory::ReservationContext() const {
+  reservation::NodeContext ctx;
+  ctx.topo = topo_;
+  ctx.reserved_cpus = options_.publish.reserved_cpus;
+  for (const auto& [name, gpu] : PublishedGpus()) ctx.gpus[name] = gpu.pci_bus_id;
+  ctx.devices = ReservedDevices();
+  return ctx;
+}
+
+std::vector<publish::ReservedDevices> ToPublish(const std::vector<reservation::Held>& held) {
+  std::vector<publish::ReservedDevices> out;
+  for (const reservation::Held& h : held) out.push_back({h.name, h.cpus, h.gpus, h.since});
+  return out;
+}
+
+}  // namespace topodra::node

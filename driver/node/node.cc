@@ -1,0 +1,288 @@
+#include "driver/node/node.h"
+
+#include <malloc.h>
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "driver/node/components.h"
+#include "driver/node/startup.h"
+#include "driver/prepare/gpu_nodes.h"
+#include "driver/reservation/lifecycle.h"
+
+namespace topodra::node {
+namespace {
+
+void LogStart(const NodeConfig& config, const topology::Topology& topo) {
+  const publish::PublishOptions& opts = config.publish;
+  spdlog::info("topodra {} starting on node {}: {} CPUs online, {} GPUs, CPU devices {}{}, API {}",
+               config.version, opts.node_name, topo.cpus.size(), topo.gpus.size(),
+               publish::CpuDeviceModeName(opts.cpu_mode),
+               opts.cpu_mode == publish::CpuDeviceMode::kGrouped
+                   ? absl::StrCat(" by ", publish::GroupByName(opts.group_by))
+                   : "",
+               config.api_server);
+  if (!config.enforce_note.empty()) spdlog::info("{}", config.enforce_note);
+}
+
+}  // namespace
+
+Node::Node(NodeConfig config, NodeDeps deps)
+    : config_(std::move(config)),
+      deps_(std::move(deps)),
+      cdi_store_(config_.cdi_dir),
+      claim_source_(deps_.client) {}
+
+Node::~Node() { Stop(); }
+
+absl::StatusOr<std::unique_ptr<Node>> Node::Create(NodeConfig config, topology::Topology topo,
+                                                   NodeDeps deps) {
+  if (absl::Status st = Validate(config, topo); !st.ok()) return st;
+  LogStart(config, topo);
+  if (absl::Status st = PrepareOwnedDirectories(config); !st.ok()) return st;
+  absl::StatusOr<std::vector<std::unique_ptr<plugin::InstanceLock>>> locks =
+      AcquireInstanceLocks(config);
+  if (!locks.ok()) return locks.status();
+  std::unique_ptr<Node> node(new Node(std::move(config), std::move(deps)));
+  node->locks_ = *std::move(locks);
+  if (absl::Status st = node->LoadState(); !st.ok()) return st;
+  absl::StatusOr<std::optional<PinningSetup>> pinning = PreparePinning(node->config_);
+  if (!pinning.ok()) return pinning.status();
+  node->Assemble(std::move(topo), *std::move(pinning));
+  return node;
+}
+
+absl::Status Node::LoadState() {
+  // The mark in the names of the CDI files this instance writes: other instances sharing the
+  // CDI directory leave them alone, and a wiped state directory still knows them.
+  cdi_marker_ =
+      prepare::CdiInstanceMarker(config_.publish.node_name, AbsoluteDir(config_.state_dir));
+  absl::StatusOr<state::StateStore::Opened> opened = OpenState(config_, cdi_marker_);
+  if (!opened.ok()) return opened.status();
+  const std::string state_path = opened->store->path();
+  ledger_ = std::make_unique<state::Ledger>(std::move(opened->store), std::move(opened->loaded));
+  if (absl::Status st = ReleaseReservationsWhenOff(); !st.ok()) return st;
+  spdlog::info("state {}: {} allocations loaded ({} journal records replayed{})", state_path,
+               ledger_->Read([](const state::State& st) { return st.Size(); }), opened->replayed,
+               opened->dropped_torn ? ", a torn last record dropped" : "");
+  spdlog::info("CDI files of this instance: {}/*_i{}.json", config_.cdi_dir, cdi_marker_);
+  return absl::OkStatus();
+}
+
+// --reservations=off: nobody would ever expire or release the reservations held from before,
+// so their devices would be lost to the node.
+absl::Status Node::ReleaseReservationsWhenOff() {
+  if (config_.reservations) return absl::OkStatus();
+  absl::StatusOr<int> released = state::ReleaseAllReservations(*ledger_);
+  if (!released.ok()) {
+    return absl::Status(released.status().code(),
+                        absl::StrCat("--reservations=off: cannot release reservation ",
+                                     released.status().message()));
+  }
+  if (*released > 0) {
+    spdlog::info("--reservations=off: released the {} reservations held from before", *released);
+  }
+  return absl::OkStatus();
+}
+
+void Node::Assemble(topology::Topology topo, std::optional<PinningSetup> pinning) {
+  inventory_options_.publish = config_.publish;
+  inventory_options_.cdi_marker = cdi_marker_;
+  if (pinning) inventory_options_.cpuset_hook = pinning->hook;
+  inventory_options_.gpu_nodes = [root = config_.host_root](const topology::Gpu& gpu) {
+    return prepare::GpuDeviceNodes(gpu, root);
+  };
+  std::vector<publish::ReservedDevices> held = ledger_->Read(
+      [](const state::State& st) { return ToPublish(reservation::HeldDevices(st)); });
+  online_ = topo.online;
+  inventory_ = Inventory::Build(inventory_options_, std::move(topo), std::move(held));
+  if (config_.metrics_listen) {
+    metrics::MetricsOptions mo;
+    mo.version = config_.version;
+    mo.drivers = {config_.publish.cpu_driver};
+    if (inventory_.ServesGpus()) mo.drivers.push_back(config_.publish.gpu_driver);
+    if (config_.device_plugin.serves(DevicePluginKind::kGpu)) {
+      mo.resources.push_back(config_.device_plugin.gpu_resource);
+    }
+    if (config_.device_plugin.serves(DevicePluginKind::kCpu)) {
+      mo.resources.push_back(config_.device_plugin.cpu_resource);
+    }
+    metrics_ = std::make_unique<metrics::Metrics>(mo);
+  }
+  if (pinning) {
+    components_.Add(std::make_unique<Pinning>(*std::move(pinning), config_, ledger_.get(),
+                                              [this] { return Online(); }));
+  }
+  AddKubeletComponents();
+  publishing_ = components_.Add(std::make_unique<Publishing>(deps_.client, config_, inventory_));
+  if (config_.reservations) AddReservations();
+  watch_ = components_.Add(std::make_unique<MachineWatch>(
+      config_.topology_refresh, deps_.watch_uevents, [this] { OnMachineChanged(); }));
+  if (config_.metrics_listen || config_.health_listen) AddHealth();
+}
+
+void Node::AddKubeletComponents() {
+  std::vector<DraDrivers::Driver> drivers;
+  for (const prepare::DriverKind kind : {prepare::DriverKind::kCpu, prepare::DriverKind::kGpu}) {
+    const bool cpu = kind == prepare::DriverKind::kCpu;
+    if (!cpu && !inventory_.ServesGpus()) continue;
+    DraDrivers::Driver d{kind};
+    d.service = std::make_unique<prepare::ClaimService>(
+        cpu ? inventory_.CpuSetup() : inventory_.GpuSetup(), inventory_.topology(), ledger_.get(),
+        &cdi_store_, &claim_source_);
+    d.service->SetObserver(metrics_.get());
+    // The CPU driver's plugin directory holds the second instance lock.
+    if (cpu) d.keep_lock = [lock = locks_[1].get()] { return lock->Renew(); };
+    drivers.push_back(std::move(d));
+  }
+  dra_ = components_.Add(std::make_unique<DraDrivers>(std::move(drivers), config_));
+
+  if (config_.device_plugin.kinds.empty()) return;
+  std::vector<DevicePlugins::Plugin> plugins;
+  for (const DevicePluginKind kind : {DevicePluginKind::kGpu, DevicePluginKind::kCpu}) {
+    if (!config_.device_plugin.serves(kind)) continue;
+    const deviceplugin::ResourceKind rk = kind == DevicePluginKind::kGpu
+                                              ? deviceplugin::ResourceKind::kGpu
+                                              : deviceplugin::ResourceKind::kCpu;
+    DevicePlugins::Plugin p{rk};
+    p.service = std::make_unique<deviceplugin::DevicePluginService>(
+        inventory_.DevicePluginSetup(rk, config_.device_plugin.resource(kind)),
+        inventory_.topology(), ledger_.get(), &cdi_store_);
+    p.service->SetObserver(metrics_.get());
+    plugins.push_back(std::move(p));
+  }
+  device_plugins_ = components_.Add(std::make_unique<DevicePlugins>(std::move(plugins), config_));
+}
+
+void Node::AddReservations() {
+  reservation::ControllerOptions ro;
+  ro.node_name = config_.publish.node_name;
+  reservations_ =
+      components_.Add(std::make_unique<Reservations>(std::make_unique<reservation::Controller>(
+          deps_.client, ro, ledger_.get(), reservation::RealClock(),
+          [this] {
+            std::lock_guard<std::mutex> lock(publish_mu_);
+            return inventory_.ReservationContext();
+          },
+          [this] {
+            std::lock_guard<std::mutex> lock(publish_mu_);
+            if (Republish(inventory_.topology())) {
+              spdlog::info("reservations changed the devices; republishing");
+            }
+          })));
+}
+
+void Node::AddHealth() {
+  if (metrics_ != nullptr) metrics_->SetSnapshotSource([this] { return Snapshot(); });
+  metrics::Endpoints endpoints;
+  if (metrics_ != nullptr) endpoints.metrics = [this] { return metrics_->Render(); };
+  // The machine watch beats at every turn (at least every --topology-refresh); /healthz fails
+  // when it has stopped for much longer than that.
+  const absl::Duration stalled =
+      2 * std::max(absl::Seconds(1), config_.topology_refresh) + absl::Seconds(30);
+  endpoints.health = [this, stalled]() -> metrics::Probe {
+    const absl::Duration since = absl::Now() - watch_->last_beat();
+    if (since > stalled) {
+      return {false,
+              absl::StrCat("the main loop has not run for ", absl::ToInt64Seconds(since), " s")};
+    }
+    return {};
+  };
+  endpoints.ready = [this] { return Ready(); };
+  components_.Add(std::make_unique<HealthServers>(config_, std::move(endpoints)));
+}
+
+absl::Status Node::Start() {
+  absl::Status st = components_.Start();
+  // Discovery and start-up leave freed heap behind; give it back to the system.
+  malloc_trim(0);
+  return st;
+}
+
+void Node::Stop() { components_.Stop(); }
+
+bool Node::Republish(const topology::Topology& now) {
+  std::vector<publish::ReservedDevices> held = ledger_->Read(
+      [](const state::State& st) { return ToPublish(reservation::HeldDevices(st)); });
+  Inventory next = Inventory::Build(inventory_options_, now, std::move(held));
+  const bool changed = !next.SamePools(inventory_);
+  inventory_ = std::move(next);
+  if (changed) components_.OnInventory(inventory_);
+  return changed;
+}
+
+bool Node::OnMachineChanged() {
+  // CPUs hot-plugged or offlined, GPUs gone or back: rediscover and republish on change.
+  absl::StatusOr<topology::Topology> now = deps_.discover();
+  if (!now.ok()) {
+    spdlog::warn("topology rediscovery failed, keeping the last one: {}",
+                 std::string(now.status().message()));
+    return false;
+  }
+  bool changed = false;
+  {
+    std::lock_guard<std::mutex> lock(publish_mu_);
+    changed = Republish(*now);
+  }
+  malloc_trim(0);
+  if (!changed) return false;
+  spdlog::info("topology changed: {} CPUs online, {} GPUs; republishing", now->cpus.size(),
+               now->gpus.size());
+  {
+    std::lock_guard<std::mutex> lock(online_mu_);
+    online_ = now->online;
+  }
+  // Reserved devices may have left the machine.
+  if (reservations_ != nullptr) reservations_->Kick();
+  return true;
+}
+
+void Node::RequestRediscovery() { watch_->Request(); }
+
+Inventory Node::inventory() const {
+  std::lock_guard<std::mutex> lock(publish_mu_);
+  return inventory_;
+}
+
+CpuSet Node::Online() const {
+  std::lock_guard<std::mutex> lock(online_mu_);
+  return online_;
+}
+
+metrics::NodeSnapshot Node::Snapshot() {
+  metrics::NodeSnapshot s;
+  CpuSet held;
+  ledger_->Read([&](const state::State& st) {
+    held = st.HeldCpus();
+    s.gpus_allocated = static_cast<int>(st.HeldGpus().size());
+  });
+  const CpuSet online = Online();
+  const CpuSet& reserved = config_.publish.reserved_cpus;
+  s.cpus_allocated = held.Size();
+  s.cpus_reserved = reserved.Size();
+  s.cpus_available = (online - reserved - held).Size();
+  s.cpus_shared =
+      prepare::SharedPool(online, reserved, config_.strict_cpu_reservation, held).Size();
+  for (const auto& [driver, st] : publishing_->Statuses()) {
+    s.slice_publish_errors[driver] = st.errors;
+  }
+  return s;
+}
+
+metrics::Probe Node::Ready() {
+  std::vector<std::string> missing = dra_->Problems();
+  if (device_plugins_ != nullptr) {
+    for (std::string& p : device_plugins_->Problems()) missing.push_back(std::move(p));
+  }
+  for (const auto& [driver, st] : publishing_->Statuses()) {
+    if (!st.published_once) {
+      missing.push_back(absl::StrCat("driver ", driver, ": ResourceSlices not published yet",
+                                     st.last_error.empty() ? "" : " (", st.last_error,
+                                     st.last_error.empty() ? "" : ")"));
+    }
+  }
+  if (missing.empty()) return {};
+  return {false, absl::StrJoin(missing, "\n")};
+}
+
+}  // namespace topodra::node

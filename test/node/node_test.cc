@@ -1,0 +1,236 @@
+// The node daemon as an object: the XML discoverer, a stub API server, real kubelet sockets in a
+// temporary directory. Start and stop order, a machine change republished, a second instance
+// refused.
+#include "driver/node/node.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "test/node/stub_rest_client.h"
+#include "test/testing/eventually.h"
+#include "test/testing/fixtures.h"
+
+namespace topodra::node {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using topodra::testing::Eventually;
+
+class NodeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/nodeXXXXXX";  // short: socket paths must fit in 107 bytes
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  NodeConfig Config() const {
+    NodeConfig c;
+    c.publish.node_name = "node1";
+    c.slice_mixins = publish::MixinMode::kOff;
+    c.reservation_taints = publish::TaintMode::kOff;
+    c.reservations = false;
+    c.kubelet_root_dir = dir_ + "/k";
+    c.cdi_dir = dir_ + "/cdi";
+    c.state_dir = dir_ + "/state";
+    c.host_root = dir_ + "/host";
+    c.enforce = Enforce::kNone;
+    c.metrics_listen.reset();
+    c.health_listen.reset();
+    c.version = "test";
+    return c;
+  }
+
+  // The machine the node discovers: `fixture` until changed.
+  NodeDeps Deps() {
+    NodeDeps d;
+    d.client = &api_;
+    d.discover = [this]() -> absl::StatusOr<topology::Topology> {
+      std::lock_guard<std::mutex> lock(mu_);
+      return topodra::testing::LoadTopology(fixture_);
+    };
+    d.watch_uevents = false;
+    return d;
+  }
+  void SetMachine(const std::string& fixture) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fixture_ = fixture;
+  }
+  std::unique_ptr<Node> Create(NodeConfig config) {
+    absl::StatusOr<std::unique_ptr<Node>> node =
+        Node::Create(std::move(config), *Deps().discover(), Deps());
+    EXPECT_TRUE(node.ok()) << node.status();
+    return node.ok() ? *std::move(node) : nullptr;
+  }
+
+  std::string dir_;
+  testing::StubRestClient api_;
+  std::mutex mu_;
+  std::string fixture_ = "16em64t-4s2c2t.xml";
+};
+
+TEST_F(NodeTest, StartsInOrderServesTheKubeletAndStopsInReverse) {
+  std::unique_ptr<Node> node = Create(Config());
+  ASSERT_NE(node, nullptr);
+  EXPECT_THAT(node->ComponentNames(), ElementsAre("dra-drivers", "publishing", "machine-watch"));
+  const std::string sock = dir_ + "/k/plugins/dra.cpu/dra.sock";
+  EXPECT_FALSE(std::filesystem::exists(sock));
+  ASSERT_TRUE(node->Start().ok());
+  EXPECT_TRUE(std::filesystem::exists(sock));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/k/plugins_registry/dra.cpu-reg.sock"));
+  // 16 CPUs on one NUMA node: one grouped device.
+  EXPECT_TRUE(Eventually([&] { return api_.Devices("dra.cpu") == 1; })) << api_.Devices("dra.cpu");
+  node->Stop();
+  EXPECT_FALSE(std::filesystem::exists(sock));
+  node->Stop();  // idempotent
+}
+
+TEST_F(NodeTest, EveryConfiguredComponentHasItsPlace) {
+  NodeConfig c = Config();
+  fixture_ = "nvidiaDGX2.xml";
+  c.device_plugin.kinds = {DevicePluginKind::kGpu, DevicePluginKind::kCpu};
+  c.reservations = true;
+  c.health_listen = "127.0.0.1:0";
+  std::unique_ptr<Node> node = Create(c);
+  ASSERT_NE(node, nullptr);
+  EXPECT_THAT(node->ComponentNames(),
+              ElementsAre("dra-drivers", "device-plugins", "publishing", "reservations",
+                          "machine-watch", "health-metrics"));
+}
+
+TEST_F(NodeTest, MachineChangeIsRepublished) {
+  NodeConfig c = Config();
+  c.publish.cpu_mode = publish::CpuDeviceMode::kIndividual;
+  std::unique_ptr<Node> node = Create(c);
+  ASSERT_NE(node, nullptr);
+  ASSERT_TRUE(node->Start().ok());
+  const size_t before = node->inventory().CpuPool()->devices.size();
+  EXPECT_EQ(before, 16u);
+  EXPECT_TRUE(Eventually([&] { return api_.Devices("dra.cpu") == before; }));
+  EXPECT_FALSE(node->OnMachineChanged());  // the same machine: nothing to do
+  SetMachine("16em64t-4s2c2t-offlines.xml");
+  EXPECT_TRUE(node->OnMachineChanged());
+  const size_t after = node->inventory().CpuPool()->devices.size();
+  EXPECT_LT(after, before);
+  EXPECT_TRUE(Eventually([&] { return api_.Devices("dra.cpu") == after; }))
+      << api_.Devices("dra.cpu");
+  EXPECT_FALSE(node->OnMachineChanged());
+  node->Stop();
+}
+
+// What SIGUSR1 does: the machine watch rediscovers now, not at the next --topology-refresh.
+TEST_F(NodeTest, ARequestedRediscoveryRunsOnTheMachineWatch) {
+  NodeConfig c = Config();
+  c.publish.cpu_mode = publish::CpuDeviceMode::kIndividual;
+  c.topology_refresh = absl::Hours(1);
+  std::unique_ptr<Node> node = Create(c);
+  ASSERT_NE(node, nullptr);
+  ASSERT_TRUE(node->Start().ok());
+  SetMachine("16em64t-4s2c2t-offlines.xml");
+  node->RequestRediscovery();
+  EXPECT_TRUE(Eventually([&] { return node->inventory().CpuPool()->devices.size() < 16; }));
+  node->Stop();
+}
+
+// A stopped node leaves its state and locks to the next one on the same directories.
+TEST_F(NodeTest, RestartsOnTheStateItLeft) {
+  {
+    std::unique_ptr<Node> first = Create(Config());
+    ASSERT_NE(first, nullptr);
+    ASSERT_TRUE(first->Start().ok());
+  }  // destroyed without Stop: the destructor stops it
+  std::unique_ptr<Node> second = Create(Config());
+  ASSERT_NE(second, nullptr);
+  ASSERT_TRUE(second->Start().ok());
+  second->Stop();
+}
+
+TEST_F(NodeTest, ASecondInstanceOnTheSameStateIsRefused) {
+  std::unique_ptr<Node> first = Create(Config());
+  ASSERT_NE(first, nullptr);
+  absl::StatusOr<std::unique_ptr<Node>> second = Node::Create(Config(), *Deps().discover(), Deps());
+  ASSERT_FALSE(second.ok());
+  EXPECT_THAT(second.status().message(), HasSubstr("topodra.lock"));
+}
+
+TEST_F(NodeTest, BadConfigIsRefusedBeforeAnythingIsWritten) {
+  NodeConfig c = Config();
+  c.device_plugin.kinds = {DevicePluginKind::kGpu};
+  c.device_plugin.gpu_resource = "kubernetes.io/gpu";
+  absl::StatusOr<std::unique_ptr<Node>> node = Node::Create(c, *Deps().discover(), Deps());
+  ASSERT_FALSE(node.ok());
+  EXPECT_EQ(node.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(node.status().message(),
+              HasSubstr("--device-plugin-gpu-resource: resource name \"kubernetes.io/gpu\" is not "
+                        "an extended resource name"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/state"));
+}
+
+// ---- ComponentList with components that record what happens to them.
+
+class Recorder : public Component {
+ public:
+  Recorder(const char* name, std::vector<std::string>* log, bool fail = false)
+      : name_(name), log_(log), fail_(fail) {}
+  const char* name() const override { return name_; }
+  absl::Status Start() override {
+    log_->push_back(std::string("start ") + name_);
+    return fail_ ? absl::UnavailableError(name_) : absl::OkStatus();
+  }
+  void Stop() override { log_->push_back(std::string("stop ") + name_); }
+  void OnInventory(const Inventory&) override { log_->push_back(std::string("inv ") + name_); }
+
+ private:
+  const char* name_;
+  std::vector<std::string>* log_;
+  bool fail_;
+};
+
+TEST(ComponentListTest, StopsInReverseStartOrder) {
+  std::vector<std::string> log;
+  {
+    ComponentList list;
+    list.Add(std::make_unique<Recorder>("a", &log));
+    list.Add(std::make_unique<Recorder>("b", &log));
+    list.Add(std::make_unique<Recorder>("c", &log));
+    ASSERT_TRUE(list.Start().ok());
+    list.OnInventory(Inventory{});
+    list.Stop();
+    list.Stop();
+  }
+  EXPECT_THAT(log, ElementsAre("start a", "start b", "start c", "inv a", "inv b", "inv c", "stop c",
+                               "stop b", "stop a"));
+}
+
+TEST(ComponentListTest, AFailedStartStopsWhatStarted) {
+  std::vector<std::string> log;
+  ComponentList list;
+  list.Add(std::make_unique<Recorder>("a", &log));
+  list.Add(std::make_unique<Recorder>("b", &log));
+  list.Add(std::make_unique<Recorder>("c", &log, /*fail=*/true));
+  list.Add(std::make_unique<Recorder>("d", &log));
+  const absl::Status st = list.Start();
+  EXPECT_EQ(st, absl::UnavailableError("c"));
+  list.Stop();
+  EXPECT_THAT(log, ElementsAre("start a", "start b", "start c", "stop b", "stop a"));
+}
+
+TEST(ComponentListTest, DestroyingStopsWhatRuns) {
+  std::vector<std::string> log;
+  {
+    ComponentList list;
+    list.Add(std::make_unique<Recorder>("a", &log));
+    list.Add(std::make_unique<Recorder>("b", &log));
+    ASSERT_TRUE(list.Start().ok());
+  }
+  EXPECT_THAT(log, ElementsAre("start a", "start b", "stop b", "stop a"));
+}
+
+}  // namespace
+}  // namespace topodra::node
