@@ -6,7 +6,6 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 #include <stdlib.h>
 
@@ -18,6 +17,7 @@
 #include "driver/publish/names.h"
 #include "test/integration/fake_apiserver.h"
 #include "test/testing/fixtures.h"
+#include "test/testing/log_capture.h"
 
 namespace topodra::reservation {
 namespace {
@@ -45,40 +45,7 @@ class FakeClock : public Clock {
   absl::Time now_ = absl::Now();
 };
 
-// Keeps the daemon's log lines (the default logger's) for the duration of a test.
-class LogCapture {
- public:
-  LogCapture() : sink_(std::make_shared<Sink>()) {
-    previous_ = spdlog::default_logger();
-    auto logger = std::make_shared<spdlog::logger>("capture", sink_);
-    logger->set_level(spdlog::level::debug);
-    spdlog::set_default_logger(logger);
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-  // The lines at info and above that contain `text`.
-  std::vector<std::string> Lines(const std::string& text) const {
-    std::lock_guard<std::mutex> lock(sink_->lines_mu);
-    std::vector<std::string> out;
-    for (const std::string& l : sink_->lines) {
-      if (l.find(text) != std::string::npos) out.push_back(l);
-    }
-    return out;
-  }
-
- private:
-  struct Sink : spdlog::sinks::base_sink<std::mutex> {
-    void sink_it_(const spdlog::details::log_msg& m) override {
-      if (m.level < spdlog::level::info) return;
-      std::lock_guard<std::mutex> lock(lines_mu);
-      lines.emplace_back(m.payload.data(), m.payload.size());
-    }
-    void flush_() override {}
-    mutable std::mutex lines_mu;
-    std::vector<std::string> lines;
-  };
-  std::shared_ptr<Sink> sink_;
-  std::shared_ptr<spdlog::logger> previous_;
-};
+using topodra::testing::LogCapture;
 
 const topology::Topology& K32() {
   static const topology::Topology* t =
