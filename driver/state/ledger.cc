@@ -43,6 +43,10 @@ struct Ledger::Open {
   std::set<std::string> owners;  // changed
   std::vector<std::string> held;
   bool commit_failed = false;
+  // Frees devices in memory before its records are durable (a shrink, a reservation replaced or
+  // removed): no other transaction plans until it ends, so nobody takes those devices and an
+  // Abort can always put them back.
+  bool exclusive = false;
 };
 
 Ledger::Txn& Ledger::Txn::operator=(Txn&& other) noexcept {
@@ -88,6 +92,8 @@ absl::StatusOr<Ledger::Txn> Ledger::Reserve(const std::function<absl::Status(Edi
   bool notify = false;
   {
     absl::MutexLock lock(&mu_);
+    auto no_exclusive = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return exclusive_ == 0; };
+    mu_.Await(absl::Condition(&no_exclusive));
     const uint64_t id = ++next_id_;
     Open& open = open_[id];
     Edit edit(this, id);
@@ -139,7 +145,13 @@ absl::Status Ledger::Commit(Txn& txn) {
   }
   absl::Status recorded = absl::OkStatus();
   for (const Change& c : records) {
-    recorded = Record(c);
+    // A throw here would leave appending_ raised and every later commit waiting behind a
+    // compaction that never starts.
+    try {
+      recorded = Record(c);
+    } catch (const std::exception& e) {
+      recorded = absl::InternalError(absl::StrCat("journal write threw: ", e.what()));
+    }
     if (!recorded.ok()) {
       if (!c.label.empty()) {
         recorded = absl::Status(recorded.code(), absl::StrCat(c.label, ": ", recorded.message()));
@@ -226,6 +238,7 @@ void Ledger::Finish(uint64_t id) {
   for (const std::string& owner : it->second.held) {
     if (--held_[owner] <= 0) held_.erase(owner);
   }
+  if (it->second.exclusive) --exclusive_;
   open_.erase(it);
 }
 
@@ -319,6 +332,14 @@ void Ledger::CompactIfDue() {
 
 // --- Edit ---
 
+void Ledger::Edit::MarkExclusive() {
+  ledger_->mu_.AssertHeld();
+  Open& open = txn();
+  if (open.exclusive) return;
+  open.exclusive = true;
+  ++ledger_->exclusive_;
+}
+
 Ledger::Open& Ledger::Edit::txn() {
   ledger_->mu_.AssertHeld();
   return ledger_->open_.at(id_);
@@ -385,6 +406,7 @@ absl::Status Ledger::Edit::Shrink(Allocation allocation) {
   if (absl::Status st = Claim(allocation.owner); !st.ok()) return st;
   const Allocation* a = ledger_->state_.Find(allocation.owner);
   if (a == nullptr) return absl::NotFoundError(absl::StrCat(allocation.owner, " holds nothing"));
+  MarkExclusive();
   Change c;
   c.kind = Change::Kind::kShrink;
   c.key = allocation.owner;
@@ -406,6 +428,7 @@ absl::Status Ledger::Edit::Shrink(Allocation allocation) {
 
 absl::Status Ledger::Edit::PutReservation(Reservation reservation, std::string label) {
   ledger_->mu_.AssertHeld();
+  MarkExclusive();
   Change c;
   c.kind = Change::Kind::kPutReservation;
   c.key = reservation.uid;
@@ -423,6 +446,7 @@ absl::Status Ledger::Edit::RemoveReservation(const std::string& uid, std::string
   ledger_->mu_.AssertHeld();
   const Reservation* had = ledger_->state_.FindReservation(uid);
   if (had == nullptr) return absl::OkStatus();  // nothing to record
+  MarkExclusive();
   Change c;
   c.kind = Change::Kind::kRemoveReservation;
   c.key = uid;

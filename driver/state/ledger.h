@@ -12,7 +12,10 @@
 //
 // Devices are taken in memory at Reserve and given back only once their release is durable
 // (Release keeps them, kUnpreparing, until Commit), so a device never goes to two owners, in
-// memory or on replay. No file is synced while the lock is held: a compaction snapshots the
+// memory or on replay. The edits that free devices at once (Shrink, and a reservation replaced
+// or removed) make their transaction exclusive: no other Reserve plans until it has committed
+// or aborted, so nobody takes the freed devices before the change is durable, and an Abort can
+// always put them back. No file is synced while the lock is held: a compaction snapshots the
 // committed state (every open transaction undone on a copy) with no record in flight, then
 // writes it outside the lock.
 #pragma once
@@ -136,6 +139,9 @@ class Ledger {
   std::map<std::string, int> held_ ABSL_GUARDED_BY(mu_);
   // Commits writing records now; a compaction waits for none, and none starts during it.
   int appending_ ABSL_GUARDED_BY(mu_) = 0;
+  // Open transactions that freed devices in memory before their records are durable (Open's
+  // `exclusive`): while one is open, Reserve waits.
+  int exclusive_ ABSL_GUARDED_BY(mu_) = 0;
   bool compacting_ ABSL_GUARDED_BY(mu_) = false;
   ChangeSignal changes_;
 };
@@ -176,6 +182,8 @@ class Ledger::Edit {
   // Marks `owner` changed by this transaction; Unavailable when another one changes or holds it.
   absl::Status Claim(const std::string& owner);
   Open& txn();
+  // This transaction frees devices before they are durable: no other one may plan until it ends.
+  void MarkExclusive();
   Ledger* ledger_;
   uint64_t id_;
 };

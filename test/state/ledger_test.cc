@@ -312,6 +312,30 @@ TEST_F(LedgerTest, TellsReadersWhenDevicesAreTakenAndWhenTheyAreFree) {
   EXPECT_EQ(ledger_->changes().generation(), g1 + 1);  // free now
 }
 
+// A removed reservation's CPUs are free in memory at Reserve; until the removal is durable no
+// other writer may plan, or an Abort would put the reservation back over someone's claim.
+TEST_F(LedgerTest, AReservationRemovalKeepsOtherWritersWaitingUntilItEnds) {
+  absl::StatusOr<Ledger::Txn> put = ledger_->Reserve(
+      [&](Ledger::Edit& e) { return e.PutReservation(state_testing::Resv("r1", "0-1")); });
+  ASSERT_TRUE(put.ok());
+  ASSERT_TRUE(ledger_->Commit(*put).ok());
+  absl::StatusOr<Ledger::Txn> removal =
+      ledger_->Reserve([&](Ledger::Edit& e) { return e.RemoveReservation("uid-r1"); });
+  ASSERT_TRUE(removal.ok());
+  auto other = std::async(std::launch::async, [&] {
+    absl::StatusOr<Ledger::Txn> txn =
+        ledger_->Reserve([&](Ledger::Edit& e) { return e.Add(Claim("b", "0")); });
+    return txn.status();
+  });
+  // Still waiting: with the removal open, CPU 0 is not anybody's to take.
+  EXPECT_EQ(other.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  ledger_->Abort(*removal);  // as after a failed record: r1 holds CPUs 0-1 again
+  const absl::Status planned = other.get();
+  EXPECT_FALSE(planned.ok()) << "a claim took CPU 0 of reservation r1";
+  EXPECT_TRUE(ledger_->Read([](const State& s) { return s.FindReservation("uid-r1") != nullptr; }));
+  EXPECT_FALSE(Has("b"));
+}
+
 // The journal write (and its fdatasync) runs without the lock: readers and other writers go on
 // while a commit waits for the disk.
 TEST_F(LedgerTest, LockIsNotHeldDuringTheJournalWrite) {
