@@ -20,7 +20,6 @@
 #include "driver/deviceplugin/device_plugin_core.h"
 #include "driver/metrics/observer.h"
 #include "driver/prepare/claim_service.h"
-#include "driver/metrics/observer.h"
 #include "driver/state/ledger.h"
 #include "topology/topology.h"
 

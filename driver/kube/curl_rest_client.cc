@@ -121,9 +121,10 @@ absl::Status CurlError(const std::string& what, CURLcode code, const char* errbu
 absl::Status GlobalInit() {
   static const absl::Status* const status = [] {
     const CURLcode init = curl_global_init(CURL_GLOBAL_DEFAULT);
-    return new absl::Status(init == CURLE_OK ? absl::OkStatus()
-                                             : absl::InternalError(absl::StrCat(
-                                                   "curl_global_init: ", curl_easy_strerror(init))));
+    return new absl::Status(
+        init == CURLE_OK
+            ? absl::OkStatus()
+            : absl::InternalError(absl::StrCat("curl_global_init: ", curl_easy_strerror(init))));
   }();
   return *status;
 }

@@ -87,10 +87,9 @@ absl::Status Informer::List() {
   if (!r.ok()) return handler_->OnListError(r.status());
   const json& body = r->body;
   if (!body.is_object() || !body.contains("items") || !body["items"].is_array()) {
-    return absl::InternalError(absl::StrCat("list of ", collection.substr(collection.rfind('/') + 1),
-                                            ": unexpected body ",
-                                            body.dump(-1, ' ', false, json::error_handler_t::replace)
-                                                .substr(0, 200)));
+    return absl::InternalError(
+        absl::StrCat("list of ", collection.substr(collection.rfind('/') + 1), ": unexpected body ",
+                     body.dump(-1, ' ', false, json::error_handler_t::replace).substr(0, 200)));
   }
   std::vector<json> items(body["items"].begin(), body["items"].end());
   if (absl::Status st = handler_->OnList(std::move(items)); !st.ok()) return st;
@@ -141,8 +140,8 @@ absl::Status Informer::Watch() {
                     "&timeoutSeconds=", opts_.watch_timeout_seconds);
   }
   watch_delivered_ = false;
-  absl::Status st =
-      client_->Watch(path, [this](const json& e) { return OnWatchEvent(e); }, &interrupt_);
+  absl::Status st = client_->Watch(
+      path, [this](const json& e) { return OnWatchEvent(e); }, &interrupt_);
   // A stream that ended normally resumes from the last resourceVersion; one that failed starts
   // again from a list.
   if (!st.ok() || resource_version().empty()) need_list_ = true;

@@ -16,8 +16,8 @@ namespace topodra::node {
 
 // ---- Pinning
 
-Pinning::Pinning(PinningSetup setup, const NodeConfig& config,
-                 state::Ledger* ledger, std::function<CpuSet()> online)
+Pinning::Pinning(PinningSetup setup, const NodeConfig& config, state::Ledger* ledger,
+                 std::function<CpuSet()> online)
     : setup_(std::move(setup)),
       reserved_(config.publish.reserved_cpus),
       strict_(config.strict_cpu_reservation),

@@ -92,8 +92,8 @@ void Node::Assemble(topology::Topology topo, std::optional<PinningSetup> pinning
   inventory_options_.gpu_nodes = [root = config_.host_root](const topology::Gpu& gpu) {
     return prepare::GpuDeviceNodes(gpu, root);
   };
-  std::vector<publish::ReservedDevices> held = ledger_->Read(
-      [](const state::State& st) { return ToPublish(reservation::HeldDevices(st)); });
+  std::vector<publish::ReservedDevices> held =
+      ledger_->Read([](const state::State& st) { return ToPublish(reservation::HeldDevices(st)); });
   online_ = topo.online;
   inventory_ = Inventory::Build(inventory_options_, std::move(topo), std::move(held));
   if (config_.metrics_listen) {
@@ -202,8 +202,8 @@ absl::Status Node::Start() {
 void Node::Stop() { components_.Stop(); }
 
 bool Node::Republish(const topology::Topology& now) {
-  std::vector<publish::ReservedDevices> held = ledger_->Read(
-      [](const state::State& st) { return ToPublish(reservation::HeldDevices(st)); });
+  std::vector<publish::ReservedDevices> held =
+      ledger_->Read([](const state::State& st) { return ToPublish(reservation::HeldDevices(st)); });
   Inventory next = Inventory::Build(inventory_options_, now, std::move(held));
   const bool changed = !next.SamePools(inventory_);
   inventory_ = std::move(next);

@@ -75,7 +75,6 @@ class ApiClaimSource : public ClaimSource {
   std::string version_ = "v1";
 };
 
-
 struct ClaimRef {
   std::string ns;
   std::string uid;

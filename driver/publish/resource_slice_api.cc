@@ -23,7 +23,8 @@ std::string ResourceSliceApi::Collection() const {
 }
 
 std::vector<std::string> ResourceSliceApi::Collections() {
-  return {"/apis/resource.k8s.io/v1/resourceslices", "/apis/resource.k8s.io/v1beta2/resourceslices"};
+  return {"/apis/resource.k8s.io/v1/resourceslices",
+          "/apis/resource.k8s.io/v1beta2/resourceslices"};
 }
 
 void ResourceSliceApi::UseCollection(const std::string& collection) {

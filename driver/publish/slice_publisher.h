@@ -108,7 +108,7 @@ class SlicePublisher : private kube::InformerHandler {
   kube::Informer informer_;
   // Owned by the Run thread (or SyncOnce's caller).
   std::map<std::string, nlohmann::json> cache_;  // name -> stored slice
-  bool drift_ = false;  // the watch saw our slices change behind our back
+  bool drift_ = false;                           // the watch saw our slices change behind our back
   uint64_t synced_version_ = 0;
   std::optional<bool> mixins_supported_;  // auto mode: learned from the server
   std::optional<bool> taints_supported_;  // auto mode: learned from the server

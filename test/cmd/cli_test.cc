@@ -78,8 +78,8 @@ TEST(CliTest, TopologyJsonFromFile) {
 // other command runs without mapping them (nor needs them installed). The dynamic loader's own
 // trace names every library it loads, NEEDED or dlopened.
 TEST(CliTest, CommandsOtherThanRunLoadNoDaemonLibrary) {
-  const Result r = RunTopodra("topology --topology-synthetic 'pack:1 core:2 pu:1' -o json",
-                              "LD_DEBUG=files ");
+  const Result r =
+      RunTopodra("topology --topology-synthetic 'pack:1 core:2 pu:1' -o json", "LD_DEBUG=files ");
   ASSERT_EQ(r.code, 0) << r.err;
   ASSERT_THAT(r.err, HasSubstr("file=libhwloc.so"));  // the trace is there
   for (const char* lib : {"libcurl", "libgrpc", "libprotobuf", "libspdlog", "libtopodra_run"}) {

@@ -128,8 +128,8 @@ TEST_F(FakeRestClientTest, GenerateNameAndDryRun) {
 }
 
 TEST_F(FakeRestClientTest, StatusSubresource) {
-  json r = Create({{"metadata", {{"name", "r"}}}, {"spec", {{"a", 1}}}, {"status", {{"x", 1}}}},
-                  kResv);
+  json r =
+      Create({{"metadata", {{"name", "r"}}}, {"spec", {{"a", 1}}}, {"status", {{"x", 1}}}}, kResv);
   EXPECT_FALSE(r.contains("status"));  // ignored on create
   r["status"] = {{"phase", "Available"}};
   absl::StatusOr<kube::Response> st = fake_.Put(std::string(kResv) + "/r/status", r);
@@ -146,9 +146,9 @@ TEST_F(FakeRestClientTest, StatusSubresource) {
   EXPECT_EQ(put->body["metadata"]["generation"], 2);
   // Collections without the subresource have no .../status.
   Create(Slice("a", "n1"));
-  EXPECT_EQ(kube::HttpCodeOf(fake_.Put(std::string(kSlices) + "/a/status", Slice("a", "n1"))
-                                 .status()),
-            404);
+  EXPECT_EQ(
+      kube::HttpCodeOf(fake_.Put(std::string(kSlices) + "/a/status", Slice("a", "n1")).status()),
+      404);
 }
 
 TEST_F(FakeRestClientTest, FieldAndLabelSelectors) {
@@ -227,7 +227,8 @@ class Watcher {
 };
 
 std::string WatchPath(const std::string& rv, const std::string& selector = "") {
-  std::string p = std::string(kSlices) + "?watch=true&allowWatchBookmarks=true&resourceVersion=" + rv;
+  std::string p =
+      std::string(kSlices) + "?watch=true&allowWatchBookmarks=true&resourceVersion=" + rv;
   if (!selector.empty()) p += "&fieldSelector=" + kube::UrlEncode(selector);
   return p;
 }
@@ -245,9 +246,9 @@ TEST_F(FakeRestClientTest, WatchFromAResourceVersionGetsEveryLaterEventInOrder) 
   ASSERT_TRUE(fake_.Delete(std::string(kSlices) + "/a", {}).ok());
   ASSERT_TRUE(fake_.Await([&] { return fake_.WatchesIdle(1); }));
   const uint64_t r = std::stoull(rv);
-  EXPECT_THAT(w.Seen(), ElementsAre("ADDED c@" + std::to_string(r + 2),
-                                    "MODIFIED c@" + std::to_string(r + 3),
-                                    "DELETED a@" + std::to_string(r + 4)));
+  EXPECT_THAT(w.Seen(),
+              ElementsAre("ADDED c@" + std::to_string(r + 2), "MODIFIED c@" + std::to_string(r + 3),
+                          "DELETED a@" + std::to_string(r + 4)));
   fake_.SendBookmarks();
   ASSERT_TRUE(fake_.Await([&] { return w.Seen().size() == 4; }));
   EXPECT_EQ(w.Seen().back(), "BOOKMARK @" + std::to_string(r + 4));
@@ -321,7 +322,8 @@ TEST_F(FakeRestClientTest, InjectedFailuresAndRefusedConnections) {
   absl::StatusOr<kube::Response> r = fake_.Get(kSlices);
   EXPECT_EQ(kube::HttpCodeOf(r.status()), 503);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(kube::HttpCodeOf(fake_.Watch(WatchPath("1"), [](const json&) { return true; }, nullptr)),
+  EXPECT_EQ(kube::HttpCodeOf(fake_.Watch(
+                WatchPath("1"), [](const json&) { return true; }, nullptr)),
             503);
   EXPECT_TRUE(fake_.Get(kSlices).ok());
   fake_.Refuse(true);
@@ -330,12 +332,11 @@ TEST_F(FakeRestClientTest, InjectedFailuresAndRefusedConnections) {
   EXPECT_FALSE(kube::HttpCodeOf(refused.status()));
   EXPECT_THAT(refused.status().message(), HasSubstr("Couldn't connect"));
   fake_.Refuse(false);
-  EXPECT_THAT(fake_.RequestLines(),
-              ElementsAre("GET /apis/topodra.io/v1alpha1/reservations 200",
-                          "GET /apis/resource.k8s.io/v1/resourceslices 503",
-                          "WATCH " + WatchPath("1") + " 503",
-                          "GET /apis/resource.k8s.io/v1/resourceslices 200",
-                          "GET /apis/resource.k8s.io/v1/resourceslices 0"));
+  EXPECT_THAT(fake_.RequestLines(), ElementsAre("GET /apis/topodra.io/v1alpha1/reservations 200",
+                                                "GET /apis/resource.k8s.io/v1/resourceslices 503",
+                                                "WATCH " + WatchPath("1") + " 503",
+                                                "GET /apis/resource.k8s.io/v1/resourceslices 200",
+                                                "GET /apis/resource.k8s.io/v1/resourceslices 0"));
 }
 
 TEST_F(FakeRestClientTest, BeforeRequestHookMayWriteToTheFake) {

@@ -30,7 +30,8 @@ class Recorder : public InformerHandler {
  public:
   absl::Status OnList(std::vector<json> items) override {
     std::string line = "list";
-    for (const json& i : items) absl::StrAppend(&line, " ", i["metadata"]["name"].get<std::string>());
+    for (const json& i : items)
+      absl::StrAppend(&line, " ", i["metadata"]["name"].get<std::string>());
     Add(line);
     return absl::OkStatus();
   }
@@ -104,8 +105,9 @@ class InformerTest : public ::testing::Test {
     return fake_.Await([&] { return fake_.WatchesIdle(1); });
   }
   std::string Watch(const std::string& rv) {
-    return absl::StrCat("WATCH ", kSlices, "?watch=true&allowWatchBookmarks=true&fieldSelector=",
-                        kSelector, "&resourceVersion=", rv, "&timeoutSeconds=7 200");
+    return absl::StrCat("WATCH ", kSlices,
+                        "?watch=true&allowWatchBookmarks=true&fieldSelector=", kSelector,
+                        "&resourceVersion=", rv, "&timeoutSeconds=7 200");
   }
   std::string List(int code = 200) {
     return absl::StrCat("GET ", kSlices, "?fieldSelector=", kSelector, " ", code);
@@ -159,7 +161,8 @@ TEST_F(InformerTest, BookmarksMoveTheResourceVersionWithoutAnEvent) {
   ASSERT_TRUE(Idle());
   Create("elsewhere", "n2");  // filtered out: only a bookmark tells of the new version
   fake_.SendBookmarks();
-  ASSERT_TRUE(fake_.Await([&] { return informer_->resource_version() == Rv() && fake_.WatchesIdle(1); }));
+  ASSERT_TRUE(
+      fake_.Await([&] { return informer_->resource_version() == Rv() && fake_.WatchesIdle(1); }));
   fake_.EndWatches();
   ASSERT_TRUE(IdleAfter(3));
   EXPECT_EQ(Reads().back(), Watch(Rv()));
@@ -180,8 +183,8 @@ TEST_F(InformerTest, GoneRelists) {
   fake_.Compact();
   fake_.EndWatches();
   ASSERT_TRUE(IdleAfter(7));
-  EXPECT_THAT(Reads(), ElementsAre(List(), Watch("1"), List(), Watch("1"), Watch(a), List(),
-                                   Watch(Rv())));
+  EXPECT_THAT(Reads(),
+              ElementsAre(List(), Watch("1"), List(), Watch("1"), Watch(a), List(), Watch(Rv())));
   EXPECT_THAT(handler_.Lines(), ElementsAre("list", "sync", "ok", "list", "sync", "ok", "ADDED a",
                                             "sync", "ok", "list a", "sync", "ok"));
   EXPECT_TRUE(waits_.empty());  // none of this is an error
@@ -293,8 +296,8 @@ TEST_F(InformerTest, ListErrorsGoThroughTheHandler) {
   };
   Start(Options());
   ASSERT_TRUE(Idle());
-  EXPECT_THAT(handler_.Lines(), ElementsAre("error not installed", "error not installed", "list",
-                                            "sync", "ok"));
+  EXPECT_THAT(handler_.Lines(),
+              ElementsAre("error not installed", "error not installed", "list", "sync", "ok"));
 }
 
 TEST_F(InformerTest, FallsBackToTheFirstServedCollection) {

@@ -10,13 +10,13 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/json_text.h"
 #include "driver/publish/device_builder.h"
 #include "driver/publish/slice_builder.h"
 #include "driver/publish/slice_json.h"
 #include "test/testing/fake_rest_client.h"
 #include "test/testing/fixtures.h"
 #include "test/testing/log_capture.h"
-#include "common/json_text.h"
 
 namespace topodra::publish {
 namespace {
@@ -141,8 +141,8 @@ class SlicePublisherTest : public ::testing::Test {
   std::unique_ptr<SlicePublisher> publisher_;
 };
 
-const std::string kList = absl::StrCat(
-    "GET ", kSlices, "?fieldSelector=spec.driver%3Ddra.cpu%2Cspec.nodeName%3Dnode-a");
+const std::string kList =
+    absl::StrCat("GET ", kSlices, "?fieldSelector=spec.driver%3Ddra.cpu%2Cspec.nodeName%3Dnode-a");
 
 TEST_F(SlicePublisherTest, SyncOnceProbesMixinsOnceThenPublishes) {
   const Pool pool = PoolFor(k32);
@@ -153,9 +153,9 @@ TEST_F(SlicePublisherTest, SyncOnceProbesMixinsOnceThenPublishes) {
   ExpectStored(pool, 1);
   const std::string post = absl::StrCat("POST ", kSlices, " 201");
   // The fake keeps every field it is sent, as a server with KEP-5234 does: mixin form.
-  EXPECT_THAT(Take(), ElementsAre(kList + " 200", "GET /api/v1/nodes/node-a 200",
-                                  absl::StrCat("POST ", kSlices, "?dryRun=All 201"), post, post,
-                                  post));
+  EXPECT_THAT(Take(),
+              ElementsAre(kList + " 200", "GET /api/v1/nodes/node-a 200",
+                          absl::StrCat("POST ", kSlices, "?dryRun=All 201"), post, post, post));
   EXPECT_TRUE(p.status().mixins);
   EXPECT_TRUE(p.status().in_sync);
   EXPECT_EQ(p.status().writes, 3);
@@ -175,9 +175,8 @@ TEST_F(SlicePublisherTest, RunPublishesThenFollowsNewDesiredStatesWithoutRelisti
   // A new pool wakes the watch: updates from the cache, no list.
   const Pool grouped = PoolFor(k32, CpuDeviceMode::kGrouped);
   p.SetDesired(grouped);
-  ASSERT_TRUE(fake_.Await([&] {
-    return fake_.WatchesIdle(1) && p.status().in_sync && p.status().generation == 2;
-  }));
+  ASSERT_TRUE(fake_.Await(
+      [&] { return fake_.WatchesIdle(1) && p.status().in_sync && p.status().generation == 2; }));
   ExpectStored(grouped, 2);
   for (const std::string& r : Take()) {
     EXPECT_THAT(r, ::testing::Not(::testing::StartsWith("GET "))) << r;
@@ -196,9 +195,9 @@ TEST_F(SlicePublisherTest, HealsAWipeAndAnEditBehindItsBack) {
   ASSERT_TRUE(Settled(3));
   // The kubelet's wipe at its start: every slice deleted.
   for (const json& s : fake_.Objects(kSlices)) {
-    ASSERT_TRUE(fake_.Delete(absl::StrCat(kSlices, "/", s["metadata"]["name"].get<std::string>()),
-                             {})
-                    .ok());
+    ASSERT_TRUE(
+        fake_.Delete(absl::StrCat(kSlices, "/", s["metadata"]["name"].get<std::string>()), {})
+            .ok());
   }
   ASSERT_TRUE(Settled(3));
   ExpectStored(pool, 2);
@@ -281,9 +280,9 @@ TEST_F(SlicePublisherTest, CreateOverAStaleCacheRelistsAtOnce) {
   for (bool run_loop : {false, true}) {
     SCOPED_TRACE(run_loop ? "Run" : "SyncOnce");
     for (const json& s : fake_.Objects(kSlices)) {
-      ASSERT_TRUE(fake_.Delete(absl::StrCat(kSlices, "/", s["metadata"]["name"].get<std::string>()),
-                               {})
-                      .ok());
+      ASSERT_TRUE(
+          fake_.Delete(absl::StrCat(kSlices, "/", s["metadata"]["name"].get<std::string>()), {})
+              .ok());
     }
     const Pool pool = PoolFor(k32);
     // Someone stores an old slice of that name between the publisher's list and its create.

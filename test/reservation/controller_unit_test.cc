@@ -28,8 +28,7 @@ using ::testing::SizeIs;
 using topodra::testing::FakeRestClient;
 
 constexpr char kPath[] = "/apis/topodra.io/v1alpha1/reservations";
-const std::string kList =
-    absl::StrCat("GET ", kPath, "?fieldSelector=spec.nodeName%3Dnode-a");
+const std::string kList = absl::StrCat("GET ", kPath, "?fieldSelector=spec.nodeName%3Dnode-a");
 
 class FakeClock : public Clock {
  public:
@@ -286,8 +285,7 @@ TEST_F(ControllerUnitTest, ARealRecoveryIsLoggedOnce) {
   ASSERT_TRUE(fake_.Await([&] { return fake_.WatchesIdle(1); }));
   controller_->Stop();
   EXPECT_THAT(log.Lines("retrying with backoff"), SizeIs(1));
-  EXPECT_THAT(log.Lines("working again"),
-              ElementsAre("reservations node=node-a: working again"));
+  EXPECT_THAT(log.Lines("working again"), ElementsAre("reservations node=node-a: working again"));
   EXPECT_EQ(controller_->status().last_error, "");
 }
 

@@ -17,8 +17,7 @@ std::string UrlDecode(const std::string& s) {
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) {
     int hex = 0;
-    if (s[i] == '%' && i + 2 < s.size() &&
-        absl::SimpleHexAtoi(s.substr(i + 1, 2), &hex)) {
+    if (s[i] == '%' && i + 2 < s.size() && absl::SimpleHexAtoi(s.substr(i + 1, 2), &hex)) {
       out.push_back(static_cast<char>(hex));
       i += 2;
     } else {
@@ -44,18 +43,30 @@ std::string Meta(const json& obj, const char* key) { return Text(At(At(obj, "met
 
 std::string ReasonOf(int code) {
   switch (code) {
-    case 400: return "BadRequest";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "NotFound";
-    case 409: return "Conflict";
-    case 410: return "Expired";
-    case 422: return "Invalid";
-    case 429: return "TooManyRequests";
-    case 500: return "InternalError";
-    case 503: return "ServiceUnavailable";
-    case 504: return "Timeout";
-    default: return "";
+    case 400:
+      return "BadRequest";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "NotFound";
+    case 409:
+      return "Conflict";
+    case 410:
+      return "Expired";
+    case 422:
+      return "Invalid";
+    case 429:
+      return "TooManyRequests";
+    case 500:
+      return "InternalError";
+    case 503:
+      return "ServiceUnavailable";
+    case 504:
+      return "Timeout";
+    default:
+      return "";
   }
 }
 
@@ -120,7 +131,8 @@ bool FieldSelectorMatches(const std::string& selector, const json& object) {
     for (absl::string_view part : absl::StrSplit(key, '.')) j = &At(*j, std::string(part));
     return Text(*j);
   };
-  return Matches(selector, value_of, [&](const std::string& key) { return !value_of(key).empty(); });
+  return Matches(selector, value_of,
+                 [&](const std::string& key) { return !value_of(key).empty(); });
 }
 
 bool LabelSelectorMatches(const std::string& selector, const json& object) {
@@ -208,10 +220,10 @@ void FakeRestClient::SendBookmarks() {
   std::lock_guard<std::mutex> lock(mu_);
   for (OpenWatch* w : watches_) {
     if (!w->bookmarks) continue;
-    w->queue.push_back(
-        {{"type", "BOOKMARK"},
-         {"object", {{"kind", collections_[w->collection].kind},
-                     {"metadata", {{"resourceVersion", std::to_string(rv_)}}}}}});
+    w->queue.push_back({{"type", "BOOKMARK"},
+                        {"object",
+                         {{"kind", collections_[w->collection].kind},
+                          {"metadata", {{"resourceVersion", std::to_string(rv_)}}}}}});
   }
   Changed();
 }
@@ -475,9 +487,9 @@ absl::StatusOr<kube::Response> FakeRestClient::Write(const std::string& verb,
                                    ", UID in object meta: ", Meta(stored, "uid")));
     }
     if (!rv.empty() && rv != Meta(stored, "resourceVersion")) {
-      return conflict(absl::StrCat("Precondition failed: ResourceVersion in precondition: ", rv,
-                                   ", ResourceVersion in object meta: ",
-                                   Meta(stored, "resourceVersion")));
+      return conflict(
+          absl::StrCat("Precondition failed: ResourceVersion in precondition: ", rv,
+                       ", ResourceVersion in object meta: ", Meta(stored, "resourceVersion")));
     }
     json obj = stored;
     obj["metadata"]["resourceVersion"] = std::to_string(++rv_);
@@ -546,8 +558,8 @@ absl::Status FakeRestClient::Watch(const std::string& path, const kube::WatchHan
       if (matches(obj)) w.queue.push_back({{"type", "ADDED"}, {"object", obj}});
     }
   } else if (!absl::SimpleAtoi(from, &rv) || rv < oldest_rv_ || rv > rv_) {
-    w.queue.push_back(ExpiredStatus(
-        absl::StrCat("too old resource version: ", from, " (", oldest_rv_, ")")));
+    w.queue.push_back(
+        ExpiredStatus(absl::StrCat("too old resource version: ", from, " (", oldest_rv_, ")")));
     w.end = true;
   } else {
     for (const Event& e : history_) {

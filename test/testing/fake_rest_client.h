@@ -104,10 +104,8 @@ class FakeRestClient : public kube::RestClient {
 
   // kube::RestClient
   absl::StatusOr<kube::Response> Get(const std::string& path) override;
-  absl::StatusOr<kube::Response> Post(const std::string& path,
-                                      const nlohmann::json& body) override;
-  absl::StatusOr<kube::Response> Put(const std::string& path,
-                                     const nlohmann::json& body) override;
+  absl::StatusOr<kube::Response> Post(const std::string& path, const nlohmann::json& body) override;
+  absl::StatusOr<kube::Response> Put(const std::string& path, const nlohmann::json& body) override;
   absl::StatusOr<kube::Response> Delete(const std::string& path,
                                         const nlohmann::json& body) override;
   absl::Status Watch(const std::string& path, const kube::WatchHandler& on_event,
@@ -142,13 +140,13 @@ class FakeRestClient : public kube::RestClient {
     std::map<std::string, std::string> query;
   };
 
-  absl::Status Fault(const std::string& verb, const std::string& path);  // mu_ held
+  absl::Status Fault(const std::string& verb, const std::string& path);                  // mu_ held
   absl::StatusOr<Target> Parse(const std::string& verb, const std::string& path) const;  // mu_
   absl::StatusOr<kube::Response> Answer(const std::string& verb, const std::string& path,
                                         const nlohmann::json* body);
   absl::StatusOr<kube::Response> Write(const std::string& verb, const std::string& path,
                                        const Target& t, const nlohmann::json* body);  // mu_ held
-  void Record(const std::string& verb, const std::string& path, int code);  // mu_ held
+  void Record(const std::string& verb, const std::string& path, int code);            // mu_ held
   void Emit(const std::string& collection, const std::string& type, const nlohmann::json& obj);
   void Changed();  // mu_ held
 
