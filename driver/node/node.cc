@@ -114,11 +114,14 @@ void Node::Assemble(topology::Topology topo, std::optional<PinningSetup> pinning
                                               [this] { return Online(); }));
   }
   AddKubeletComponents();
+  // Before publishing and reservations: a --metrics-address or --health-address that cannot be
+  // bound stops the daemon before it writes to the API server or the journal. Its endpoints
+  // read watch_ and publishing_ only when asked, and both exist by then (set below, at Create).
+  if (config_.metrics_listen || config_.health_listen) AddHealth();
   publishing_ = components_.Add(std::make_unique<Publishing>(deps_.client, config_, inventory_));
   if (config_.reservations) AddReservations();
   watch_ = components_.Add(std::make_unique<MachineWatch>(
       config_.topology_refresh, deps_.watch_uevents, [this] { OnMachineChanged(); }));
-  if (config_.metrics_listen || config_.health_listen) AddHealth();
 }
 
 void Node::AddKubeletComponents() {

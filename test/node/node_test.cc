@@ -100,8 +100,8 @@ TEST_F(NodeTest, EveryConfiguredComponentHasItsPlace) {
   std::unique_ptr<Node> node = Create(c);
   ASSERT_NE(node, nullptr);
   EXPECT_THAT(node->ComponentNames(),
-              ElementsAre("dra-drivers", "device-plugins", "publishing", "reservations",
-                          "machine-watch", "health-metrics"));
+              ElementsAre("dra-drivers", "device-plugins", "health-metrics", "publishing",
+                          "reservations", "machine-watch"));
 }
 
 TEST_F(NodeTest, MachineChangeIsRepublished) {
