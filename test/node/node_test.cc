@@ -99,9 +99,8 @@ TEST_F(NodeTest, EveryConfiguredComponentHasItsPlace) {
   c.health_listen = "127.0.0.1:0";
   std::unique_ptr<Node> node = Create(c);
   ASSERT_NE(node, nullptr);
-  EXPECT_THAT(node->ComponentNames(),
-              ElementsAre("dra-drivers", "device-plugins", "health-metrics", "publishing",
-                          "reservations", "machine-watch"));
+  EXPECT_THAT(node->ComponentNames(), ElementsAre("dra-drivers", "device-plugins", "health-metrics",
+                                                  "publishing", "reservations", "machine-watch"));
 }
 
 TEST_F(NodeTest, MachineChangeIsRepublished) {
