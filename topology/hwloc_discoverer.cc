@@ -378,15 +378,19 @@ struct Builder {
           o->attr->bridge.downstream_type != HWLOC_OBJ_BRIDGE_PCI) {
         continue;
       }
-      topology::PcieRoot& r =
-          by_name[absl::StrFormat("pci%04x:%02x", o->attr->bridge.downstream.pci.domain,
-                                  o->attr->bridge.downstream.pci.secondary_bus)];
-      if (hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(t, o); anc != nullptr) {
-        r.local_cpus |= ToCpuSet(anc->cpuset);
-        r.numa = anc->nodeset != nullptr && hwloc_bitmap_weight(anc->nodeset) == 1
-                     ? hwloc_bitmap_first(anc->nodeset)
-                     : kNone;
-      }
+      const std::string name =
+          absl::StrFormat("pci%04x:%02x", o->attr->bridge.downstream.pci.domain,
+                          o->attr->bridge.downstream.pci.secondary_bus);
+      const bool seen = by_name.count(name) > 0;
+      topology::PcieRoot& r = by_name[name];
+      hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(t, o);
+      const int numa =
+          anc != nullptr && anc->nodeset != nullptr && hwloc_bitmap_weight(anc->nodeset) == 1
+              ? hwloc_bitmap_first(anc->nodeset)
+              : kNone;
+      if (anc != nullptr) r.local_cpus |= ToCpuSet(anc->cpuset);
+      // A root named twice below two NUMA nodes belongs to neither alone.
+      r.numa = !seen || r.numa == numa ? numa : kNone;
     }
     for (auto& [name, r] : by_name) {
       r.name = name;
