@@ -236,16 +236,22 @@ class MappingDroppingClient : public kube::RestClient {
     return inner_->Watch(path, on_event, stop);
   }
   int dry_runs = 0;
-  bool drop_all = false;  // after the first write: every request, dry run or not
+  bool drop_all = false;   // after the first write: every request, dry run or not
+  bool lists_too = false;  // also drop list attributes from writes (never from dry runs)
 
  private:
   json Strip(const std::string& path, json body) {
     const bool dry = path.find("dryRun=All") != std::string::npos;
     dry_runs += dry;
     if (!dry) drop_all = true;
-    if (dry && !drop_all) return body;
-    if (body.contains("spec") && body["spec"].contains("devices")) {
-      for (json& d : body["spec"]["devices"]) d.erase(kNodeAllocatableResourceMappings);
+    if (!body.contains("spec") || !body["spec"].contains("devices")) return body;
+    for (json& d : body["spec"]["devices"]) {
+      if (!dry || drop_all) d.erase(kNodeAllocatableResourceMappings);
+      if (!dry && lists_too && d.contains("attributes")) {
+        for (auto it = d["attributes"].begin(); it != d["attributes"].end();) {
+          it = it->contains("strings") ? d["attributes"].erase(it) : std::next(it);
+        }
+      }
     }
     return body;
   }
@@ -265,6 +271,27 @@ TEST(GatedPublisherTest, NodeAllocatableFieldLostAfterTheProbe) {
   EXPECT_EQ(StoredDevices(*inner),
             WithNodeAllocatableField(pool, NodeAllocatableField::kNone).devices);
   EXPECT_EQ(client.dry_runs, 2 + 2);  // probed, lost at the write, probed again
+}
+
+// Lists kept by the dry run but dropped by the write: auto falls back to scalar attributes at
+// once, and the pool on the server is complete and consistent.
+TEST(GatedPublisherTest, ListAttributesLostAtTheWrite) {
+  auto server = StartServer({"--list-attributes", "accept"});
+  ASSERT_NE(server, nullptr);
+  auto inner = topodra::testing::ClientFor(*server, std::chrono::milliseconds(3000));
+  MappingDroppingClient client(inner.get());
+  client.lists_too = true;
+  const Pool pool = WithNodeAllocatableField(CpuPool(), NodeAllocatableField::kNone);
+  SlicePublisher p(&client, Options(FeatureMode::kAuto, FeatureMode::kOff));
+  p.SetDesired(pool);
+  ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+  EXPECT_FALSE(p.status().list_attributes);
+  EXPECT_TRUE(p.status().in_sync);
+  EXPECT_EQ(StoredDevices(*inner), WithoutListAttributes(pool).devices);
+  EXPECT_EQ(client.dry_runs, 1);  // no second probe: the write settled it
+  const int64_t writes = p.status().writes;
+  ASSERT_TRUE(p.SyncOnce().ok());
+  EXPECT_EQ(p.status().writes, writes);
 }
 
 }  // namespace
