@@ -44,6 +44,10 @@ struct PublishFlags {
   std::string group_by = "numa";
   std::string reserved_cpus;
   std::string gpus = "auto";  // auto | none
+  // Alpha-gated fields (auto | on | off). `slices` has no server to ask: auto prints what a
+  // server without the feature gets, on prints the field (node allocatable: the 1.37 shape).
+  std::string list_attributes = "auto";
+  std::string node_allocatable_mapping = "off";
 };
 
 // Resolves and checks the flags against the machine; errors name the flag and value.

@@ -55,6 +55,18 @@ void AddPublishFlags(CLI::App* app, topodra::cmd::PublishFlags* f) {
   app->add_option("--gpus", f->gpus, "auto: publish the node's GPUs; none: publish no GPUs")
       ->check(CLI::IsMember({"auto", "none"}))
       ->capture_default_str();
+  app->add_option("--list-attributes", f->list_attributes,
+                  "CPU devices carry resource.kubernetes.io/pcieRoot as a list of their PCIe "
+                  "roots (DRAListTypeAttributes): auto (when the API server keeps list "
+                  "attributes), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  app->add_option("--node-allocatable-mapping", f->node_allocatable_mapping,
+                  "CPU devices map to the node's cpu allocatable (DRANodeAllocatableResources, "
+                  "1.36 or 1.37 field): auto (the field the API server keeps, if any), on (an "
+                  "error when it keeps neither), off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
 }
 
 bool IsKnownSubcommand(const CLI::App& app, const std::string& name) {

@@ -59,6 +59,13 @@ absl::StatusOr<node::NodeConfig> NodeConfigFromFlags(const RunCommand& cmd,
   absl::StatusOr<publish::TaintMode> taints = publish::ParseTaintMode(cmd.reservation_taints);
   if (!taints.ok()) return Prefixed("--reservation-taints", taints.status());
   c.reservation_taints = *taints;
+  // PublishOptionsFromFlags checked both; the daemon asks the server, so auto builds the fields
+  // and the publisher strips what the server does not keep.
+  c.list_attributes = *publish::ParseFeatureMode(cmd.publish.list_attributes, "list attribute");
+  c.node_allocatable =
+      *publish::ParseFeatureMode(cmd.publish.node_allocatable_mapping, "node-allocatable mapping");
+  c.publish.pcie_root_lists = c.list_attributes != publish::FeatureMode::kOff;
+  c.publish.node_allocatable = c.node_allocatable != publish::FeatureMode::kOff;
   if (cmd.reservations != "on" && cmd.reservations != "off") {
     return absl::InvalidArgumentError(
         absl::StrCat("--reservations: invalid value \"", cmd.reservations, "\" (want on or off)"));

@@ -11,6 +11,7 @@
 #include "cmd/yaml_json.h"
 #include "common/json_text.h"
 #include "driver/publish/slice_builder.h"
+#include "driver/publish/slice_features.h"
 #include "driver/publish/slice_json.h"
 
 namespace topodra::cmd {
@@ -60,6 +61,19 @@ absl::StatusOr<publish::PublishOptions> PublishOptionsFromFlags(const PublishFla
         absl::StrCat("--gpus: invalid value \"", flags.gpus, "\" (want auto or none)"));
   }
   o.gpus = flags.gpus == "auto";
+  absl::StatusOr<publish::FeatureMode> lists =
+      publish::ParseFeatureMode(flags.list_attributes, "list attribute");
+  if (!lists.ok())
+    return absl::InvalidArgumentError(
+        absl::StrCat("--list-attributes: ", lists.status().message()));
+  o.pcie_root_lists = *lists == publish::FeatureMode::kOn;
+  absl::StatusOr<publish::FeatureMode> mapping =
+      publish::ParseFeatureMode(flags.node_allocatable_mapping, "node-allocatable mapping");
+  if (!mapping.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--node-allocatable-mapping: ", mapping.status().message()));
+  }
+  o.node_allocatable = *mapping == publish::FeatureMode::kOn;
   if (absl::Status st = publish::ValidateOptions(o, topo); !st.ok()) return st;
   return o;
 }

@@ -368,6 +368,36 @@ struct Builder {
     }
   }
 
+  // Every host bridge hwloc kept, with the locality of the object it hangs from. hwloc may split
+  // one root bus over several host-bridge objects (or a bus over several domains is named
+  // twice); same-named roots are merged.
+  void HostBridges() {
+    std::map<std::string, topology::PcieRoot> by_name;
+    for (hwloc_obj_t o = nullptr; (o = hwloc_get_next_bridge(t, o)) != nullptr;) {
+      if (o->attr == nullptr || o->attr->bridge.upstream_type != HWLOC_OBJ_BRIDGE_HOST ||
+          o->attr->bridge.downstream_type != HWLOC_OBJ_BRIDGE_PCI) {
+        continue;
+      }
+      const std::string name =
+          absl::StrFormat("pci%04x:%02x", o->attr->bridge.downstream.pci.domain,
+                          o->attr->bridge.downstream.pci.secondary_bus);
+      const bool seen = by_name.count(name) > 0;
+      topology::PcieRoot& r = by_name[name];
+      hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(t, o);
+      const int numa =
+          anc != nullptr && anc->nodeset != nullptr && hwloc_bitmap_weight(anc->nodeset) == 1
+              ? hwloc_bitmap_first(anc->nodeset)
+              : kNone;
+      if (anc != nullptr) r.local_cpus |= ToCpuSet(anc->cpuset);
+      // A root named twice below two NUMA nodes belongs to neither alone.
+      r.numa = !seen || r.numa == numa ? numa : kNone;
+    }
+    for (auto& [name, r] : by_name) {
+      r.name = name;
+      topo.pcie_roots.push_back(std::move(r));
+    }
+  }
+
   void Distances() {
     unsigned nr = 1;
     hwloc_distances_s* d = nullptr;
@@ -426,6 +456,7 @@ absl::StatusOr<Topology> HwlocDiscoverer::Discover() {
   Builder::Caches(h.get(), HWLOC_OBJ_L2CACHE, 2, b.topo.l2);
   b.CoresAndCpus();
   b.Gpus();
+  b.HostBridges();
   b.Distances();
   b.topo.offline = ToCpuSet(hwloc_topology_get_complete_cpuset(h.get()));
   b.topo.Finalize();

@@ -20,11 +20,21 @@ void Topology::Finalize() {
   std::sort(cpus.begin(), cpus.end(), [](const Cpu& a, const Cpu& b) { return a.id < b.id; });
   std::sort(gpus.begin(), gpus.end(),
             [](const Gpu& a, const Gpu& b) { return a.pci_bus_id < b.pci_bus_id; });
+  std::sort(pcie_roots.begin(), pcie_roots.end(),
+            [](const PcieRoot& a, const PcieRoot& b) { return a.name < b.name; });
   online = CpuSet();
   for (const Cpu& c : cpus) online.Add(c.id);
   offline = offline - online;
   cpu_index_.assign(cpus.empty() ? 0 : static_cast<size_t>(cpus.back().id) + 1, -1);
   for (size_t i = 0; i < cpus.size(); ++i) cpu_index_[static_cast<size_t>(cpus[i].id)] = int(i);
+}
+
+std::vector<std::string> Topology::PcieRootsNear(const CpuSet& set) const {
+  std::vector<std::string> out;
+  for (const PcieRoot& r : pcie_roots) {
+    if (!(r.local_cpus & set).Empty()) out.push_back(r.name);
+  }
+  return out;
 }
 
 const Cpu* Topology::FindCpu(int cpu) const {

@@ -89,6 +89,17 @@ struct Gpu {
   std::vector<OsDevice> os_devices;
 };
 
+// A PCI host bridge: the root of one PCIe hierarchy, named as sysfs names its directory
+// (/sys/devices/pci0000:00) and as GPUs carry it in Gpu::pcie_root. Several host bridges may sit
+// below one NUMA node or package; a bridge attached to the machine as a whole is local to every
+// CPU.
+struct PcieRoot {
+  std::string name;   // "pci0000:00"
+  CpuSet local_cpus;  // CPUs of the bridge's closest non-I/O ancestor (hwloc locality)
+  int numa = kNone;   // when that locality is exactly one NUMA node
+  bool operator==(const PcieRoot&) const = default;
+};
+
 struct Cpu {
   int id = 0;
   int core = kNone;  // index into Topology::cores
@@ -103,6 +114,9 @@ struct Topology {
   std::vector<Cpu> cpus;  // online CPUs, sorted by id
   std::vector<CpuKind> cpu_kinds;
   std::vector<Gpu> gpus;  // sorted by PCI bus id
+  // Host bridges with a device hwloc keeps (GPUs, NICs, storage, accelerators), sorted by name;
+  // empty when the source has no PCI information.
+  std::vector<PcieRoot> pcie_roots;
   CpuSet online;
   CpuSet offline;  // present but offline CPUs
   // NUMA latency matrix indexed by position in numa_nodes; empty when unknown.
@@ -124,6 +138,8 @@ struct Topology {
   const Package* FindPackage(int package_id) const;
   // Distance between two NUMA nodes by OS id, if the machine reported distances.
   std::optional<uint64_t> NumaDistance(int from_id, int to_id) const;
+  // Names of the PCIe roots local to any of these CPUs, sorted.
+  std::vector<std::string> PcieRootsNear(const CpuSet& cpus) const;
   // Largest number of hardware threads on any core.
   int MaxThreadsPerCore() const;
 

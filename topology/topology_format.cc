@@ -125,6 +125,13 @@ json TopologyToJson(const Topology& topo) {
                     {"osDevices", std::move(os)}});
   }
   out["gpus"] = std::move(gpus);
+
+  json roots = json::array();
+  for (const PcieRoot& r : topo.pcie_roots) {
+    roots.push_back(
+        {{"name", r.name}, {"localCpus", r.local_cpus.ToString()}, {"numaNode", IdOrNull(r.numa)}});
+  }
+  out["pcieRoots"] = std::move(roots);
   return out;
 }
 
@@ -200,6 +207,10 @@ std::string TopologyToText(const Topology& topo) {
                     g.pcie_root.empty() ? "unknown" : g.pcie_root,
                     g.memory_bytes ? ", " + HumanBytes(g.memory_bytes) : std::string(),
                     names.empty() ? std::string() : ", devices " + absl::StrJoin(names, ","), "\n");
+  }
+  for (const PcieRoot& r : topo.pcie_roots) {
+    absl::StrAppend(&out, "  PCIe root ", r.name, ": CPUs ", CpusOrNone(r.local_cpus), ", NUMA ",
+                    r.numa == kNone ? std::string("unknown") : std::to_string(r.numa), "\n");
   }
   return out;
 }

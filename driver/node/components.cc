@@ -219,6 +219,8 @@ Publishing::Publishing(kube::RestClient* client, const NodeConfig& config, const
     po.node_name = config.publish.node_name;
     po.mixins = config.slice_mixins;
     po.taints = config.reservation_taints;
+    po.list_attributes = config.list_attributes;
+    po.node_allocatable = config.node_allocatable;
     Publisher p;
     p.driver = driver;
     p.publisher = std::make_unique<publish::SlicePublisher>(client, po);

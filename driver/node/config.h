@@ -47,7 +47,9 @@ struct NodeConfig {
   publish::PublishOptions publish;
   publish::MixinMode slice_mixins = publish::MixinMode::kAuto;
   publish::TaintMode reservation_taints = publish::TaintMode::kAuto;
-  bool reservations = true;  // --reservations=on
+  publish::FeatureMode list_attributes = publish::FeatureMode::kAuto;  // --list-attributes
+  publish::FeatureMode node_allocatable = publish::FeatureMode::kOff;  // --node-allocatable-mapping
+  bool reservations = true;                                            // --reservations=on
   absl::Duration topology_refresh = absl::Seconds(30);
 
   std::string kubelet_root_dir = "/var/lib/kubelet";

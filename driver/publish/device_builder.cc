@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "driver/publish/names.h"
+#include "driver/publish/slice_features.h"
 
 namespace topodra::publish {
 namespace {
@@ -215,6 +216,28 @@ void MarkHeld(Device& d, const Held& h) {
   if (!h.taints.is_null()) d.extra["taints"] = h.taints;
 }
 
+// What a CPU device adds behind alpha gates, after its other attributes: the PCIe roots near its
+// CPUs as a list (cut to the values left of the device's budget, at least one kept), and the
+// mapping to the node's `cpu` allocatable (addendum §4.2, §4.3: the shape dra-driver-cpu uses).
+void AddCpuGatedFields(Device& d, const Topology& topo, const CpuSet& cpus,
+                       const PublishOptions& opts, bool grouped) {
+  if (opts.pcie_root_lists) {
+    std::vector<std::string> roots = topo.PcieRootsNear(cpus);
+    std::erase_if(roots, [](const std::string& r) { return r.size() > 64; });
+    int used = 0;
+    for (const auto& [k, v] : d.attributes) used += ValueCount(v);
+    const int room = SliceLimits{}.max_attribute_values_per_device - used;
+    if (room > 0 && static_cast<int>(roots.size()) > room) roots.resize(static_cast<size_t>(room));
+    if (room > 0 && !roots.empty()) d.attributes[kPcieRoot] = StringList{std::move(roots)};
+  }
+  if (opts.node_allocatable) {
+    nlohmann::json mapping =
+        grouped ? nlohmann::json{{"capacityKey", kCpuCapacity}, {"capacityMultiplier", "1"}}
+                : nlohmann::json{{"deviceMultiplier", "1"}};
+    d.extra[kNodeAllocatableResources] = {{"cpu", {{"mapping", std::move(mapping)}}}};
+  }
+}
+
 // One grouped-mode CPU device before it becomes a Device: its name, its CPUs and, for a
 // reservation's device, the reservation.
 struct CpuGroup {
@@ -281,6 +304,7 @@ std::vector<Device> IndividualCpuDevices(const Topology& topo, const PublishOpti
     d.attributes[kCoreId] = int64_t{core.os_id};  // sysfs core_id: unique per socket
     d.attributes[kCpuId] = int64_t{cpu};
     if (auto it = holder.find(cpu); it != holder.end()) MarkHeld(d, *it->second);
+    AddCpuGatedFields(d, topo, CpuSet{cpu}, opts, /*grouped=*/false);
     out.push_back(std::move(d));
   });
   return out;
@@ -292,6 +316,7 @@ std::vector<Device> GroupedCpuDevices(const Topology& topo, const PublishOptions
   for (CpuGroup& g : CpuGroups(topo, opts, held)) {
     Device d = GroupDevice(topo, std::move(g.name), g.cpus, smt);
     if (g.held != nullptr) MarkHeld(d, *g.held);
+    AddCpuGatedFields(d, topo, g.cpus, opts, /*grouped=*/true);
     out.push_back(std::move(d));
   }
   return out;

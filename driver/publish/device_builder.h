@@ -45,6 +45,14 @@ struct PublishOptions {
   // --reserved-cpus are never published, held or not.
   std::vector<ReservedDevices> reservations;
   bool reservation_taints = true;  // also taint reserved devices (NoSchedule)
+  // CPU devices carry resource.kubernetes.io/pcieRoot as a `strings` list: the PCIe roots local
+  // to the device's CPUs (DRAListTypeAttributes; the publisher strips lists for servers without
+  // them). The list is cut to the 48-values budget of a device; GPUs keep the scalar string.
+  bool pcie_root_lists = false;
+  // CPU devices map to the node's `cpu` allocatable (DRANodeAllocatableResources), in the 1.37
+  // field nodeAllocatableResources: grouped devices by their consumed dra.cpu/cpu capacity,
+  // individual devices one CPU each. The publisher converts to the 1.36 shape or strips it.
+  bool node_allocatable = false;
 };
 
 // Parsers for flag values; errors name the bad value and the accepted ones.

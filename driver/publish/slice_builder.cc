@@ -14,13 +14,24 @@
 namespace topodra::publish {
 namespace {
 
-bool UsesTaintsOrCounters(const Device& d) {
-  return d.extra.contains("taints") || d.extra.contains("consumesCounters");
+bool HasList(const Attributes& attrs) {
+  return std::any_of(attrs.begin(), attrs.end(),
+                     [](const auto& kv) { return std::holds_alternative<StringList>(kv.second); });
 }
 
-int DeviceLimit(const std::vector<Device>& devices, const SliceLimits& limits) {
+// Taints, counters and (1.36+) list attributes lower the device limit of the slice.
+bool UsesAdvancedFeatures(const Device& d) {
+  return d.extra.contains("taints") || d.extra.contains("consumesCounters") ||
+         HasList(d.attributes);
+}
+
+int DeviceLimit(const std::vector<Device>& devices, const SliceLimits& limits,
+                const std::vector<DeviceMixin>& mixins = {}) {
   for (const Device& d : devices) {
-    if (UsesTaintsOrCounters(d)) return limits.max_devices_with_taints;
+    if (UsesAdvancedFeatures(d)) return limits.max_devices_with_taints;
+  }
+  for (const DeviceMixin& m : mixins) {
+    if (HasList(m.attributes)) return limits.max_devices_with_taints;
   }
   return limits.max_devices;
 }
@@ -167,6 +178,46 @@ void CompactSlice(Slice& slice, const SliceLimits& limits) {
   }
 }
 
+// The device's attributes after its includes are applied.
+Attributes FlatAttributes(const Device& d,
+                          const std::map<std::string, const DeviceMixin*>& mixins) {
+  Attributes out;
+  for (const std::string& inc : d.includes) {
+    auto it = mixins.find(inc);
+    if (it == mixins.end()) continue;
+    for (const auto& [k, v] : it->second->attributes) out[k] = v;
+  }
+  for (const auto& [k, v] : d.attributes) out[k] = v;
+  return out;
+}
+
+absl::Status CheckValues(const std::string& where, const Device& d, const Attributes& attrs,
+                         const SliceLimits& limits) {
+  int values = 0;
+  for (const auto& [k, v] : attrs) {
+    values += ValueCount(v);
+    const StringList* l = std::get_if<StringList>(&v);
+    if (l == nullptr) continue;
+    if (l->values.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": device \"", d.name, "\": list attribute \"", k, "\" is empty"));
+    }
+    for (const std::string& e : l->values) {
+      if (static_cast<int>(e.size()) > limits.max_string_length) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": device \"", d.name, "\": attribute \"", k, "\" value \"", e,
+                         "\" is longer than ", limits.max_string_length, " bytes"));
+      }
+    }
+  }
+  if (values > limits.max_attribute_values_per_device) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": device \"", d.name, "\" has ", values,
+                                                   " attribute values, more than ",
+                                                   limits.max_attribute_values_per_device));
+  }
+  return absl::OkStatus();
+}
+
 int FlatCount(const Device& d, const std::map<std::string, const DeviceMixin*>& mixins) {
   std::set<std::pair<bool, std::string>> keys;
   for (const std::string& inc : d.includes) {
@@ -214,7 +265,7 @@ absl::Status ValidateSlices(const std::vector<Slice>& slices, const SliceLimits&
   for (size_t si = 0; si < slices.size(); ++si) {
     const Slice& s = slices[si];
     const std::string where = Where(s, si);
-    const int max_devices = DeviceLimit(s.devices, limits);
+    const int max_devices = DeviceLimit(s.devices, limits, s.mixins);
     if (static_cast<int>(s.devices.size()) > max_devices) {
       return absl::InvalidArgumentError(absl::StrCat(
           where, " has ", s.devices.size(), " devices, more than the limit of ", max_devices));
@@ -261,6 +312,9 @@ absl::Status ValidateSlices(const std::vector<Slice>& slices, const SliceLimits&
         return absl::InvalidArgumentError(absl::StrCat(
             where, ": device \"", d.name, "\" has ", flat, " attributes and capacities, more than ",
             limits.max_attributes_per_device));
+      }
+      if (absl::Status st = CheckValues(where, d, FlatAttributes(d, mixins), limits); !st.ok()) {
+        return st;
       }
       total += OwnFieldCount(d);
     }

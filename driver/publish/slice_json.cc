@@ -137,12 +137,14 @@ json AttributeToJson(const AttributeValue& v) {
   if (const int64_t* i = std::get_if<int64_t>(&v)) return {{"int", *i}};
   if (const bool* b = std::get_if<bool>(&v)) return {{"bool", *b}};
   if (const std::string* s = std::get_if<std::string>(&v)) return {{"string", *s}};
+  if (const StringList* l = std::get_if<StringList>(&v)) return {{"strings", l->values}};
   return {{"version", std::get<Version>(v).value}};
 }
 
 absl::StatusOr<AttributeValue> AttributeFromJson(const json& j) {
   if (!j.is_object() || j.size() != 1) {
-    return absl::InvalidArgumentError("must have exactly one of int, bool, string, version");
+    return absl::InvalidArgumentError(
+        "must have exactly one of int, bool, string, version, strings");
   }
   const std::string k = j.begin().key();
   const json& v = j.begin().value();
@@ -161,8 +163,18 @@ absl::StatusOr<AttributeValue> AttributeFromJson(const json& j) {
     if (k == "string") return AttributeValue(*s);
     return AttributeValue(Version{*s});
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unsupported attribute type \"", k, "\" (want int, bool, string or version)"));
+  if (k == "strings") {
+    if (!v.is_array() || v.empty()) return Bad("strings", "must be a non-empty list of strings");
+    StringList l;
+    for (size_t i = 0; i < v.size(); ++i) {
+      absl::StatusOr<std::string> s = String(v[i], absl::StrCat("strings[", i, "]"));
+      if (!s.ok()) return s.status();
+      l.values.push_back(*std::move(s));
+    }
+    return AttributeValue(std::move(l));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unsupported attribute type \"", k, "\" (want int, bool, string, version or strings)"));
 }
 
 json CapacityToJson(const Capacity& c) {

@@ -19,6 +19,8 @@ struct SliceLimits {
   int max_devices = 128;
   int max_devices_with_taints = 64;    // when any device uses taints, counters or list attributes
   int max_attributes_per_device = 32;  // attributes + capacities, after flattening
+  // Attribute values of a device, a list counting each element (1.36+, addendum §5.2).
+  int max_attribute_values_per_device = 48;
   int max_includes_per_device = 8;
   int max_mixins = 128;
   int max_attributes_per_slice = 4096;  // over devices and mixins, with mixins
@@ -30,8 +32,21 @@ struct Version {
   bool operator==(const Version&) const = default;
 };
 
-// Exactly one of int, bool, string, version.
-using AttributeValue = std::variant<int64_t, bool, std::string, Version>;
+// A list-typed attribute ("strings", DRAListTypeAttributes, alpha in 1.36 and 1.37): non-empty,
+// each element at most 64 bytes, every element counts against the 48 values of a device.
+struct StringList {
+  std::vector<std::string> values;
+  bool operator==(const StringList&) const = default;
+};
+
+// Exactly one of int, bool, string, version, strings.
+using AttributeValue = std::variant<int64_t, bool, std::string, Version, StringList>;
+
+// Values an attribute counts against max_attribute_values_per_device.
+inline int ValueCount(const AttributeValue& v) {
+  if (const StringList* l = std::get_if<StringList>(&v)) return static_cast<int>(l->values.size());
+  return 1;
+}
 
 struct ValidRange {
   std::string min;

@@ -67,6 +67,41 @@ bool TaintsKept(const json& sent_spec, const json& stored_spec) {
   return true;
 }
 
+// True when, for every device of the sent spec, part(device) is kept on the stored device of the
+// same name. part gives null for a device that does not carry the field.
+template <typename Part>
+bool DevicePartsKept(const json& sent_spec, const json& stored_spec, Part part) {
+  std::map<std::string, const json*> stored;
+  const json& devices = Field(stored_spec, "devices");
+  if (devices.is_array()) {
+    for (const json& d : devices) stored.emplace(StringField(d, "name"), &d);
+  }
+  const json& sent = Field(sent_spec, "devices");
+  if (!sent.is_array()) return true;
+  for (const json& d : sent) {
+    const json want = part(d);
+    if (want.is_null()) continue;
+    auto it = stored.find(StringField(d, "name"));
+    if (it == stored.end() || !Covers(want, part(*it->second))) return false;
+  }
+  return true;
+}
+
+// A device's list-typed attributes; null when it has none.
+json ListAttributesOf(const json& device) {
+  json out = json::object();
+  const json& attrs = Field(device, "attributes");
+  if (attrs.is_object()) {
+    for (const auto& [k, v] : attrs.items()) {
+      if (v.is_object() && (v.contains("strings") || v.contains("ints") || v.contains("bools") ||
+                            v.contains("versions"))) {
+        out[k] = v;
+      }
+    }
+  }
+  return out.empty() ? json(nullptr) : out;
+}
+
 int64_t GenerationOf(const json& slice) {
   const json& g = Field(Field(Field(slice, "spec"), "pool"), "generation");
   return g.is_number_integer() ? g.get<int64_t>() : 0;
@@ -256,14 +291,139 @@ absl::StatusOr<bool> SlicePublisher::TaintsSupported(const Pool& pool) {
   return supported;
 }
 
+absl::StatusOr<bool> SlicePublisher::DryRunKeeps(const Slice& probe,
+                                                 const std::string& generate_name) {
+  json obj = ObjectFor(probe, 1);
+  obj["metadata"].erase("name");
+  obj["metadata"]["generateName"] = generate_name;
+  absl::StatusOr<kube::Response> r = api_.Create(obj, /*dry_run=*/true);
+  if (r.ok()) return Covers(obj["spec"], Field(r->body, "spec"));
+  const std::optional<int> code = kube::HttpCodeOf(r.status());
+  if (!code || (*code != 400 && *code != 422)) return r.status();  // cannot tell yet
+  return false;
+}
+
+namespace {
+
+// A slice of the pool holding one device with only the fields `keep` copies, so that nothing
+// else the server might drop decides the probe.
+template <typename Keep>
+Slice ProbeSlice(const Pool& pool, const Device& from, Keep keep) {
+  Slice probe;
+  probe.driver = pool.driver;
+  probe.pool = pool.name;
+  probe.node_name = pool.node_name;
+  Device d;
+  d.name = from.name;
+  keep(from, d);
+  probe.devices.push_back(std::move(d));
+  return probe;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> SlicePublisher::ListAttributesSupported(const Pool& pool) {
+  if (lists_supported_) return *lists_supported_;
+  for (const Device& from : pool.devices) {
+    Pool one;
+    one.devices.push_back(from);
+    if (!HasListAttributes(one)) continue;
+    const Slice probe = ProbeSlice(pool, from, [](const Device& f, Device& d) {
+      for (const auto& [k, v] : f.attributes) {
+        if (std::holds_alternative<StringList>(v)) d.attributes[k] = v;
+      }
+    });
+    absl::StatusOr<bool> kept = DryRunKeeps(probe, "topodra-list-probe-");
+    if (!kept.ok()) return kept.status();
+    spdlog::info(
+        "driver={} node={}: API server {} list-type attributes (DRAListTypeAttributes); "
+        "publishing {}",
+        opts_.driver, opts_.node_name, *kept ? "keeps" : "does not keep",
+        *kept ? "them" : "scalar attributes only");
+    lists_supported_ = *kept;
+    return *kept;
+  }
+  return false;
+}
+
+absl::StatusOr<NodeAllocatableField> SlicePublisher::NodeAllocatableFieldKept(const Pool& pool) {
+  if (node_allocatable_field_) return *node_allocatable_field_;
+  const Device* from = nullptr;
+  for (const Device& d : pool.devices) {
+    if (d.extra.is_object() && d.extra.contains(kNodeAllocatableResources)) {
+      from = &d;
+      break;
+    }
+  }
+  if (from == nullptr) return NodeAllocatableField::kNone;
+  // The capacity goes along: a mapping names one of the device's capacities.
+  const Slice v137 = ProbeSlice(pool, *from, [](const Device& f, Device& d) {
+    d.capacity = f.capacity;
+    d.allow_multiple_allocations = f.allow_multiple_allocations;
+    d.extra[kNodeAllocatableResources] = f.extra.at(kNodeAllocatableResources);
+  });
+  NodeAllocatableField field = NodeAllocatableField::kNone;
+  for (NodeAllocatableField f : {NodeAllocatableField::kV137, NodeAllocatableField::kV136}) {
+    Pool one;
+    one.devices = v137.devices;
+    Slice probe = v137;
+    probe.devices = WithNodeAllocatableField(std::move(one), f).devices;
+    absl::StatusOr<bool> kept = DryRunKeeps(probe, "topodra-allocatable-probe-");
+    if (!kept.ok()) return kept.status();
+    if (*kept) {
+      field = f;
+      break;
+    }
+  }
+  if (field == NodeAllocatableField::kNone && opts_.node_allocatable == FeatureMode::kOn) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--node-allocatable-mapping=on, but the API server keeps neither ",
+        kNodeAllocatableResources, " (1.37) nor ", kNodeAllocatableResourceMappings,
+        " (1.36) on ResourceSlice devices: is the DRANodeAllocatableResources feature gate on?"));
+  }
+  spdlog::info("driver={} node={}: API server keeps {} (DRANodeAllocatableResources); {}",
+               opts_.driver, opts_.node_name,
+               field == NodeAllocatableField::kNone ? "no node-allocatable field"
+                                                    : NodeAllocatableFieldName(field),
+               field == NodeAllocatableField::kNone
+                   ? "publishing CPU devices without the cpu mapping"
+                   : "CPU devices map to the node's cpu allocatable");
+  node_allocatable_field_ = field;
+  return field;
+}
+
+// Strips or converts the alpha-gated fields the server does not keep (probing once per field).
+absl::StatusOr<Pool> SlicePublisher::ApplyGatedFields(Pool p, Form* form) {
+  if (HasListAttributes(p)) {
+    bool keep = opts_.list_attributes == FeatureMode::kOn;
+    if (opts_.list_attributes == FeatureMode::kAuto) {
+      absl::StatusOr<bool> ok = ListAttributesSupported(p);
+      if (!ok.ok()) return ok.status();
+      keep = *ok;
+    }
+    if (!keep) p = WithoutListAttributes(std::move(p));
+  }
+  form->lists = HasListAttributes(p);
+  if (HasNodeAllocatable(p)) {
+    NodeAllocatableField field = NodeAllocatableField::kNone;
+    if (opts_.node_allocatable != FeatureMode::kOff) {
+      absl::StatusOr<NodeAllocatableField> f = NodeAllocatableFieldKept(p);
+      if (!f.ok()) return f.status();
+      field = *f;
+    }
+    p = WithNodeAllocatableField(std::move(p), field);
+    form->node_allocatable = field;
+  }
+  return p;
+}
+
 absl::StatusOr<std::vector<json>> SlicePublisher::DesiredObjects(const std::optional<Pool>& pool,
-                                                                 bool* mixin_form, bool* tainted) {
-  *mixin_form = false;
-  *tainted = false;
+                                                                 Form* form) {
+  *form = Form{};
   std::vector<json> out;
   if (!pool) return out;
-  // Taints first: they change how many devices fit in a slice, and so the slices the mixins
-  // probe looks at.
+  // Taints and list attributes first: they change how many devices fit in a slice, and so the
+  // slices the mixins probe looks at.
   Pool p = *pool;
   if (HasTaints(p)) {
     bool keep = opts_.taints == TaintMode::kOn;
@@ -274,19 +434,22 @@ absl::StatusOr<std::vector<json>> SlicePublisher::DesiredObjects(const std::opti
     }
     if (!keep) p = WithoutTaints(std::move(p));
   }
-  *tainted = HasTaints(p);
-  SliceForm form = opts_.mixins == MixinMode::kOn ? SliceForm::kMixins : SliceForm::kFlat;
+  form->tainted = HasTaints(p);
+  absl::StatusOr<Pool> gated = ApplyGatedFields(std::move(p), form);
+  if (!gated.ok()) return gated.status();
+  p = *std::move(gated);
+  SliceForm slice_form = opts_.mixins == MixinMode::kOn ? SliceForm::kMixins : SliceForm::kFlat;
   if (opts_.mixins == MixinMode::kAuto) {
     absl::StatusOr<std::vector<Slice>> mixed = BuildSlices(p, SliceForm::kMixins, opts_.limits);
     if (!mixed.ok()) return mixed.status();
     absl::StatusOr<bool> ok = MixinsSupported(*mixed);
     if (!ok.ok()) return ok.status();
-    if (*ok) form = SliceForm::kMixins;
+    if (*ok) slice_form = SliceForm::kMixins;
   }
-  absl::StatusOr<std::vector<Slice>> slices = BuildSlices(p, form, opts_.limits);
+  absl::StatusOr<std::vector<Slice>> slices = BuildSlices(p, slice_form, opts_.limits);
   if (!slices.ok()) return slices.status();
   for (const Slice& s : *slices) {
-    if (!s.mixins.empty()) *mixin_form = true;
+    if (!s.mixins.empty()) form->mixins = true;
     out.push_back(ObjectFor(s, 0));
   }
   return out;
@@ -325,9 +488,35 @@ absl::StatusOr<kube::Response> SlicePublisher::Write(json& obj) {
 
 // The server accepted `sent` and stored `stored`: an error when it dropped fields, after taking
 // the fallback (no taints, flat slices) that explains it where auto mode allows one.
-absl::Status SlicePublisher::CheckStored(const json& sent, const json& stored, bool tainted,
-                                         bool mixin_form) {
+absl::Status SlicePublisher::CheckStored(const json& sent, const json& stored, const Form& form) {
   if (Covers(Field(sent, "spec"), Field(stored, "spec"))) return absl::OkStatus();
+  const bool tainted = form.tainted;
+  const bool mixin_form = form.mixins;
+  if (form.node_allocatable != NodeAllocatableField::kNone) {
+    const char* name = NodeAllocatableFieldName(form.node_allocatable);
+    if (!DevicePartsKept(Field(sent, "spec"), Field(stored, "spec"),
+                         [&](const json& d) { return Field(d, name); })) {
+      // The server changed under us (an upgrade from 1.36 to 1.37 prunes the 1.36 field, a gate
+      // turned off): probe again on the next pass.
+      node_allocatable_field_.reset();
+      informer_.Relist();
+      if (opts_.node_allocatable == FeatureMode::kAuto) retry_now_ = true;
+      return absl::UnavailableError(absl::StrCat("the API server dropped ", name,
+                                                 "; probing the node-allocatable field again"));
+    }
+  }
+  if (form.lists && opts_.list_attributes == FeatureMode::kAuto &&
+      !DevicePartsKept(Field(sent, "spec"), Field(stored, "spec"), ListAttributesOf)) {
+    lists_supported_ = false;
+    spdlog::info(
+        "driver={} node={}: API server dropped list-type attributes (DRAListTypeAttributes); "
+        "publishing scalar attributes only",
+        opts_.driver, opts_.node_name);
+    informer_.Relist();
+    retry_now_ = true;
+    return absl::UnavailableError(
+        "the API server dropped the list attributes; republishing without them");
+  }
   if (tainted && opts_.taints == TaintMode::kAuto &&
       !TaintsKept(Field(sent, "spec"), Field(stored, "spec"))) {
     // Accepted, but the taints were dropped: DRADeviceTaints is off after all.
@@ -374,9 +563,8 @@ absl::Status SlicePublisher::Reconcile() {
     }
     // A missing Node (tests, a node being deleted) only costs the owner reference.
   }
-  bool mixin_form = false;
-  bool tainted = false;
-  absl::StatusOr<std::vector<json>> desired = DesiredObjects(pool, &mixin_form, &tainted);
+  Form form;
+  absl::StatusOr<std::vector<json>> desired = DesiredObjects(pool, &form);
   if (!desired.ok()) return desired.status();
 
   // Generations only grow, even when every slice was deleted behind our back: consumers that saw
@@ -423,12 +611,16 @@ absl::Status SlicePublisher::Reconcile() {
       ++writes;
       // Consumers may have seen this generation already: never publish it again.
       highest_generation_ = std::max(highest_generation_, generation);
-      if (absl::Status st = CheckStored(obj, r->body, tainted, mixin_form); !st.ok()) return st;
+      if (absl::Status st = CheckStored(obj, r->body, form); !st.ok()) return st;
       cache_[name] = r->body;
     }
-    spdlog::info("driver={} node={}: published {} ResourceSlices, pool generation {}, {} form{}",
-                 opts_.driver, opts_.node_name, desired->size(), generation,
-                 mixin_form ? "mixin" : "flat", tainted ? ", with device taints" : "");
+    spdlog::info(
+        "driver={} node={}: published {} ResourceSlices, pool generation {}, {} form{}{}{}",
+        opts_.driver, opts_.node_name, desired->size(), generation, form.mixins ? "mixin" : "flat",
+        form.tainted ? ", with device taints" : "", form.lists ? ", with list attributes" : "",
+        form.node_allocatable == NodeAllocatableField::kNone
+            ? ""
+            : absl::StrCat(", with ", NodeAllocatableFieldName(form.node_allocatable)));
   }
   highest_generation_ = std::max(highest_generation_, generation);
   stale_retries_ = 0;
@@ -437,8 +629,10 @@ absl::Status SlicePublisher::Reconcile() {
   status_.published_once = true;
   status_.generation = generation;
   status_.slices = static_cast<int>(desired->size());
-  status_.mixins = mixin_form;
-  status_.taints = tainted;
+  status_.mixins = form.mixins;
+  status_.taints = form.tainted;
+  status_.list_attributes = form.lists;
+  status_.node_allocatable = form.node_allocatable;
   status_.writes += writes;
   synced_version_ = version;
   drift_ = false;

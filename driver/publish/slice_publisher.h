@@ -16,6 +16,7 @@
 #include "driver/kube/rest_client.h"
 #include "driver/publish/resource_slice_api.h"
 #include "driver/publish/slice_builder.h"
+#include "driver/publish/slice_features.h"
 
 namespace topodra::publish {
 
@@ -34,6 +35,14 @@ struct PublisherOptions {
   std::string node_name;
   MixinMode mixins = MixinMode::kAuto;
   TaintMode taints = TaintMode::kAuto;
+  // List attributes (DRAListTypeAttributes, alpha): kAuto probes with a dry-run create once the
+  // pool has one and strips them when the server rejects or drops them; kOn keeps them (a server
+  // that drops them is an error); kOff strips them.
+  FeatureMode list_attributes = FeatureMode::kAuto;
+  // Node-allocatable mapping (DRANodeAllocatableResources, alpha): kAuto probes the 1.37 field,
+  // then the 1.36 one, and publishes the one the server keeps, or none; kOn does the same but a
+  // server that keeps neither is an error; kOff strips it.
+  FeatureMode node_allocatable = FeatureMode::kOff;
   std::chrono::milliseconds initial_backoff{200};
   std::chrono::milliseconds max_backoff{30000};
   int watch_timeout_seconds = 300;
@@ -47,8 +56,10 @@ struct PublisherStatus {
   bool published_once = false;  // in_sync has been reached at least once (readiness)
   int64_t generation = 0;       // pool generation on the server
   int slices = 0;
-  bool mixins = false;     // published in mixin form
-  bool taints = false;     // published with device taints (some device of the pool has one)
+  bool mixins = false;           // published in mixin form
+  bool taints = false;           // published with device taints (some device of the pool has one)
+  bool list_attributes = false;  // published with list attributes
+  NodeAllocatableField node_allocatable = NodeAllocatableField::kNone;  // the field published
   std::string last_error;  // empty when the last attempt worked
   int64_t writes = 0;      // create + update + delete calls that succeeded
   int64_t errors = 0;      // failed attempts
@@ -82,17 +93,30 @@ class SlicePublisher : private kube::InformerHandler {
   absl::Status Sync() override;
   void OnResult(const absl::Status& result) override { RecordResult(result); }
 
+  // What the desired objects carry of the optional features.
+  struct Form {
+    bool mixins = false;
+    bool tainted = false;
+    bool lists = false;
+    NodeAllocatableField node_allocatable = NodeAllocatableField::kNone;
+  };
   absl::Status Reconcile();
   absl::StatusOr<kube::Response> Write(nlohmann::json& obj);
-  absl::Status CheckStored(const nlohmann::json& sent, const nlohmann::json& stored, bool tainted,
-                           bool mixin_form);
+  absl::Status CheckStored(const nlohmann::json& sent, const nlohmann::json& stored,
+                           const Form& form);
   // A create, update or delete failed with st: what the next pass must do differently.
   absl::Status WriteFailed(const absl::Status& st);
   absl::StatusOr<bool> MixinsSupported(const std::vector<Slice>& mixed);
   absl::StatusOr<bool> TaintsSupported(const Pool& pool);
   void LogTaintDecision(bool supported) const;
+  // A dry-run create of `probe`: true when the server stores all of it, false when it drops a
+  // field or rejects the request as invalid (400, 422); other errors mean it cannot tell yet.
+  absl::StatusOr<bool> DryRunKeeps(const Slice& probe, const std::string& generate_name);
+  absl::StatusOr<bool> ListAttributesSupported(const Pool& pool);
+  absl::StatusOr<NodeAllocatableField> NodeAllocatableFieldKept(const Pool& pool);
+  absl::StatusOr<Pool> ApplyGatedFields(Pool p, Form* form);
   absl::StatusOr<std::vector<nlohmann::json>> DesiredObjects(const std::optional<Pool>& pool,
-                                                             bool* mixin_form, bool* tainted);
+                                                             Form* form);
   nlohmann::json ObjectFor(const Slice& s, int64_t generation) const;
   void RecordResult(const absl::Status& s);
 
@@ -112,6 +136,10 @@ class SlicePublisher : private kube::InformerHandler {
   uint64_t synced_version_ = 0;
   std::optional<bool> mixins_supported_;  // auto mode: learned from the server
   std::optional<bool> taints_supported_;  // auto mode: learned from the server
+  std::optional<bool> lists_supported_;   // auto mode: learned from the server
+  // Learned from the server (auto and on); forgotten when a write loses it (an upgrade from 1.36
+  // to 1.37 prunes the 1.36 field), so the next pass probes again.
+  std::optional<NodeAllocatableField> node_allocatable_field_;
   bool retry_now_ = false;  // a fallback was taken or the cache was stale: publish again now
   static constexpr int kStaleRetries = 3;
   int stale_retries_ = 0;  // passes in a row that ended on a stale cache

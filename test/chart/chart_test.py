@@ -387,6 +387,8 @@ class ChartTest(unittest.TestCase):
     FLAG_VALUES = {
         "--cpu-device-mode": "publish.cpuDeviceMode", "--group-by": "publish.groupBy",
         "--gpus": "publish.gpus", "--slice-mixins": "publish.sliceMixins",
+        "--list-attributes": "publish.listAttributes",
+        "--node-allocatable-mapping": "publish.nodeAllocatableMapping",
         "--topology-refresh": "publish.topologyRefresh", "--device-plugin": "devicePlugin.mode",
         "--device-plugin-reclaim-interval": "devicePlugin.reclaimInterval",
         "--enforce": "cpuPinning.enforce", "--reservations": None,

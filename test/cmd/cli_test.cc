@@ -167,6 +167,52 @@ TEST(CliTest, SlicesOnEveryFixtureAndMode) {
   }
 }
 
+// The alpha-gated fields: off by default (auto has no server to ask), printed with `on`.
+TEST(CliTest, SlicesWithListAttributesAndNodeAllocatableMapping) {
+  const std::string base =
+      "slices --node-name n1 --flatten --topology-file " + Fixture("power8gpudistances.xml");
+  const nlohmann::json root_list = {{"strings", {"pci0002:00", "pci0003:00"}}};
+  struct Case {
+    std::string flags;
+    bool lists;
+    bool mapping;
+  };
+  for (const Case& c :
+       {Case{"", false, false}, Case{"--list-attributes auto", false, false},
+        Case{"--list-attributes on", true, false},
+        Case{"--node-allocatable-mapping on", false, true},
+        Case{"--list-attributes on --node-allocatable-mapping on", true, true},
+        Case{"--list-attributes off --node-allocatable-mapping auto", false, false}}) {
+    SCOPED_TRACE(c.flags);
+    const Result r = RunTopodra(base + " " + c.flags);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    const nlohmann::json& cpu = j["items"][0]["spec"]["devices"][0];
+    ASSERT_EQ(cpu["name"], "cpudevnuma000");
+    EXPECT_EQ(cpu["attributes"].contains("resource.kubernetes.io/pcieRoot"), c.lists);
+    if (c.lists) {
+      EXPECT_EQ(cpu["attributes"]["resource.kubernetes.io/pcieRoot"], root_list);
+    }
+    EXPECT_EQ(cpu.contains("nodeAllocatableResources"), c.mapping);
+    if (c.mapping) {
+      EXPECT_EQ(cpu["nodeAllocatableResources"],
+                nlohmann::json::parse(R"({"cpu":{"mapping":{"capacityKey":"dra.cpu/cpu",
+                                          "capacityMultiplier":"1"}}})"));
+    }
+    // GPUs keep the scalar root and map nothing.
+    const nlohmann::json& gpu = j["items"][1]["spec"]["devices"][0];
+    EXPECT_EQ(gpu["attributes"]["resource.kubernetes.io/pcieRoot"],
+              nlohmann::json({{"string", "pci0002:00"}}));
+    EXPECT_FALSE(gpu.contains("nodeAllocatableResources"));
+  }
+  const Result bad = RunTopodra(base + " --list-attributes yes");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, ::testing::HasSubstr("--list-attributes"));
+  const Result topo = RunTopodra("topology --topology-file " + Fixture("power8gpudistances.xml"));
+  EXPECT_THAT(topo.out,
+              ::testing::HasSubstr("PCIe root pci0002:00: CPUs 0-1,8-9,16-17,24-25, NUMA 0\n"));
+}
+
 TEST(CliTest, SlicesFlattenAndFlattenCommandAgree) {
   const std::string dir = ::testing::TempDir();
   const std::string args = "slices --node-name n1 --cpu-device-mode individual --topology-file " +

@@ -35,6 +35,12 @@ TEST(RunConfigTest, DefaultsAreTyped) {
   EXPECT_TRUE(c->publish.gpus);
   EXPECT_EQ(c->slice_mixins, publish::MixinMode::kAuto);
   EXPECT_EQ(c->reservation_taints, publish::TaintMode::kAuto);
+  // List attributes are probed (auto: built, the publisher strips them where the server drops
+  // them); the node-allocatable mapping is off.
+  EXPECT_EQ(c->list_attributes, publish::FeatureMode::kAuto);
+  EXPECT_TRUE(c->publish.pcie_root_lists);
+  EXPECT_EQ(c->node_allocatable, publish::FeatureMode::kOff);
+  EXPECT_FALSE(c->publish.node_allocatable);
   EXPECT_TRUE(c->reservations);
   EXPECT_EQ(c->topology_refresh, absl::Seconds(30));
   EXPECT_TRUE(c->device_plugin.kinds.empty());
@@ -56,6 +62,8 @@ TEST(RunConfigTest, FlagsBecomeTypedValues) {
   cmd.publish.gpus = "none";
   cmd.slice_mixins = "off";
   cmd.reservation_taints = "on";
+  cmd.publish.list_attributes = "off";
+  cmd.publish.node_allocatable_mapping = "auto";
   cmd.reservations = "off";
   cmd.topology_refresh_seconds = 5;
   cmd.device_plugin = "cpu,gpu";
@@ -72,6 +80,10 @@ TEST(RunConfigTest, FlagsBecomeTypedValues) {
   EXPECT_FALSE(c->publish.gpus);
   EXPECT_EQ(c->slice_mixins, publish::MixinMode::kOff);
   EXPECT_EQ(c->reservation_taints, publish::TaintMode::kOn);
+  EXPECT_EQ(c->list_attributes, publish::FeatureMode::kOff);
+  EXPECT_FALSE(c->publish.pcie_root_lists);
+  EXPECT_EQ(c->node_allocatable, publish::FeatureMode::kAuto);
+  EXPECT_TRUE(c->publish.node_allocatable);
   EXPECT_FALSE(c->reservations);
   EXPECT_EQ(c->topology_refresh, absl::Seconds(5));
   EXPECT_TRUE(c->device_plugin.serves(node::DevicePluginKind::kGpu));
@@ -94,6 +106,11 @@ TEST(RunConfigTest, ErrorsNameTheFlagAndTheValue) {
       {"reserved CPUs", [](RunCommand* c) { c->publish.reserved_cpus = "x"; }, "--reserved-cpus: "},
       {"mixins", [](RunCommand* c) { c->slice_mixins = "maybe"; }, "--slice-mixins: "},
       {"taints", [](RunCommand* c) { c->reservation_taints = "maybe"; }, "--reservation-taints: "},
+      {"list attributes", [](RunCommand* c) { c->publish.list_attributes = "maybe"; },
+       "--list-attributes: invalid list attribute mode \"maybe\" (want auto, on or off)"},
+      {"node allocatable", [](RunCommand* c) { c->publish.node_allocatable_mapping = "v1.37"; },
+       "--node-allocatable-mapping: invalid node-allocatable mapping mode \"v1.37\" (want auto, "
+       "on or off)"},
       {"reservations", [](RunCommand* c) { c->reservations = "maybe"; },
        "--reservations: invalid value \"maybe\" (want on or off)"},
       {"pinning a simulated machine's host", [](RunCommand* c) { c->enforce = "cgroup"; },

@@ -93,6 +93,47 @@ TEST(RunDaemonTest, PublishesBothDriversAndStopsOnSigterm) {
   EXPECT_THAT(log, HasSubstr("received SIGTERM, stopping"));
 }
 
+// The alpha-gated fields end to end: flags -> config -> devices -> probes -> the fake server of
+// a 1.36 cluster with both gates on (list attributes kept, the 1.36 node-allocatable field).
+TEST(RunDaemonTest, ListAttributesAndTheV136NodeAllocatableFieldReachTheServer) {
+  FakeApiServerOptions o;
+  o.nodes = {{"node-a", "uid-node-a"}};
+  o.extra_args = {"--list-attributes", "accept", "--node-allocatable", "v1.36"};
+  auto server = FakeApiServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string kc = (*server)->WriteKubeconfig(::testing::TempDir() + "/gated_kc.yaml");
+  auto config = topodra::kube::KubeconfigConfig(kc);
+  ASSERT_TRUE(config.ok());
+  auto client = topodra::kube::NewCurlRestClient(*config);
+  ASSERT_TRUE(client.ok());
+  Daemon d;
+  Start(d, {"--kubeconfig", kc, "--node-name", "node-a", "--topology-file",
+            Fixture("power8gpudistances.xml"), "--node-allocatable-mapping", "auto",
+            "--slice-mixins", "off"});
+  auto device = [&](const std::string& driver) {
+    absl::StatusOr<topodra::kube::Response> r = (*client)->Get(
+        "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.driver%3D" + driver);
+    if (!r.ok() || r->body["items"].empty()) return nlohmann::json();
+    return r->body["items"][0]["spec"]["devices"][0];
+  };
+  EXPECT_TRUE(Eventually([&] {
+    return device("dra.cpu").contains("nodeAllocatableResourceMappings") &&
+           !device("gpu.topodra.io").is_null();
+  })) << d.Log();
+  const nlohmann::json cpu = device("dra.cpu");
+  EXPECT_EQ(cpu["name"], "cpudevnuma000");
+  EXPECT_EQ(cpu["attributes"]["resource.kubernetes.io/pcieRoot"],
+            nlohmann::json::parse(R"({"strings": ["pci0002:00", "pci0003:00"]})"));
+  EXPECT_EQ(cpu["nodeAllocatableResourceMappings"],
+            nlohmann::json::parse(
+                R"({"cpu": {"capacityKey": "dra.cpu/cpu", "allocationMultiplier": "1"}})"));
+  EXPECT_FALSE(cpu.contains("nodeAllocatableResources"));
+  EXPECT_EQ(device("gpu.topodra.io")["attributes"]["resource.kubernetes.io/pcieRoot"],
+            nlohmann::json::parse(R"({"string": "pci0002:00"})"));
+  EXPECT_EQ(d.Terminate(), 0);
+  EXPECT_THAT(d.Log(), HasSubstr("with list attributes, with nodeAllocatableResourceMappings"));
+}
+
 // The stored pool of `driver` on node-a: {name -> generation}, when every slice says it is one of
 // `count` in one generation, else empty.
 std::map<std::string, int64_t> CompletePool(topodra::kube::RestClient& c, const std::string& driver,

@@ -71,6 +71,10 @@ int main(int argc, char** argv) {
             args.push_back("--reserved-cpus");
             args.push_back(opts.reserved_cpus.ToString());
           }
+          if (opts.pcie_root_lists) {
+            args.push_back("--list-attributes");
+            args.push_back("on");
+          }
           entry["cli"] = args;
         }
         for (SliceForm form : {SliceForm::kFlat, SliceForm::kMixins}) {

@@ -85,6 +85,13 @@ inline std::vector<SliceCase> SliceCasesFor(const topology::Topology& t, const S
   SliceCase most{"a Reservation leaves one CPU in the last group", base};
   most.opts.reservations = {{"most", AllButFirst(groups.back()), {}, "2025-03-01T09:00:00Z"}};
   if (!most.opts.reservations[0].cpus.Empty()) out.push_back(most);
+  if (!t.pcie_roots.empty()) {
+    // DRAListTypeAttributes: resource.kubernetes.io/pcieRoot as a `strings` list on CPU devices
+    // (64 devices per slice, 48 values per device).
+    SliceCase lists{"PCIe roots as lists", base};
+    lists.opts.pcie_root_lists = true;
+    out.push_back(lists);
+  }
   return out;
 }
 

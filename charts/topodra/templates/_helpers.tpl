@@ -44,6 +44,8 @@ daemon's default applies. --node-name comes from the downward API.
 {{- end }}
 - --gpus={{ .Values.publish.gpus }}
 - --slice-mixins={{ .Values.publish.sliceMixins }}
+- --list-attributes={{ .Values.publish.listAttributes }}
+- --node-allocatable-mapping={{ .Values.publish.nodeAllocatableMapping }}
 - --topology-refresh={{ .Values.publish.topologyRefresh }}
 - --kubelet-root-dir={{ .Values.kubelet.rootDir }}
 - --cdi-dir={{ .Values.kubelet.cdiDir }}

@@ -133,8 +133,11 @@ Where it differs from a real 1.36 API server on purpose or by omission:
     the scheduler then ignores the whole pool. --pool-checks reject refuses such a write with
     422 Invalid naming the other slice.
   * Gated fields at their 1.36 defaults: list attributes, nodeAllocatableResources,
-    partitionTypeAttribute and skipNodeOperations are known but silently dropped; device
-    taints are accepted unless --device-taints drop (DRADeviceTaints off).
+    nodeAllocatableResourceMappings, partitionTypeAttribute and skipNodeOperations are known
+    but silently dropped; device taints are accepted unless --device-taints drop
+    (DRADeviceTaints off); list attributes with --list-attributes accept; one release's
+    node-allocatable field with --node-allocatable v1.36 or v1.37 (validated; the other
+    release's field is then unknown, as each release prunes the other's).
   * Custom resources: no conversion between versions other than apiVersion (strategy None), no
     validation ratcheting (the schema never changes here, so stored objects are valid), no CEL
     cost limits, no scale subresource;

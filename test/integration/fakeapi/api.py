@@ -81,6 +81,7 @@ class Config:
         self.accept_mixins = args.mixins == "accept"
         self.accept_list_attributes = args.list_attributes == "accept"
         self.accept_device_taints = args.device_taints == "accept"
+        self.node_allocatable = getattr(args, "node_allocatable", "drop")
         self.pool_checks = getattr(args, "pool_checks", "accept") == "reject"
         self.crd_types = list(args.crd_types)  # ResourceTypes of the --crd files
         self.token = args.token

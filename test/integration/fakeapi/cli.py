@@ -1,5 +1,6 @@
 """The command line of fake_apiserver.py: flags (port and port files, TLS and token, served
-versions, gate-like switches --mixins, --list-attributes, --device-taints, --pool-checks,
+versions, gate-like switches --mixins, --list-attributes, --device-taints, --node-allocatable,
+--pool-checks,
 --unconditional-update, --crd, --node, watch history and bookmarks, request log) and main(),
 which serves until killed. The --help text is the package docstring (fakeapi/__init__.py).
 
@@ -55,6 +56,12 @@ def parse_args(argv):
     p.add_argument("--device-taints", choices=("drop", "accept"), default="accept",
                    help="spec.devices[].taints of ResourceSlices: accept (validated, timeAdded "
                         "defaulted) or drop (silently, like a server with DRADeviceTaints off)")
+    p.add_argument("--node-allocatable", choices=("drop", "v1.36", "v1.37"), default="drop",
+                   help="node-allocatable fields of ResourceSlice devices (KEP-5517): drop (gate "
+                        "DRANodeAllocatableResources off: both fields silently dropped), v1.36 "
+                        "(nodeAllocatableResourceMappings validated, nodeAllocatableResources "
+                        "unknown) or v1.37 (nodeAllocatableResources validated, "
+                        "nodeAllocatableResourceMappings unknown)")
     p.add_argument("--pool-checks", choices=("accept", "reject"), default="accept",
                    help="a device or shared counter set name used in two slices of one pool "
                         "(same driver, pool name and generation): accept (default; the real "

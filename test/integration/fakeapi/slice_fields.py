@@ -1,14 +1,20 @@
 """The building blocks of ResourceSlice validation shared with ResourceClaims and the KEP-5234
 mixins: the Kubernetes 1.36 per-device limits, node selectors, device attributes (one of
 int/bool/string/version; list attributes behind DRAListTypeAttributes), capacity request
-policies (consumable capacity: default, validValues, validRange) and counters.
+policies (consumable capacity: default, validValues, validRange) and counters, and the two
+incompatible node-allocatable fields of KEP-5517 (1.36 nodeAllocatableResourceMappings, 1.37
+nodeAllocatableResources) with their validation.
 
 Source: k8s-api-cdi.md §1.4 (spec.devices[]), §1.5 (attribute values), §1.6 (capacity and
 consumable capacity), §1.7 (qualified keys), §1.8 (validation limits by release: the 1.36
 column); k8s-1.35-1.37-addendum.md §5 (list-type attributes, KEP-5491), §7 (consumable capacity
-and slice limits 1.35 -> 1.37)."""
+and slice limits 1.35 -> 1.37), §4 (node allocatable resources: 1.37 shape and rules; the 1.36
+shape as the 1.36 API reference describes NodeAllocatableResourceMapping: keys are node
+allocatable resource names, extended resource names are not permitted, allocationMultiplier
+defaults to 1). Numeric bounds of the multipliers are UNVERIFIED (addendum §9) and not
+enforced."""
 
-from .decode import INT64_MAX, ListOf, Obj, STR
+from .decode import INT64_MAX, ListOf, Obj, QTY, STR
 from .errors import (child, f_duplicate, f_forbidden, f_invalid, f_required, f_too_long,
                      f_too_many, index, key)
 from .formats import (is_dns1123_label, is_dns1123_subdomain, is_qualified_name, parse_quantity,
@@ -29,6 +35,67 @@ MAX_BINDING_CONDITIONS = 4
 MAX_VALID_VALUES = 10
 TAINT_EFFECTS = ("NoExecute", "NoSchedule", "None")
 LIST_ATTRIBUTE_FIELDS = ("ints", "bools", "strings", "versions")
+
+# KEP-5517: which release's node-allocatable field the server knows (--node-allocatable).
+NODE_ALLOCATABLE_V136 = "nodeAllocatableResourceMappings"
+NODE_ALLOCATABLE_V137 = "nodeAllocatableResources"
+NODE_ALLOCATABLE_MODES = ("drop", "v1.36", "v1.37")
+NODE_ALLOCATABLE_NAMES = ("cpu", "memory", "ephemeral-storage")
+
+
+def node_allocatable_schemas():
+    """(1.36 entry, 1.37 entry) schemas of the two map values."""
+    v136 = Obj({"capacityKey": STR, "allocationMultiplier": QTY})
+    v137 = Obj({
+        "mapping": Obj({"capacityKey": STR, "capacityMultiplier": QTY, "deviceMultiplier": QTY}),
+        "overhead": Obj({"perPod": QTY, "perContainer": QTY})})
+    return v136, v137
+
+
+def _validate_node_allocatable_name(name, path):
+    if name in NODE_ALLOCATABLE_NAMES or name.startswith("hugepages-"):
+        return []
+    if "/" in name and not name.split("/", 1)[0].endswith("kubernetes.io"):
+        return [f_invalid(key(path, name), name, "extended resource names are not allowed; "
+                          "must be a node allocatable resource name")]
+    return [f_invalid(key(path, name), name, "must be a node allocatable resource name (cpu, "
+                      "memory, ephemeral-storage or hugepages-<size>)")]
+
+
+def validate_node_allocatable_v136(mappings, path):
+    """nodeAllocatableResourceMappings (1.36): keys as in 1.37; capacityKey, when set, is a
+    qualified capacity name; allocationMultiplier is optional (default 1)."""
+    errs = []
+    for name, entry in mappings.items():
+        errs.extend(_validate_node_allocatable_name(name, path))
+        if "capacityKey" in entry:
+            errs.extend(validate_qualified_key(entry["capacityKey"],
+                                               child(key(path, name), "capacityKey")))
+    return errs
+
+
+def validate_node_allocatable_v137(resources, path):
+    """nodeAllocatableResources (1.37): keys are node allocatable names; each value has mapping
+    and/or overhead (at least one); capacityKey and capacityMultiplier both or neither."""
+    errs = []
+    for name, entry in resources.items():
+        p = key(path, name)
+        errs.extend(_validate_node_allocatable_name(name, path))
+        if "mapping" not in entry and "overhead" not in entry:
+            errs.append(f_required(p, "at least one of `mapping` or `overhead` must be "
+                                   "specified"))
+        mapping = entry.get("mapping")
+        if mapping is not None:
+            mp = child(p, "mapping")
+            has_key, has_mult = "capacityKey" in mapping, "capacityMultiplier" in mapping
+            if has_key != has_mult:
+                missing = "capacityMultiplier" if has_key else "capacityKey"
+                errs.append(f_required(child(mp, missing), "`capacityKey` and "
+                                       "`capacityMultiplier` must be set together"))
+            if has_key:
+                errs.extend(validate_qualified_key(mapping["capacityKey"],
+                                                   child(mp, "capacityKey")))
+    return errs
 
 
 def node_selector_schema():

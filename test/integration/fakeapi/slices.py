@@ -8,8 +8,10 @@ scheduler.
 
 Source: k8s-api-cdi.md §1.2-§1.9 (object, spec, devices, attributes, capacity, names, limits,
 feature-gate matrix), §1.11 (publishing semantics, pools and generations);
-k8s-1.35-1.37-addendum.md §4 (nodeAllocatableResources, dropped: gate off), §6 (device taints,
-KEP-5055), §7 (slice limits)."""
+k8s-1.35-1.37-addendum.md §4 (node allocatable resources: --node-allocatable drop = gate off,
+both fields known and dropped; v1.36 / v1.37 = gate on, that release's field validated and the
+other one unknown, since each release prunes the other's), §6 (device taints, KEP-5055), §7
+(slice limits)."""
 
 from .decode import (BOOL, INT, ListOf, MapOf, METADATA_SCHEMA, now_rfc3339, Obj, QTY, STR, TIME,
                      validate_object_meta)
@@ -24,12 +26,15 @@ from .resource_type import RESOURCE_GROUP, ResourceType
 from .slice_fields import (has_list_values, LIST_ATTRIBUTE_FIELDS, MAX_ATTRIBUTE_VALUES,
                            MAX_ATTRS_AND_CAPS, MAX_BINDING_CONDITIONS, MAX_CONSUMPTIONS_PER_DEVICE,
                            MAX_COUNTER_SETS, MAX_COUNTERS_PER_CONSUMPTION, MAX_COUNTERS_PER_SET,
-                           MAX_DEVICES, MAX_DEVICES_ADVANCED, MAX_TAINTS, node_selector_schema,
+                           MAX_DEVICES, MAX_DEVICES_ADVANCED, MAX_TAINTS, NODE_ALLOCATABLE_V136,
+                           NODE_ALLOCATABLE_V137, node_allocatable_schemas, node_selector_schema,
                            TAINT_EFFECTS, validate_attributes, validate_counters,
+                           validate_node_allocatable_v136, validate_node_allocatable_v137,
                            validate_node_selector, validate_request_policy)
 
 
-def resourceslice_schema(accept_mixins, accept_list_attributes, accept_device_taints=True):
+def resourceslice_schema(accept_mixins, accept_list_attributes, accept_device_taints=True,
+                         node_allocatable="drop"):
     node_selector = node_selector_schema()
     counter = Obj({"value": QTY}, zero=("value",))
     attribute = Obj({"int": INT, "bool": BOOL, "string": STR, "version": STR,
@@ -45,17 +50,19 @@ def resourceslice_schema(accept_mixins, accept_list_attributes, accept_device_ta
                 zero=("key", "effect"))
     consumption = {"counterSet": STR, "counters": MapOf(counter)}
     counter_set = {"name": STR, "counters": MapOf(counter)}
-    node_allocatable = Obj({
-        "mapping": Obj({"capacityKey": STR, "capacityMultiplier": QTY, "deviceMultiplier": QTY}),
-        "overhead": Obj({"perPod": QTY, "perContainer": QTY})})
+    v136, v137 = node_allocatable_schemas()
     device = {
         "name": STR, "attributes": MapOf(attribute), "capacity": MapOf(capacity),
         "nodeName": STR, "nodeSelector": node_selector, "allNodes": BOOL,
         "taints": ListOf(taint), "bindsToNode": BOOL, "bindingConditions": ListOf(STR),
         "bindingFailureConditions": ListOf(STR), "allowMultipleAllocations": BOOL,
-        # DRANodeAllocatableResources is alpha (off): known, silently dropped.
-        "nodeAllocatableResources": MapOf(node_allocatable),
     }
+    # DRANodeAllocatableResources (alpha): off, both releases' fields are known and silently
+    # dropped; on, a release knows only its own field.
+    if node_allocatable in ("drop", "v1.36"):
+        device[NODE_ALLOCATABLE_V136] = MapOf(v136)
+    if node_allocatable in ("drop", "v1.37"):
+        device[NODE_ALLOCATABLE_V137] = MapOf(v137)
     spec = {
         "driver": STR,
         "pool": Obj({"name": STR, "generation": INT, "resourceSliceCount": INT},
@@ -70,7 +77,9 @@ def resourceslice_schema(accept_mixins, accept_list_attributes, accept_device_ta
                          counter)
     device["consumesCounters"] = ListOf(Obj(consumption, zero=("counterSet",)))
     # DRADeviceTaints off (--device-taints drop): taints are known but silently dropped.
-    device_dropped = ("nodeAllocatableResources",) + (() if accept_device_taints else ("taints",))
+    device_dropped = ((NODE_ALLOCATABLE_V136, NODE_ALLOCATABLE_V137)
+                      if node_allocatable == "drop" else ())
+    device_dropped += () if accept_device_taints else ("taints",)
     spec["devices"] = ListOf(Obj(device, dropped=device_dropped, zero=("name",)))
     spec["sharedCounters"] = ListOf(Obj(counter_set, zero=("name",)))
     return Obj({"apiVersion": STR, "kind": STR, "metadata": METADATA_SCHEMA,
@@ -84,9 +93,10 @@ class SliceValidator:
     defaults), plus KEP-5234 mixins when configured to accept them, plus (with --pool-checks
     reject) the rules that span the slices of a pool."""
 
-    def __init__(self, accept_mixins, pool_checks=False):
+    def __init__(self, accept_mixins, pool_checks=False, node_allocatable="drop"):
         self.accept_mixins = accept_mixins
         self.pool_checks = pool_checks
+        self.node_allocatable = node_allocatable
         self.stored = lambda: {}  # name -> stored ResourceSlice; the Api sets it (under its lock)
 
     def validate_create(self, obj):
@@ -336,6 +346,12 @@ class SliceValidator:
 
         errs.extend(self.validate_binding(device.get("bindingConditions", []),
                                           device.get("bindingFailureConditions", []), path))
+        if NODE_ALLOCATABLE_V136 in device:
+            errs.extend(validate_node_allocatable_v136(device[NODE_ALLOCATABLE_V136],
+                                                       child(path, NODE_ALLOCATABLE_V136)))
+        if NODE_ALLOCATABLE_V137 in device:
+            errs.extend(validate_node_allocatable_v137(device[NODE_ALLOCATABLE_V137],
+                                                       child(path, NODE_ALLOCATABLE_V137)))
 
         if self.accept_mixins:
             errs.extend(validate_device_includes(device, attributes, capacity, path,
@@ -409,14 +425,15 @@ def resourceslice_warnings(obj):
 
 
 def make_resourceslice_type(cfg):
-    validator = SliceValidator(cfg.accept_mixins, cfg.pool_checks)
+    node_allocatable = getattr(cfg, "node_allocatable", "drop")
+    validator = SliceValidator(cfg.accept_mixins, cfg.pool_checks, node_allocatable)
     rt = ResourceType(
         RESOURCE_GROUP, cfg.versions, "resourceslices", "resourceslice", "ResourceSlice",
         namespaced=False,
         verbs=("create", "delete", "deletecollection", "get", "list", "patch", "update",
                "watch"),
         schema=resourceslice_schema(cfg.accept_mixins, cfg.accept_list_attributes,
-                                    cfg.accept_device_taints),
+                                    cfg.accept_device_taints, node_allocatable),
         field_labels={
             "spec.driver": lambda o: o.get("spec", {}).get("driver", ""),
             "spec.nodeName": lambda o: o.get("spec", {}).get("nodeName", ""),

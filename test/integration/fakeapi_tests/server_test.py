@@ -229,7 +229,7 @@ class CommandLineTest(unittest.TestCase):
     def test_bad_flags_exit_2(self):
         for args in (["--versions", "v1beta1"], ["--node", "bad"], ["--mixins", "maybe"],
                      ["--watch-history", "0"], ["--device-taints", "maybe"],
-                     ["--pool-checks", "maybe"]):
+                     ["--pool-checks", "maybe"], ["--node-allocatable", "v1.38"]):
             with self.subTest(args):
                 p = subprocess.run([PYTHON, SERVER] + args, capture_output=True, text=True,
                                    timeout=10)

@@ -475,6 +475,129 @@ class DeviceTaintsDropTest(ServerTestCase):
         self.assertEqual(self.client.get(SLICES + "/slice-a").json, r.json)
 
 
+def _mapped_device(name, field, value):
+    dev = make_device(name, allowMultipleAllocations=True,
+                      capacity={"dra.cpu/cpu": {"value": "16"}})
+    dev[field] = value
+    return dev
+
+
+V137_GROUPED = {"cpu": {"mapping": {"capacityKey": "dra.cpu/cpu", "capacityMultiplier": "1"}}}
+V137_INDIVIDUAL = {"cpu": {"mapping": {"deviceMultiplier": "1"}}}
+V136_GROUPED = {"cpu": {"capacityKey": "dra.cpu/cpu", "allocationMultiplier": "1"}}
+
+
+class NodeAllocatableDropTest(ServerTestCase):
+    """Default (--node-allocatable drop, DRANodeAllocatableResources off): both releases'
+    fields are known and silently dropped, even invalid ones (addendum §4.1)."""
+
+    def test_both_fields_dropped(self):
+        for field, value in (("nodeAllocatableResources", V137_GROUPED),
+                             ("nodeAllocatableResourceMappings", V136_GROUPED),
+                             ("nodeAllocatableResources", {"example.com/foo": {}})):
+            with self.subTest(field=field, value=value):
+                obj = make_slice(devices=[_mapped_device("cpu-0", field, value)])
+                r = self.client.post(SLICES + "?fieldValidation=Strict&dryRun=All", obj)
+                self.assertEqual(r.code, 201, r.data)
+                self.assertEqual(r.warnings(), [])
+                self.assertNotIn(field, r.json["spec"]["devices"][0])
+
+
+class NodeAllocatableV137Test(ServerTestCase):
+    """--node-allocatable v1.37: nodeAllocatableResources stored and validated (addendum §4.2);
+    the tombstoned 1.36 field is unknown."""
+    ARGS = ServerTestCase.ARGS + ("--node-allocatable", "v1.37")
+
+    def test_kept(self):
+        for name, value in (("grouped", V137_GROUPED), ("individual", V137_INDIVIDUAL),
+                            ("overhead", {"memory": {"overhead": {"perPod": "1Gi",
+                                                                  "perContainer": "256Mi"}}}),
+                            ("hugepages", {"hugepages-2Mi": {"mapping": {
+                                "deviceMultiplier": "2Mi"}}})):
+            with self.subTest(name):
+                obj = make_slice(name, devices=[_mapped_device("cpu-0",
+                                                               "nodeAllocatableResources", value)])
+                stored = self.create(obj)
+                self.assertEqual(stored["spec"]["devices"][0]["nodeAllocatableResources"], value)
+
+    def test_quantities_canonicalised_and_parsed(self):
+        value = {"cpu": {"mapping": {"deviceMultiplier": "1000m"}}}
+        stored = self.create(make_slice(devices=[_mapped_device(
+            "cpu-0", "nodeAllocatableResources", value)]))
+        self.assertEqual(stored["spec"]["devices"][0]["nodeAllocatableResources"],
+                         {"cpu": {"mapping": {"deviceMultiplier": "1"}}})
+        bad = make_slice("bad", devices=[_mapped_device(
+            "cpu-0", "nodeAllocatableResources",
+            {"cpu": {"mapping": {"deviceMultiplier": "one"}}})])
+        self.assertEqual(self.client.post(SLICES, bad).code, 400)
+
+    def test_rules(self):
+        cases = (
+            ("neither mapping nor overhead", {"cpu": {}}, "nodeAllocatableResources[cpu]",
+             "at least one of `mapping` or `overhead`"),
+            ("capacityKey alone", {"cpu": {"mapping": {"capacityKey": "dra.cpu/cpu"}}},
+             "nodeAllocatableResources[cpu].mapping.capacityMultiplier",
+             "must be set together"),
+            ("capacityMultiplier alone", {"cpu": {"mapping": {"capacityMultiplier": "1"}}},
+             "nodeAllocatableResources[cpu].mapping.capacityKey", "must be set together"),
+            ("extended resource", {"example.com/gpu": {"mapping": {"deviceMultiplier": "1"}}},
+             "nodeAllocatableResources[example.com/gpu]",
+             "extended resource names are not allowed"),
+            ("not allocatable", {"pods": {"mapping": {"deviceMultiplier": "1"}}},
+             "nodeAllocatableResources[pods]", "must be a node allocatable resource name"),
+            ("bad capacity key", {"cpu": {"mapping": {"capacityKey": "Bad_Domain/cpu",
+                                                      "capacityMultiplier": "1"}}},
+             "nodeAllocatableResources[cpu].mapping.capacityKey", ""),
+        )
+        for name, value, field, message in cases:
+            with self.subTest(name):
+                obj = make_slice("bad", devices=[_mapped_device(
+                    "cpu-0", "nodeAllocatableResources", value)])
+                self.assertInvalid(self.client.post(SLICES, obj), "spec.devices[0]." + field,
+                                   message)
+
+    def test_v136_field_unknown(self):
+        obj = make_slice(devices=[_mapped_device("cpu-0", "nodeAllocatableResourceMappings",
+                                                 V136_GROUPED)])
+        r = self.client.post(SLICES + "?fieldValidation=Strict&dryRun=All", obj)
+        self.assertEqual(r.code, 400, r.data)
+        self.assertIn("nodeAllocatableResourceMappings", r.data.decode())
+        r = self.client.post(SLICES + "?dryRun=All", obj)
+        self.assertEqual(r.code, 201, r.data)
+        self.assertNotIn("nodeAllocatableResourceMappings", r.json["spec"]["devices"][0])
+        self.assertTrue(any("unknown field" in w for w in r.warnings()), r.warnings())
+
+
+class NodeAllocatableV136Test(ServerTestCase):
+    """--node-allocatable v1.36: nodeAllocatableResourceMappings stored and validated; the
+    1.37 field does not exist yet."""
+    ARGS = ServerTestCase.ARGS + ("--node-allocatable", "v1.36")
+
+    def test_kept_and_validated(self):
+        stored = self.create(make_slice(devices=[_mapped_device(
+            "cpu-0", "nodeAllocatableResourceMappings", V136_GROUPED)]))
+        self.assertEqual(stored["spec"]["devices"][0]["nodeAllocatableResourceMappings"],
+                         V136_GROUPED)
+        # allocationMultiplier is optional (defaults to 1 on the scheduler's side).
+        self.create(make_slice("individual", devices=[_mapped_device(
+            "cpu-0", "nodeAllocatableResourceMappings", {"cpu": {}})]))
+        bad = make_slice("bad", devices=[_mapped_device(
+            "cpu-0", "nodeAllocatableResourceMappings",
+            {"example.com/gpu": {"allocationMultiplier": "1"}})])
+        self.assertInvalid(self.client.post(SLICES, bad),
+                           "spec.devices[0].nodeAllocatableResourceMappings[example.com/gpu]",
+                           "extended resource names are not allowed")
+
+    def test_v137_field_unknown(self):
+        obj = make_slice(devices=[_mapped_device("cpu-0", "nodeAllocatableResources",
+                                                 V137_GROUPED)])
+        r = self.client.post(SLICES + "?fieldValidation=Strict&dryRun=All", obj)
+        self.assertEqual(r.code, 400, r.data)
+        r = self.client.post(SLICES + "?dryRun=All", obj)
+        self.assertEqual(r.code, 201, r.data)
+        self.assertNotIn("nodeAllocatableResources", r.json["spec"]["devices"][0])
+
+
 class PoolChecksTest(ServerTestCase):
     """--pool-checks reject: device and shared counter set names are unique across the slices
     of one pool (driver, pool name, generation), k8s-api-cdi.md §1.3/§1.4."""
