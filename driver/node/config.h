@@ -48,6 +48,9 @@ struct NodeConfig {
   publish::MixinMode slice_mixins = publish::MixinMode::kAuto;
   publish::TaintMode reservation_taints = publish::TaintMode::kAuto;
   bool reservations = true;  // --reservations=on
+  // --dra-health=on: serve the kubelet's DRAResourceHealth streams (v1 and v1alpha1) with the
+  // devices' health; off: advertise neither, calls get UNIMPLEMENTED.
+  bool dra_health = true;
   absl::Duration topology_refresh = absl::Seconds(30);
 
   std::string kubelet_root_dir = "/var/lib/kubelet";
