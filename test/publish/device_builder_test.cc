@@ -215,7 +215,7 @@ TEST(DeviceBuilderTest, GpuMemoryHealthAndBmcDisplays) {
   EXPECT_THAT(Names(g), ElementsAre("gpu-0002-01-00-0", "gpu-0003-01-00-0", "gpu-000a-01-00-0",
                                     "gpu-000b-01-00-0"));
   EXPECT_EQ(g.devices[1].extra,
-            json({{"taints", json::array({{{"key", "gpu.topodra.io/unhealthy"},
+            nlohmann::json({{"taints", nlohmann::json::array({{{"key", "gpu.topodra.io/unhealthy"},
                                            {"value", "aer-fatal"},
                                            {"effect", "NoSchedule"}}})}}));
   for (size_t i : {0, 2, 3}) EXPECT_FALSE(g.devices[i].extra.contains("taints")) << i;
