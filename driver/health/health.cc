@@ -147,8 +147,6 @@ const char* GpuProblemName(GpuProblem p) {
   switch (p) {
     case GpuProblem::kNone:
       return "";
-    case GpuProblem::kRemoved:
-      return "removed";
     case GpuProblem::kUnbound:
       return "unbound";
     case GpuProblem::kLinkDown:
@@ -168,7 +166,9 @@ Verdict AssessGpu(const std::string& bus_id, const std::optional<GpuFacts>& fact
   auto bad = [&](GpuProblem p, std::string why) {
     return Verdict{false, p, Cut(absl::StrCat(gpu, ": ", why))};
   };
-  if (!f.present) return bad(GpuProblem::kRemoved, "gone from the PCI bus");
+  if (!f.present) {
+    return {true, GpuProblem::kNone, Cut(absl::StrCat(gpu, ": not in sysfs, health unknown"))};
+  }
   if (!f.driver) return bad(GpuProblem::kUnbound, "no kernel driver is bound to it");
   if (f.aer_fatal && f.aer_fatal->total > 0) {
     std::vector<std::string> kinds;

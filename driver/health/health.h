@@ -49,7 +49,9 @@ struct PciLink {
 
 // What sysfs says of one GPU (/sys/bus/pci/devices/<bus id>).
 struct GpuFacts {
-  bool present = false;               // the device directory exists
+  // The device directory exists. A GPU that leaves the bus leaves the topology too (the machine
+  // watch rediscovers it), so a missing directory alone says nothing: health unknown.
+  bool present = false;
   std::optional<std::string> driver;  // the bound driver's name; nullopt: none
   std::optional<PciLink> link;        // nullopt: no link attributes (not PCIe, or unreadable)
   std::optional<AerFatal> aer_fatal;  // nullopt: not AER capable
@@ -61,8 +63,8 @@ struct GpuFacts {
 // ---- verdicts
 
 // Why a GPU is unhealthy, as a label value: the value of its gpu.topodra.io/unhealthy taint.
-enum class GpuProblem { kNone, kRemoved, kUnbound, kLinkDown, kLinkDegraded, kAerFatal };
-const char* GpuProblemName(GpuProblem p);  // "", "removed", "unbound", "link-down", ...
+enum class GpuProblem { kNone, kUnbound, kLinkDown, kLinkDegraded, kAerFatal };
+const char* GpuProblemName(GpuProblem p);  // "", "unbound", "link-down", "link-degraded", ...
 
 struct Verdict {
   bool healthy = true;
@@ -72,9 +74,9 @@ struct Verdict {
 };
 
 // One GPU. `facts` nullopt: this host shows no PCI devices in sysfs at all (a container without
-// /sys, a test), so nothing is known and the GPU is taken as healthy. The order of the checks is
-// the order of severity: gone, no driver, fatal AER errors, link down, fewer lanes than the
-// link can train to. A link running below its maximum speed is healthy: GPUs lower the speed
+// /sys, a test), so nothing is known and the GPU is taken as healthy; so is one whose directory
+// is missing. The order of the checks is the order of severity: no driver, fatal AER errors,
+// link down, fewer lanes than the link can train to. A link running below its maximum speed is healthy: GPUs lower the speed
 // when idle to save power, so that alone says nothing.
 Verdict AssessGpu(const std::string& bus_id, const std::optional<GpuFacts>& facts);
 

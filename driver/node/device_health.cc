@@ -13,6 +13,7 @@ DeviceHealth::DeviceHealth(const NodeConfig& config)
       gpu_driver_(config.publish.gpu_driver),
       node_(config.publish.node_name),
       individual_cpus_(config.publish.cpu_mode == publish::CpuDeviceMode::kIndividual),
+      real_root_(config.host_root.find_first_not_of('/') == std::string::npos),
       pci_(std::make_unique<health::PciSysfs>(config.host_root)) {
   boards_[cpu_driver_];
   boards_[gpu_driver_];
@@ -25,7 +26,8 @@ std::map<std::string, health::Verdict> DeviceHealth::Assess(const topology::Topo
   }
   std::map<std::string, health::Verdict> out;
   if (ids.empty()) return out;
-  const std::optional<std::map<std::string, health::GpuFacts>> facts = pci_->Read(ids);
+  std::optional<std::map<std::string, health::GpuFacts>> facts;
+  if (topo.source == "live" || !real_root_) facts = pci_->Read(ids);
   for (const std::string& id : ids) {
     std::optional<health::GpuFacts> f;
     if (facts) f = facts->at(id);

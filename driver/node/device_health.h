@@ -22,7 +22,9 @@ class DeviceHealth {
   explicit DeviceHealth(const NodeConfig& config);
 
   // I/O (sysfs): the verdict on every GPU of `topo` that could be published. Call it outside
-  // the node's lock.
+  // the node's lock. A simulated machine (--topology-file, --synthetic-topology) on the real
+  // host root has no sysfs of its own: nothing is read, every GPU is healthy. With another
+  // --host-root (a prepared tree, as in tests) the tree is read.
   std::map<std::string, health::Verdict> Assess(const topology::Topology& topo);
   // PCI bus id -> cause of the unhealthy ones, for PublishOptions::unhealthy_gpus.
   static std::map<std::string, std::string> Unhealthy(
@@ -36,6 +38,7 @@ class DeviceHealth {
  private:
   const std::string cpu_driver_, gpu_driver_, node_;
   const bool individual_cpus_;
+  const bool real_root_;
   std::unique_ptr<health::PciFactsSource> pci_;
   health::Tracker tracker_;
   std::map<std::string, health::Board> boards_;  // driver -> its devices' health
