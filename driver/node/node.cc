@@ -224,6 +224,22 @@ bool Node::Republish(const topology::Topology& now) {
 }
 
 bool Node::OnMachineChanged() {
+  // The GPUs' health first, on the machine as last seen: a few sysfs files, so the health
+  // streams hear of a fault before the (slower) rediscovery and republishing.
+  {
+    topology::Topology last;  // its GPUs and source are all Assess reads
+    {
+      std::lock_guard<std::mutex> lock(publish_mu_);
+      last.gpus = inventory_.topology().gpus;
+      last.source = inventory_.topology().source;
+    }
+    std::map<std::string, health::Verdict> early = device_health_->Assess(last);
+    std::lock_guard<std::mutex> lock(publish_mu_);
+    if (early != gpu_verdicts_) {
+      gpu_verdicts_ = std::move(early);
+      device_health_->Publish(inventory_, gpu_verdicts_);
+    }
+  }
   // CPUs hot-plugged or offlined, GPUs gone or back: rediscover and republish on change.
   absl::StatusOr<topology::Topology> now = deps_.discover();
   if (!now.ok()) {
