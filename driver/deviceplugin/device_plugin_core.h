@@ -100,9 +100,9 @@ struct AllocatePlan {
 };
 
 // Allocate for one container. Every id must be a device of this resource, healthy (online CPU,
-// not reserved; GPU present and not unhealthy) and not held by a DRA claim; otherwise InvalidArgument (unknown,
-// malformed, repeated ids) or FailedPrecondition (unhealthy, held through DRA), naming the id and,
-// for a DRA holder, the claim.
+// not reserved; GPU present and not unhealthy) and not held by a DRA claim; otherwise
+// InvalidArgument (unknown, malformed, repeated ids) or FailedPrecondition (unhealthy, held through
+// DRA), naming the id and, for a DRA holder, the claim.
 absl::StatusOr<AllocatePlan> PlanAllocate(const ResourceSetup& setup,
                                           const topology::Topology& topo, const state::State& held,
                                           const std::vector<std::string>& ids);

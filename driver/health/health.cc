@@ -90,8 +90,8 @@ absl::StatusOr<double> ParseLinkSpeed(const std::string& text) {
       }
     }
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("link speed ", Quote(s), " (want \"<n> GT/s\", \"<n> GT/s PCIe\" or \"Unknown\")"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "link speed ", Quote(s), " (want \"<n> GT/s\", \"<n> GT/s PCIe\" or \"Unknown\")"));
 }
 
 absl::StatusOr<int> ParseLinkWidth(const std::string& text) {
@@ -106,8 +106,8 @@ absl::StatusOr<int> ParseLinkWidth(const std::string& text) {
 
 absl::StatusOr<AerFatal> ParseAerFatal(const std::string& text) {
   if (text.size() > kMaxSysfsText) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("aer_dev_fatal of ", text.size(), " bytes (want at most ", kMaxSysfsText, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("aer_dev_fatal of ", text.size(),
+                                                   " bytes (want at most ", kMaxSysfsText, ")"));
   }
   AerFatal out;
   bool total_seen = false;
@@ -119,8 +119,7 @@ absl::StatusOr<AerFatal> ParseAerFatal(const std::string& text) {
     // The name may hold spaces ("Undefined", "Data Link Protocol"): the count is the last word.
     const size_t space = line.find_last_of(" \t");
     int64_t count = 0;
-    if (space == absl::string_view::npos ||
-        !ParseCount(line.substr(space + 1), &count)) {
+    if (space == absl::string_view::npos || !ParseCount(line.substr(space + 1), &count)) {
       return absl::InvalidArgumentError(absl::StrCat("aer_dev_fatal line ", line_no, " ",
                                                      Quote(line), " (want \"<error> <count>\")"));
     }
@@ -173,24 +172,27 @@ Verdict AssessGpu(const std::string& bus_id, const std::optional<GpuFacts>& fact
   if (f.aer_fatal && f.aer_fatal->total > 0) {
     std::vector<std::string> kinds;
     for (const auto& [name, n] : f.aer_fatal->nonzero) kinds.push_back(absl::StrCat(name, " ", n));
-    return bad(GpuProblem::kAerFatal,
-               absl::StrCat(f.aer_fatal->total, " fatal PCIe error", f.aer_fatal->total == 1 ? "" : "s",
-                            " (AER", kinds.empty() ? "" : ": ", absl::StrJoin(kinds, ", "),
-                            "); reset the device or reboot the node to clear"));
+    return bad(
+        GpuProblem::kAerFatal,
+        absl::StrCat(f.aer_fatal->total, " fatal PCIe error", f.aer_fatal->total == 1 ? "" : "s",
+                     " (AER", kinds.empty() ? "" : ": ", absl::StrJoin(kinds, ", "),
+                     "); reset the device or reboot the node to clear"));
   }
   std::string link;
   if (f.link) {
     const PciLink& l = *f.link;
     link = absl::StrCat("PCIe ", Speed(l.speed), " x", l.width, " of ", Speed(l.max_speed), " x",
                         l.max_width);
-    if (l.width == 0 || l.speed <= 0) return bad(GpuProblem::kLinkDown, link + ": the link is down");
+    if (l.width == 0 || l.speed <= 0)
+      return bad(GpuProblem::kLinkDown, link + ": the link is down");
     if (l.max_width > 0 && l.width < l.max_width) {
       return bad(GpuProblem::kLinkDegraded, link + ": the link trained to fewer lanes");
     }
   }
   std::string msg = absl::StrCat(gpu, ": healthy, driver ", *f.driver);
   if (!link.empty()) absl::StrAppend(&msg, ", ", link);
-  if (!f.unreadable.empty()) absl::StrAppend(&msg, "; unreadable: ", absl::StrJoin(f.unreadable, "; "));
+  if (!f.unreadable.empty())
+    absl::StrAppend(&msg, "; unreadable: ", absl::StrJoin(f.unreadable, "; "));
   return {true, GpuProblem::kNone, Cut(std::move(msg))};
 }
 
@@ -209,11 +211,11 @@ Tracker::Output Tracker::Update(const Input& in) {
     DeviceStatus s{in.pool, name, true, ""};
     if (!gone.Empty() && (in.individual_cpus || now == in.cpu_devices.end())) {
       s.healthy = false;
-      s.message = absl::StrCat("CPU ", gone.ToString(), gone.Size() == 1 ? " is" : " are",
-                               " offline");
+      s.message =
+          absl::StrCat("CPU ", gone.ToString(), gone.Size() == 1 ? " is" : " are", " offline");
     } else if (!gone.Empty()) {
-      s.message = absl::StrCat("CPU ", gone.ToString(), " offline: capacity ", now->second.Size(),
-                               " CPUs");
+      s.message =
+          absl::StrCat("CPU ", gone.ToString(), " offline: capacity ", now->second.Size(), " CPUs");
     } else {
       s.message = absl::StrCat("CPU ", now->second.ToString(), " online");
     }

@@ -76,8 +76,8 @@ struct Verdict {
 // One GPU. `facts` nullopt: this host shows no PCI devices in sysfs at all (a container without
 // /sys, a test), so nothing is known and the GPU is taken as healthy; so is one whose directory
 // is missing. The order of the checks is the order of severity: no driver, fatal AER errors,
-// link down, fewer lanes than the link can train to. A link running below its maximum speed is healthy: GPUs lower the speed
-// when idle to save power, so that alone says nothing.
+// link down, fewer lanes than the link can train to. A link running below its maximum speed is
+// healthy: GPUs lower the speed when idle to save power, so that alone says nothing.
 Verdict AssessGpu(const std::string& bus_id, const std::optional<GpuFacts>& facts);
 
 // One device as the health stream reports it.
@@ -101,12 +101,12 @@ struct DeviceStatus {
 class Tracker {
  public:
   struct Input {
-    std::string pool;                            // the node name (both pools)
-    std::map<std::string, CpuSet> cpu_devices;   // published CPU devices -> their CPUs
-    bool individual_cpus = false;                // one CPU per device
-    CpuSet offline;                              // present but offline CPUs
-    std::map<std::string, std::string> gpus;     // published GPU devices -> PCI bus id
-    std::map<std::string, Verdict> gpu_verdicts; // by PCI bus id; missing: healthy
+    std::string pool;                             // the node name (both pools)
+    std::map<std::string, CpuSet> cpu_devices;    // published CPU devices -> their CPUs
+    bool individual_cpus = false;                 // one CPU per device
+    CpuSet offline;                               // present but offline CPUs
+    std::map<std::string, std::string> gpus;      // published GPU devices -> PCI bus id
+    std::map<std::string, Verdict> gpu_verdicts;  // by PCI bus id; missing: healthy
   };
   struct Output {
     std::vector<DeviceStatus> cpus;  // sorted by device name
@@ -115,7 +115,7 @@ class Tracker {
   Output Update(const Input& in);
 
  private:
-  std::map<std::string, CpuSet> cpus_seen_;     // device -> every CPU it was published with
+  std::map<std::string, CpuSet> cpus_seen_;       // device -> every CPU it was published with
   std::map<std::string, std::string> gpus_seen_;  // device -> PCI bus id
 };
 

@@ -21,7 +21,8 @@ bool IsDirectory(const std::string& path) {
 }
 
 // A sysfs attribute; nullopt when absent (the device has no such capability).
-std::optional<std::string> ReadAttribute(const std::string& path, std::vector<std::string>* errors) {
+std::optional<std::string> ReadAttribute(const std::string& path,
+                                         std::vector<std::string>* errors) {
   absl::StatusOr<std::string> text = files::ReadFileBounded(path, kMaxAttribute);
   if (text.ok()) return *std::move(text);
   if (!absl::IsNotFound(text.status())) errors->push_back(Message(text.status()));

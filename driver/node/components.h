@@ -66,7 +66,7 @@ class DraDrivers : public Component {
     prepare::DriverKind kind;
     std::unique_ptr<prepare::ClaimService> service;
     std::function<absl::Status()> keep_lock;  // PluginOptions::keep_lock
-    health::Board* health_board = nullptr;     // PluginOptions::health_board
+    health::Board* health_board = nullptr;    // PluginOptions::health_board
     std::unique_ptr<plugin::KubeletPlugin> plugin;
   };
   DraDrivers(std::vector<Driver> drivers, const NodeConfig& config);

@@ -122,8 +122,8 @@ class HealthService final : public Api::Service::Service {
           h->set_message(d.message.substr(0, health::kMaxMessage));
         }
         if (context->IsCancelled() || !writer->Write(response)) break;
-      } while (plugin_->WaitForHealth(opts.health_interval, epoch,
-                                      [context] { return context->IsCancelled(); }, &seen));
+      } while (plugin_->WaitForHealth(
+          opts.health_interval, epoch, [context] { return context->IsCancelled(); }, &seen));
       return grpc::Status::OK;
     } catch (const std::exception& e) {
       return grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat("health: ", e.what()));
@@ -214,16 +214,14 @@ absl::StatusOr<std::unique_ptr<KubeletPlugin>> KubeletPlugin::Start(
       std::chrono::seconds(5), [raw = p.get()] { raw->EndStreams(); });
   if (absl::Status st = p->dra_server_->Serve(); !st.ok()) return st;
 
-  p->registration_service_ =
-      std::make_unique<RegistrationService>(p.get(), p->opts_.driver, p->dra_socket_,
-                                            p->opts_.health);
+  p->registration_service_ = std::make_unique<RegistrationService>(p.get(), p->opts_.driver,
+                                                                   p->dra_socket_, p->opts_.health);
   p->reg_server_ = std::make_unique<ServedSocket>(
       absl::StrCat("driver ", p->opts_.driver, ": registration socket"), p->reg_socket_,
       std::vector<grpc::Service*>{p->registration_service_.get()}, 0755, std::chrono::seconds(5));
   if (absl::Status st = p->reg_server_->Serve(); !st.ok()) return st;  // ~KubeletPlugin stops
-  spdlog::info("driver {}: serving DRA v1 and v1beta1{} on {}, registration on {}",
-               p->opts_.driver, p->opts_.health ? ", health v1 and v1alpha1" : "", p->dra_socket_,
-               p->reg_socket_);
+  spdlog::info("driver {}: serving DRA v1 and v1beta1{} on {}, registration on {}", p->opts_.driver,
+               p->opts_.health ? ", health v1 and v1alpha1" : "", p->dra_socket_, p->reg_socket_);
   p->watcher_ = std::thread([raw = p.get()] { raw->Watch(); });
   return p;
 }
@@ -311,11 +309,9 @@ bool KubeletPlugin::WaitForHealth(absl::Duration d, uint64_t epoch,
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= until) return true;
-    if (stop_cv_.wait_for(lock, std::min<std::chrono::steady_clock::duration>(until - now, kSlice),
-                          [&] {
-                            return stopping_ || stream_epoch_ != epoch ||
-                                   health_changes_ != *seen;
-                          })) {
+    if (stop_cv_.wait_for(
+            lock, std::min<std::chrono::steady_clock::duration>(until - now, kSlice),
+            [&] { return stopping_ || stream_epoch_ != epoch || health_changes_ != *seen; })) {
       if (stopping_ || stream_epoch_ != epoch) return false;
       continue;  // the board changed: send now
     }

@@ -120,7 +120,7 @@ class KubeletPlugin {
   mutable std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stopping_ = false;
-  uint64_t stream_epoch_ = 0;  // guarded by stop_mu_
+  uint64_t stream_epoch_ = 0;    // guarded by stop_mu_
   uint64_t health_changes_ = 0;  // guarded by stop_mu_
   // What the board's listener reaches: cleared at Stop, so a board that outlives the plugin
   // never calls into a destroyed one.
@@ -129,7 +129,7 @@ class KubeletPlugin {
     KubeletPlugin* plugin = nullptr;
   };
   std::shared_ptr<HealthWake> wake_ = std::make_shared<HealthWake>();
-  std::string lock_problem_;   // guarded by stop_mu_: why keep_lock failed, as last logged
+  std::string lock_problem_;  // guarded by stop_mu_: why keep_lock failed, as last logged
   std::thread watcher_;
 };
 

@@ -18,10 +18,10 @@
 #include <stdlib.h>
 
 #include <chrono>
-#include <functional>
-#include <optional>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -191,7 +191,8 @@ Figures Measure(const testing::FakeApiServer& server, testing::FakePciSysfs& sys
       break;
     }
     f.to_message.push_back(Ms(Clock::now() - t0));
-    const double ms = WaitSlice(server, t0, [&](const json& s) { return SliceTainted(s) == fault; });
+    const double ms =
+        WaitSlice(server, t0, [&](const json& s) { return SliceTainted(s) == fault; });
     if (ms < 0) {
       std::printf("round %d: slice never %s\n", i, fault ? "tainted" : "untainted");
       break;
@@ -225,9 +226,9 @@ int main(int argc, char** argv) {
   auto sim = testing::KubeletSimulator::Start(so);
   if (!sim.ok()) return 1;
   testing::Daemon daemon;
-  daemon.Start(dirs, {"--kubeconfig", kubeconfig, "--node-name", kNode, "--topology-file",
-                      topologies + "/" + kMachine, "--host-root", host, "--topology-refresh",
-                      "3600"});
+  daemon.Start(dirs,
+               {"--kubeconfig", kubeconfig, "--node-name", kNode, "--topology-file",
+                topologies + "/" + kMachine, "--host-root", host, "--topology-refresh", "3600"});
   auto reg = (*sim)->WaitForRegistration(kGpuDriver, 1, absl::Seconds(30));
   if (!reg.ok()) {
     std::printf("the GPU driver never registered: %s\n%s\n",
@@ -235,7 +236,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto w = testing::HealthWatcher::Start(
-      reg->endpoint, testing::PickHealthService(reg->supported_versions, testing::HealthKubelet::k137));
+      reg->endpoint,
+      testing::PickHealthService(reg->supported_versions, testing::HealthKubelet::k137));
   if (!w.ok() || !(*w)->WaitForMessages(1, absl::Seconds(10)).ok() ||
       WaitSlice(**server, Clock::now(), [](const json&) { return true; }) < 0) {
     std::printf("no health stream or no GPU slice\n%s\n", daemon.Log().c_str());
@@ -252,8 +254,7 @@ int main(int argc, char** argv) {
     by_uevent = Measure(**server, sysfs, **w, rounds, [&] { testing::SendUevent(event); });
   }
   const pid_t pid = daemon.pid();
-  const Figures by_signal =
-      Measure(**server, sysfs, **w, rounds, [pid] { ::kill(pid, SIGUSR1); });
+  const Figures by_signal = Measure(**server, sysfs, **w, rounds, [pid] { ::kill(pid, SIGUSR1); });
   const std::vector<double> board_floor = BoardFloor(rounds);
   const std::vector<double> put_floor = PutFloor(**server, rounds);
   std::printf("device health, %d rounds each (a fatal AER error set and cleared on one GPU)\n",

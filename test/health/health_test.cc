@@ -63,8 +63,9 @@ TEST(AerFatalTest, CountsAndTotal) {
       ParseAerFatal("Undefined 0\nSurprise Down Error 2\nMalformed TLP 1\nTOTAL_ERR_FATAL 2\n");
   ASSERT_TRUE(bad.ok()) << bad.status();
   EXPECT_EQ(bad->total, 2);
-  EXPECT_THAT(bad->nonzero, ::testing::ElementsAre(std::pair<std::string, int64_t>{"Surprise Down Error", 2},
-                                                   std::pair<std::string, int64_t>{"Malformed TLP", 1}));
+  EXPECT_THAT(bad->nonzero,
+              ::testing::ElementsAre(std::pair<std::string, int64_t>{"Surprise Down Error", 2},
+                                     std::pair<std::string, int64_t>{"Malformed TLP", 1}));
   const std::pair<const char*, const char*> errors[] = {
       {"Undefined 0\n", "aer_dev_fatal has no TOTAL_ERR_FATAL line"},
       {"TOTAL_ERR_FATAL 1\nTOTAL_ERR_FATAL 1\n", "aer_dev_fatal has TOTAL_ERR_FATAL twice"},
@@ -117,7 +118,8 @@ TEST(AssessGpuTest, EachSignal) {
   GpuFacts garbled = Good();
   garbled.unreadable = {"x/aer_dev_fatal: aer_dev_fatal has no TOTAL_ERR_FATAL line"};
   const Case cases[] = {
-      {"no sysfs", std::nullopt, true, GpuProblem::kNone, "GPU 0000:3b:00.0: no PCI facts in sysfs"},
+      {"no sysfs", std::nullopt, true, GpuProblem::kNone,
+       "GPU 0000:3b:00.0: no PCI facts in sysfs"},
       {"healthy", Good(), true, GpuProblem::kNone,
        "GPU 0000:3b:00.0: healthy, driver nvidia, PCIe 16 GT/s x16 of 16 GT/s x16"},
       {"not in sysfs", gone, true, GpuProblem::kNone,
@@ -133,7 +135,8 @@ TEST(AssessGpuTest, EachSignal) {
        "GPU 0000:3b:00.0: PCIe 16 GT/s x8 of 16 GT/s x16: the link trained to fewer lanes"},
       {"slower, idle", slow, true, GpuProblem::kNone,
        "GPU 0000:3b:00.0: healthy, driver nvidia, PCIe 2.5 GT/s x16 of 16 GT/s x16"},
-      {"no link files", no_link, true, GpuProblem::kNone, "GPU 0000:3b:00.0: healthy, driver nvidia"},
+      {"no link files", no_link, true, GpuProblem::kNone,
+       "GPU 0000:3b:00.0: healthy, driver nvidia"},
       {"unreadable file", garbled, true, GpuProblem::kNone,
        "GPU 0000:3b:00.0: healthy, driver nvidia, PCIe 16 GT/s x16 of 16 GT/s x16; unreadable: "
        "x/aer_dev_fatal: aer_dev_fatal has no TOTAL_ERR_FATAL line"},
@@ -171,9 +174,9 @@ TEST(TrackerTest, IndividualCpuTakenOfflineIsUnhealthyUntilBack) {
   in.cpu_devices = {{"cpudev000", Cpus("0")}, {"cpudev001", Cpus("2")}};
   in.offline = Cpus("1");
   out = t.Update(in);
-  EXPECT_THAT(out.cpus,
-              ::testing::ElementsAre(DeviceStatus{"node1", "cpudev000", true, "CPU 0 online"},
-                                     DeviceStatus{"node1", "cpudev001", false, "CPU 1 is offline"}));
+  EXPECT_THAT(out.cpus, ::testing::ElementsAre(
+                            DeviceStatus{"node1", "cpudev000", true, "CPU 0 online"},
+                            DeviceStatus{"node1", "cpudev001", false, "CPU 1 is offline"}));
   // Back online: every device healthy again; the memory of the old mapping stays harmless.
   in.cpu_devices = {{"cpudev000", Cpus("0")}, {"cpudev001", Cpus("1")}, {"cpudev002", Cpus("2")}};
   in.offline = CpuSet{};
@@ -191,14 +194,14 @@ TEST(TrackerTest, GroupShrinksAndStaysHealthy) {
   in.cpu_devices = {{"cpudevnuma000", Cpus("0,2-3")}};
   in.offline = Cpus("1");
   Tracker::Output out = t.Update(in);
-  EXPECT_THAT(out.cpus, ::testing::ElementsAre(DeviceStatus{
-                            "n", "cpudevnuma000", true, "CPU 1 offline: capacity 3 CPUs"}));
+  EXPECT_THAT(out.cpus, ::testing::ElementsAre(DeviceStatus{"n", "cpudevnuma000", true,
+                                                            "CPU 1 offline: capacity 3 CPUs"}));
   // Every CPU of the group offline: the group leaves the pool and is reported unhealthy.
   in.cpu_devices = {};
   in.offline = Cpus("0-3");
   out = t.Update(in);
-  EXPECT_THAT(out.cpus, ::testing::ElementsAre(DeviceStatus{"n", "cpudevnuma000", false,
-                                                            "CPU 0-3 are offline"}));
+  EXPECT_THAT(out.cpus, ::testing::ElementsAre(
+                            DeviceStatus{"n", "cpudevnuma000", false, "CPU 0-3 are offline"}));
 }
 
 TEST(TrackerTest, CpuDeviceLeavingForAnotherReasonIsForgotten) {
@@ -219,9 +222,10 @@ TEST(TrackerTest, GpuVerdictsAndRemovedGpus) {
   in.gpus = {{"gpu-0000-3b-00-0", "0000:3b:00.0"}, {"gpu-0000-af-00-0", "0000:af:00.0"}};
   in.gpu_verdicts["0000:af:00.0"] = Verdict{false, GpuProblem::kAerFatal, "GPU 0000:af:00.0: x"};
   Tracker::Output out = t.Update(in);
-  EXPECT_THAT(out.gpus, ::testing::ElementsAre(
-                            DeviceStatus{"n", "gpu-0000-3b-00-0", true, "GPU 0000:3b:00.0: healthy"},
-                            DeviceStatus{"n", "gpu-0000-af-00-0", false, "GPU 0000:af:00.0: x"}));
+  EXPECT_THAT(out.gpus,
+              ::testing::ElementsAre(
+                  DeviceStatus{"n", "gpu-0000-3b-00-0", true, "GPU 0000:3b:00.0: healthy"},
+                  DeviceStatus{"n", "gpu-0000-af-00-0", false, "GPU 0000:af:00.0: x"}));
   // 3b leaves the bus (rediscovery drops it): still reported, unhealthy, until it is back.
   in.gpus.erase("gpu-0000-3b-00-0");
   out = t.Update(in);

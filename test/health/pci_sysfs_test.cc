@@ -53,7 +53,8 @@ TEST_F(PciSysfsTest, EachFaultAsTheKernelShowsIt) {
   fake.Unbind(id);
   EXPECT_EQ(verdict().problem, GpuProblem::kUnbound);
   fake.Bind(id, "vfio-pci");
-  EXPECT_EQ(verdict().message, "GPU 0000:3b:00.0: healthy, driver vfio-pci, PCIe 2.5 GT/s x16 of 16 GT/s x16");
+  EXPECT_EQ(verdict().message,
+            "GPU 0000:3b:00.0: healthy, driver vfio-pci, PCIe 2.5 GT/s x16 of 16 GT/s x16");
   fake.Remove(id);  // removal itself shows in the topology; here: nothing known
   EXPECT_FALSE(s.Read({id})->at(id).present);
   EXPECT_TRUE(verdict().healthy);

@@ -57,7 +57,7 @@ class HealthTest : public NodeTest {
     auto pods = PodResourcesSimulator::Start(dirs_.kubelet_root + "/pod-resources/kubelet.sock");
     ASSERT_TRUE(pods.ok()) << pods.status();
     pods_ = *std::move(pods);
-    std::vector<std::string> args = {"--host-root", host_, "--topology-refresh", "3600",
+    std::vector<std::string> args = {"--host-root",     host_, "--topology-refresh", "3600",
                                      "--device-plugin", "gpu"};
     args.insert(args.end(), extra.begin(), extra.end());
     StartNode(args, machine);
@@ -184,7 +184,8 @@ TEST_F(HealthTest, FatalAerErrorsReachStreamsSliceAndDevicePluginAndRecover) {
                            absl::Seconds(10));
     ASSERT_TRUE(good.ok()) << good.status();
   }
-  EXPECT_FALSE(Tainted(WaitSliceDevice("gpu-0000-83-00-0", [](const json& d) { return !Tainted(d); })));
+  EXPECT_FALSE(
+      Tainted(WaitSliceDevice("gpu-0000-83-00-0", [](const json& d) { return !Tainted(d); })));
   auto healthy = dp_->WaitForDevices(
       kGpuResource,
       [](const std::vector<PluginDevice>& d) {
@@ -199,7 +200,8 @@ TEST_F(HealthTest, LinkDownAndUnboundGpusAreNamed) {
   StartHealthNode();
   HealthWatcher* w = Watch(kGpu, HealthKubelet::k137);
   ASSERT_NE(w, nullptr);
-  ASSERT_TRUE(w->WaitFor([](const HealthCache& c) { return c.size() == 4; }, absl::Seconds(10)).ok());
+  ASSERT_TRUE(
+      w->WaitFor([](const HealthCache& c) { return c.size() == 4; }, absl::Seconds(10)).ok());
   sysfs_->SetLink("0000:03:00.0", "Unknown", 0);
   sysfs_->Unbind("0000:84:00.1");
   sysfs_->SetLink("0000:84:00.0", "16.0 GT/s PCIe", 8);
@@ -242,7 +244,8 @@ TEST_F(HealthTest, RemovedGpuIsReportedUnhealthy) {
   StartHealthNode({}, xml);
   HealthWatcher* w = Watch(kGpu, HealthKubelet::k134_136);
   ASSERT_NE(w, nullptr);
-  ASSERT_TRUE(w->WaitFor([](const HealthCache& c) { return c.size() == 4; }, absl::Seconds(10)).ok());
+  ASSERT_TRUE(
+      w->WaitFor([](const HealthCache& c) { return c.size() == 4; }, absl::Seconds(10)).ok());
   std::string text = ReadFile(xml);
   const size_t at = text.find("pci_busid=\"0000:03:00.0\"");
   ASSERT_NE(at, std::string::npos);

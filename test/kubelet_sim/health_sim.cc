@@ -73,8 +73,8 @@ class Watch final : public HealthWatcher::Impl {
         v.health = Health(d.health());
         v.message = d.message();
         if (v.message.size() > 1024) v.message = v.message.substr(0, 1021) + "...";
-        v.timeout_seconds =
-            d.health_check_timeout_seconds() > 0 ? d.health_check_timeout_seconds() : kDefaultTimeout;
+        v.timeout_seconds = d.health_check_timeout_seconds() > 0 ? d.health_check_timeout_seconds()
+                                                                 : kDefaultTimeout;
         v.received = now;
       }
       ++messages;
@@ -140,9 +140,9 @@ absl::StatusOr<HealthCache> HealthWatcher::WaitFor(
     if (impl_->cv.wait_until(lock, until) == std::cv_status::timeout) {
       HealthCache last = Expired(impl_->cache, absl::Now());
       if (done(last)) return last;
-      return absl::DeadlineExceededError(
-          absl::StrCat("health not as expected after ", absl::FormatDuration(timeout),
-                       "; last: ", Describe(last)));
+      return absl::DeadlineExceededError(absl::StrCat("health not as expected after ",
+                                                      absl::FormatDuration(timeout),
+                                                      "; last: ", Describe(last)));
     }
   }
 }
@@ -151,8 +151,8 @@ absl::StatusOr<HealthCache> HealthWatcher::WaitForMessages(int n, absl::Duration
   std::unique_lock<std::mutex> lock(impl_->mu);
   if (!impl_->cv.wait_for(lock, absl::ToChronoNanoseconds(timeout),
                           [&] { return impl_->messages >= n || !impl_->ended.empty(); })) {
-    return absl::DeadlineExceededError(absl::StrCat("fewer than ", n, " health messages after ",
-                                                    absl::FormatDuration(timeout)));
+    return absl::DeadlineExceededError(
+        absl::StrCat("fewer than ", n, " health messages after ", absl::FormatDuration(timeout)));
   }
   if (impl_->messages < n) {
     return absl::UnavailableError(absl::StrCat("health stream ended: ", impl_->ended));

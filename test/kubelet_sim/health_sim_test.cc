@@ -15,7 +15,8 @@ TEST(PickHealthServiceTest, LikeTheKubelet) {
   };
   const Case cases[] = {
       {{"v1.DRAPlugin", "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"},
-       HealthKubelet::k137, kHealthV1},
+       HealthKubelet::k137,
+       kHealthV1},
       {{"v1alpha1.DRAResourceHealth", "v1.DRAResourceHealth"}, HealthKubelet::k137, kHealthV1},
       {{"v1.DRAResourceHealth"}, HealthKubelet::k137, kHealthV1},
       {{"v1alpha1.DRAResourceHealth"}, HealthKubelet::k137, kHealthV1alpha1},

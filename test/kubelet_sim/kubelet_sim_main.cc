@@ -165,9 +165,8 @@ int Health(const Registration& reg, topodra::testing::HealthKubelet kubelet, int
   if (!cache.ok()) return Fail(1, std::string(cache.status().message()));
   Json devices = Json::object();
   for (const auto& [key, v] : *cache) {
-    devices[key] = Json{{"health", v.health},
-                        {"message", v.message},
-                        {"timeoutSeconds", v.timeout_seconds}};
+    devices[key] =
+        Json{{"health", v.health}, {"message", v.message}, {"timeoutSeconds", v.timeout_seconds}};
   }
   std::cout << Dump(Json{{"service", service}, {"devices", devices}}, 2) << std::endl;
   return 0;

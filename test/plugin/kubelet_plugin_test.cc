@@ -73,8 +73,8 @@ TEST_F(KubeletPluginTest, AHealthStreamEndsOnceItsCallIsCancelled) {
 }
 
 std::vector<std::string> SupportedVersions(const KubeletPlugin& p) {
-  auto channel = grpc::CreateChannel("unix:" + p.registration_socket(),
-                                     grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel("unix:" + p.registration_socket(), grpc::InsecureChannelCredentials());
   auto stub = ::pluginregistration::Registration::NewStub(channel);
   grpc::ClientContext ctx;
   ::pluginregistration::PluginInfo info;

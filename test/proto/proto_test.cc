@@ -148,7 +148,8 @@ TEST(ProtoTest, MethodPathsMatchTheSpec) {
   EXPECT_TRUE(pool->FindMethodByName("v1beta1.DevicePlugin.ListAndWatch")->server_streaming());
   EXPECT_TRUE(
       pool->FindMethodByName("v1alpha1.DRAResourceHealth.NodeWatchResources")->server_streaming());
-  EXPECT_TRUE(pool->FindMethodByName("v1.DRAResourceHealth.NodeWatchResources")->server_streaming());
+  EXPECT_TRUE(
+      pool->FindMethodByName("v1.DRAResourceHealth.NodeWatchResources")->server_streaming());
 }
 
 }  // namespace

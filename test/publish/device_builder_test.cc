@@ -216,8 +216,8 @@ TEST(DeviceBuilderTest, GpuMemoryHealthAndBmcDisplays) {
                                     "gpu-000b-01-00-0"));
   EXPECT_EQ(g.devices[1].extra,
             nlohmann::json({{"taints", nlohmann::json::array({{{"key", "gpu.topodra.io/unhealthy"},
-                                           {"value", "aer-fatal"},
-                                           {"effect", "NoSchedule"}}})}}));
+                                                               {"value", "aer-fatal"},
+                                                               {"effect", "NoSchedule"}}})}}));
   for (size_t i : {0, 2, 3}) EXPECT_FALSE(g.devices[i].extra.contains("taints")) << i;
   o.gpus = false;
   EXPECT_EQ(BuildPools(power8, o).size(), 1u);
