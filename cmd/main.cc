@@ -222,6 +222,11 @@ void AddRunFlags(CLI::App* run, topodra::cmd::RunCommand* cmd, std::string* conf
                   "the API server keeps device taints), on, off (the attribute only)")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
+  run->add_option("--dra-health", cmd->dra_health,
+                  "on: stream device health to the kubelet (DRAResourceHealth v1 and v1alpha1, "
+                  "the kubelet picks); off: advertise neither")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   run->add_option("--config", *config_file,
                   "YAML file with the same keys as these flags (without dashes); flags win");
 }

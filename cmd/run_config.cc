@@ -71,6 +71,11 @@ absl::StatusOr<node::NodeConfig> NodeConfigFromFlags(const RunCommand& cmd,
         absl::StrCat("--reservations: invalid value \"", cmd.reservations, "\" (want on or off)"));
   }
   c.reservations = cmd.reservations == "on";
+  if (cmd.dra_health != "on" && cmd.dra_health != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--dra-health: invalid value \"", cmd.dra_health, "\" (want on or off)"));
+  }
+  c.dra_health = cmd.dra_health == "on";
   absl::StatusOr<Enforcement> enforcement = ResolveEnforcement(cmd);
   if (!enforcement.ok()) return enforcement.status();
   absl::StatusOr<node::Enforce> enforce = node::ParseEnforce(enforcement->mode);

@@ -213,7 +213,8 @@ std::vector<Device> ListDevices(const ResourceSetup& setup, const topology::Topo
     if (!setup.gpus.contains(gpu.pci_bus_id)) continue;
     Device d;
     d.id = gpu.pci_bus_id;
-    d.healthy = DraHolder(setup, held, gpu.pci_bus_id) == nullptr &&
+    d.healthy = !setup.unhealthy.contains(gpu.pci_bus_id) &&
+                DraHolder(setup, held, gpu.pci_bus_id) == nullptr &&
                 ReservationOf(setup, held, gpu.pci_bus_id) == nullptr;
     d.numa_nodes = numa(gpu.numa);
     listed.insert(d.id);
@@ -250,12 +251,17 @@ absl::StatusOr<std::vector<std::string>> PreferredAllocation(
       return absl::FailedPreconditionError(absl::StrCat(setup.resource, ": must-include device ",
                                                         Quote(id), " ", ReservedMessage(*r)));
     }
+    if (auto u = setup.unhealthy.find(id); u != setup.unhealthy.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          setup.resource, ": must-include GPU ", Quote(id), " is unhealthy (", u->second, ")"));
+    }
   }
   std::vector<std::string> offered;
   for (const std::string& id : available) {
     if (!CheckKnown(setup, topo, id).ok()) continue;  // someone else's device: not ours to pick
     if (DraHolder(setup, held, id) != nullptr) continue;
     if (ReservationOf(setup, held, id) != nullptr) continue;
+    if (setup.unhealthy.contains(id)) continue;
     offered.push_back(id);
   }
   std::vector<std::string> out;
@@ -335,6 +341,10 @@ absl::StatusOr<AllocatePlan> PlanAllocate(const ResourceSetup& setup,
                      [&](const topology::Gpu& g) { return g.pci_bus_id == id; })) {
       return absl::FailedPreconditionError(
           absl::StrCat(setup.resource, ": GPU ", Quote(id), " is gone from the node (unhealthy)"));
+    }
+    if (auto u = setup.unhealthy.find(id); u != setup.unhealthy.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(setup.resource, ": GPU ", Quote(id), " is unhealthy (", u->second, ")"));
     }
     if (const state::Allocation* a = DraHolder(setup, held, id)) {
       return absl::FailedPreconditionError(absl::StrCat(setup.resource, ": device ", Quote(id),

@@ -34,6 +34,9 @@ struct ResourceSetup {
   std::optional<prepare::CpusetHook> cpuset_hook;
   // kGpu: the GPUs served, by PCI bus id, with the device nodes a container needs.
   std::map<std::string, prepare::GpuDevice> gpus;
+  // kGpu: GPUs of `gpus` that are unhealthy now (driver/health), PCI bus id -> cause: listed
+  // Unhealthy, never offered or allocated, and never a reason to fail a request for others.
+  std::map<std::string, std::string> unhealthy;
   // prepare::CdiInstanceMarker of this daemon, in the name of every CDI file ("" for none).
   std::string cdi_marker;
 };
@@ -47,7 +50,8 @@ struct Device {
 
 // The full list for ListAndWatch, sorted (CPUs numerically, GPUs by PCI bus id).
 //  * Healthy: can be allocated through the device plugin now, or is allocated through it.
-//  * Unhealthy: held by a DRA claim (counted in capacity, never allocatable, so the kubelet
+//  * Unhealthy: a GPU the health checks find faulty (ResourceSetup::unhealthy), a device held by
+//    a DRA claim (counted in capacity, never allocatable, so the kubelet
 //    never offers it), a CPU that went offline, or a GPU that disappeared while a device-plugin
 //    allocation still holds it (the pod keeps seeing it, as unhealthy).
 // Reserved CPUs are not listed at all.
@@ -57,7 +61,8 @@ std::vector<Device> ListDevices(const ResourceSetup& setup, const topology::Topo
 // GetPreferredAllocation for one container: exactly `size` ids from `available`, containing
 // every id of `must_include`, chosen by the allocator the DRA path uses (CPUs: fewest NUMA
 // nodes, L3 caches and split cores; GPUs: fewest NUMA nodes, then PCIe roots, then closest in
-// the PCI tree). Ids held by a DRA claim are not offered even when the kubelet lists them.
+// the PCI tree). Ids held by a DRA claim or unhealthy are not offered even when the kubelet
+// lists them (it may not have seen the change yet): they never fail the request for the others.
 // Deterministic; sorted like ListDevices. InvalidArgument for malformed or unknown ids and
 // impossible requests, ResourceExhausted when too few are available; messages quote the values.
 absl::StatusOr<std::vector<std::string>> PreferredAllocation(
@@ -95,9 +100,9 @@ struct AllocatePlan {
 };
 
 // Allocate for one container. Every id must be a device of this resource, healthy (online CPU,
-// not reserved; GPU present) and not held by a DRA claim; otherwise InvalidArgument (unknown,
-// malformed, repeated ids) or FailedPrecondition (unhealthy, held through DRA), naming the id and,
-// for a DRA holder, the claim.
+// not reserved; GPU present and not unhealthy) and not held by a DRA claim; otherwise
+// InvalidArgument (unknown, malformed, repeated ids) or FailedPrecondition (unhealthy, held through
+// DRA), naming the id and, for a DRA holder, the claim.
 absl::StatusOr<AllocatePlan> PlanAllocate(const ResourceSetup& setup,
                                           const topology::Topology& topo, const state::State& held,
                                           const std::vector<std::string>& ids);

@@ -99,7 +99,8 @@ void Pinning::Stop() {
 DraDrivers::DraDrivers(std::vector<Driver> drivers, const NodeConfig& config)
     : drivers_(std::move(drivers)),
       kubelet_root_(config.kubelet_root_dir),
-      cdi_dir_(config.cdi_dir) {}
+      cdi_dir_(config.cdi_dir),
+      health_(config.dra_health) {}
 
 absl::Status DraDrivers::Start() {
   for (Driver& d : drivers_) {
@@ -113,6 +114,8 @@ absl::Status DraDrivers::Start() {
     po.driver = driver;
     po.kubelet_root = kubelet_root_;
     po.keep_lock = d.keep_lock;
+    po.health = health_;
+    po.health_board = d.health_board;
     absl::StatusOr<std::unique_ptr<plugin::KubeletPlugin>> p =
         plugin::KubeletPlugin::Start(po, d.service.get());
     if (!p.ok()) {

@@ -66,6 +66,7 @@ class DraDrivers : public Component {
     prepare::DriverKind kind;
     std::unique_ptr<prepare::ClaimService> service;
     std::function<absl::Status()> keep_lock;  // PluginOptions::keep_lock
+    health::Board* health_board = nullptr;    // PluginOptions::health_board
     std::unique_ptr<plugin::KubeletPlugin> plugin;
   };
   DraDrivers(std::vector<Driver> drivers, const NodeConfig& config);
@@ -79,6 +80,7 @@ class DraDrivers : public Component {
  private:
   std::vector<Driver> drivers_;
   const std::string kubelet_root_, cdi_dir_;
+  const bool health_;
 };
 
 // The legacy device-plugin API on the same node allocations, and the reclaimer that releases

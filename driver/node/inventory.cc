@@ -93,7 +93,13 @@ deviceplugin::ResourceSetup Inventory::DevicePluginSetup(deviceplugin::ResourceK
   setup.reserved = dra.reserved;
   setup.cdi_marker = dra.cdi_marker;
   if (!gpu) setup.cpuset_hook = options_.cpuset_hook;
-  for (const auto& [name, device] : dra.gpus) setup.gpus[device.pci_bus_id] = device;
+  for (const auto& [name, device] : dra.gpus) {
+    setup.gpus[device.pci_bus_id] = device;
+    if (auto u = options_.publish.unhealthy_gpus.find(device.pci_bus_id);
+        u != options_.publish.unhealthy_gpus.end()) {
+      setup.unhealthy.emplace(u->first, u->second);
+    }
+  }
   return setup;
 }
 

@@ -95,7 +95,11 @@ void Node::Assemble(topology::Topology topo, std::optional<PinningSetup> pinning
   std::vector<publish::ReservedDevices> held =
       ledger_->Read([](const state::State& st) { return ToPublish(reservation::HeldDevices(st)); });
   online_ = topo.online;
+  device_health_ = std::make_unique<DeviceHealth>(config_);
+  gpu_verdicts_ = device_health_->Assess(topo);
+  inventory_options_.publish.unhealthy_gpus = DeviceHealth::Unhealthy(gpu_verdicts_);
   inventory_ = Inventory::Build(inventory_options_, std::move(topo), std::move(held));
+  device_health_->Publish(inventory_, gpu_verdicts_);
   if (config_.metrics_listen) {
     metrics::MetricsOptions mo;
     mo.version = config_.version;
@@ -136,6 +140,8 @@ void Node::AddKubeletComponents() {
     d.service->SetObserver(metrics_.get());
     // The CPU driver's plugin directory holds the second instance lock.
     if (cpu) d.keep_lock = [lock = locks_[1].get()] { return lock->Renew(); };
+    d.health_board =
+        device_health_->board(cpu ? config_.publish.cpu_driver : config_.publish.gpu_driver);
     drivers.push_back(std::move(d));
   }
   dra_ = components_.Add(std::make_unique<DraDrivers>(std::move(drivers), config_));
@@ -207,14 +213,33 @@ void Node::Stop() { components_.Stop(); }
 bool Node::Republish(const topology::Topology& now) {
   std::vector<publish::ReservedDevices> held =
       ledger_->Read([](const state::State& st) { return ToPublish(reservation::HeldDevices(st)); });
+  inventory_options_.publish.unhealthy_gpus = DeviceHealth::Unhealthy(gpu_verdicts_);
   Inventory next = Inventory::Build(inventory_options_, now, std::move(held));
   const bool changed = !next.SamePools(inventory_);
   inventory_ = std::move(next);
+  // Health first: the streams tell the kubelet at once, the slices follow.
+  device_health_->Publish(inventory_, gpu_verdicts_);
   if (changed) components_.OnInventory(inventory_);
   return changed;
 }
 
 bool Node::OnMachineChanged() {
+  // The GPUs' health first, on the machine as last seen: a few sysfs files, so the health
+  // streams hear of a fault before the (slower) rediscovery and republishing.
+  {
+    topology::Topology last;  // its GPUs and source are all Assess reads
+    {
+      std::lock_guard<std::mutex> lock(publish_mu_);
+      last.gpus = inventory_.topology().gpus;
+      last.source = inventory_.topology().source;
+    }
+    std::map<std::string, health::Verdict> early = device_health_->Assess(last);
+    std::lock_guard<std::mutex> lock(publish_mu_);
+    if (early != gpu_verdicts_) {
+      gpu_verdicts_ = std::move(early);
+      device_health_->Publish(inventory_, gpu_verdicts_);
+    }
+  }
   // CPUs hot-plugged or offlined, GPUs gone or back: rediscover and republish on change.
   absl::StatusOr<topology::Topology> now = deps_.discover();
   if (!now.ok()) {
@@ -222,9 +247,13 @@ bool Node::OnMachineChanged() {
                  std::string(now.status().message()));
     return false;
   }
+  // Every look at the machine re-reads the GPUs' health (sysfs, outside the lock): a link or
+  // AER counter can change without a uevent, and the refresh timer catches it.
+  std::map<std::string, health::Verdict> verdicts = device_health_->Assess(*now);
   bool changed = false;
   {
     std::lock_guard<std::mutex> lock(publish_mu_);
+    gpu_verdicts_ = std::move(verdicts);
     changed = Republish(*now);
   }
   malloc_trim(0);

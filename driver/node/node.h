@@ -25,6 +25,7 @@
 #include "driver/metrics/metrics_server.h"
 #include "driver/node/component.h"
 #include "driver/node/config.h"
+#include "driver/node/device_health.h"
 #include "driver/node/inventory.h"
 #include "driver/plugin/instance_lock.h"
 #include "driver/prepare/claim_service.h"
@@ -108,6 +109,9 @@ class Node {
   InventoryOptions inventory_options_;
   mutable std::mutex publish_mu_;
   Inventory inventory_;  // guarded by publish_mu_
+  // GPU health as last read (guarded by publish_mu_); boards read by the health streams.
+  std::unique_ptr<DeviceHealth> device_health_;
+  std::map<std::string, health::Verdict> gpu_verdicts_;
   mutable std::mutex online_mu_;
   CpuSet online_;  // guarded by online_mu_
 

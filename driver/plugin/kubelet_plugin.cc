@@ -15,7 +15,7 @@
 #include "common/file_io.h"
 #include "driver/plugin/socket_server.h"
 #include "proto/dra_api.h"
-#include "proto/drahealth/v1alpha1/api.grpc.pb.h"
+#include "proto/drahealth/health_api.h"
 #include "proto/pluginregistration/api.grpc.pb.h"
 
 namespace topodra::plugin {
@@ -92,30 +92,38 @@ class DraService final : public Api::DRAPlugin::Service {
   prepare::ClaimService* service_;
 };
 
-class HealthService final : public ::v1alpha1::DRAResourceHealth::Service {
+// One implementation for both health API versions. The first message is the full list; then
+// the list again whenever the board changes and every health_interval, so the kubelet's
+// per-device lease (health_timeout) never runs out while the stream is open.
+template <typename Api>
+class HealthService final : public Api::Service::Service {
  public:
-  HealthService(KubeletPlugin* plugin, prepare::ClaimService* service, absl::Duration interval)
-      : plugin_(plugin), service_(service), interval_(interval) {}
+  HealthService(KubeletPlugin* plugin, prepare::ClaimService* service)
+      : plugin_(plugin), service_(service) {}
 
-  grpc::Status NodeWatchResources(
-      grpc::ServerContext* context, const ::v1alpha1::NodeWatchResourcesRequest*,
-      grpc::ServerWriter<::v1alpha1::NodeWatchResourcesResponse>* writer) override {
+  grpc::Status NodeWatchResources(grpc::ServerContext* context, const typename Api::Request*,
+                                  grpc::ServerWriter<typename Api::Response>* writer) override {
     try {
+      const PluginOptions& opts = plugin_->options();
       const uint64_t epoch = plugin_->stream_epoch();
       const KubeletPlugin::StreamCount counted(plugin_);
+      uint64_t seen = plugin_->health_changes();
+      const int64_t timeout = std::max<int64_t>(1, absl::ToInt64Seconds(opts.health_timeout));
       do {
-        ::v1alpha1::NodeWatchResourcesResponse response;
+        typename Api::Response response;
         const int64_t now = absl::ToUnixSeconds(absl::Now());
-        for (const auto& [pool, device] : service_->Devices()) {
-          ::v1alpha1::DeviceHealth* h = response.add_devices();
-          h->mutable_device()->set_pool_name(pool);
-          h->mutable_device()->set_device_name(device);
-          h->set_health(::v1alpha1::HEALTHY);
+        for (const health::DeviceStatus& d : Devices()) {
+          typename Api::DeviceHealth* h = response.add_devices();
+          h->mutable_device()->set_pool_name(d.pool);
+          h->mutable_device()->set_device_name(d.device);
+          h->set_health(d.healthy ? Api::kHealthy : Api::kUnhealthy);
           h->set_last_updated_time(now);
+          h->set_health_check_timeout_seconds(timeout);
+          h->set_message(d.message.substr(0, health::kMaxMessage));
         }
         if (context->IsCancelled() || !writer->Write(response)) break;
-      } while (plugin_->SleepUnlessStopping(interval_, epoch,
-                                            [context] { return context->IsCancelled(); }));
+      } while (plugin_->WaitForHealth(
+          opts.health_interval, epoch, [context] { return context->IsCancelled(); }, &seen));
       return grpc::Status::OK;
     } catch (const std::exception& e) {
       return grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat("health: ", e.what()));
@@ -123,15 +131,24 @@ class HealthService final : public ::v1alpha1::DRAResourceHealth::Service {
   }
 
  private:
+  std::vector<health::DeviceStatus> Devices() const {
+    if (const health::Board* board = plugin_->options().health_board) return board->Get().devices;
+    std::vector<health::DeviceStatus> out;
+    for (const auto& [pool, device] : service_->Devices()) out.push_back({pool, device, true, ""});
+    return out;
+  }
+
   KubeletPlugin* plugin_;
   prepare::ClaimService* service_;
-  const absl::Duration interval_;
 };
 
 class RegistrationService final : public reg::Registration::Service {
  public:
-  RegistrationService(KubeletPlugin* plugin, std::string driver, std::string endpoint)
-      : plugin_(plugin), driver_(std::move(driver)), endpoint_(std::move(endpoint)) {}
+  RegistrationService(KubeletPlugin* plugin, std::string driver, std::string endpoint, bool health)
+      : plugin_(plugin),
+        driver_(std::move(driver)),
+        endpoint_(std::move(endpoint)),
+        health_(health) {}
 
   grpc::Status GetInfo(grpc::ServerContext*, const reg::InfoRequest*,
                        reg::PluginInfo* info) override {
@@ -141,7 +158,12 @@ class RegistrationService final : public reg::Registration::Service {
     // A 1.34+ kubelet takes the first entry it knows: v1, and v1beta1 for older kubelets.
     info->add_supported_versions(kDraV1);
     info->add_supported_versions(kDraV1beta1);
-    info->add_supported_versions(kDraHealth);
+    // A 1.37 kubelet opens a health stream only for a version listed here (v1 when both are);
+    // 1.34-1.36 open v1alpha1 whatever the list says.
+    if (health_) {
+      info->add_supported_versions(kDraHealthV1);
+      info->add_supported_versions(kDraHealth);
+    }
     return grpc::Status::OK;
   }
 
@@ -155,6 +177,7 @@ class RegistrationService final : public reg::Registration::Service {
   KubeletPlugin* plugin_;
   const std::string driver_;
   const std::string endpoint_;
+  const bool health_;
 };
 
 }  // namespace
@@ -171,8 +194,19 @@ absl::StatusOr<std::unique_ptr<KubeletPlugin>> KubeletPlugin::Start(
 
   p->services_.push_back(std::make_unique<DraService<proto::DraV1>>(service));
   p->services_.push_back(std::make_unique<DraService<proto::DraV1beta1>>(service));
-  p->services_.push_back(
-      std::make_unique<HealthService>(p.get(), service, p->opts_.health_interval));
+  // Without --dra-health the methods are simply not there: gRPC answers UNIMPLEMENTED.
+  if (p->opts_.health) {
+    p->services_.push_back(std::make_unique<HealthService<proto::HealthV1>>(p.get(), service));
+    p->services_.push_back(
+        std::make_unique<HealthService<proto::HealthV1alpha1>>(p.get(), service));
+    p->wake_->plugin = p.get();
+    if (p->opts_.health_board != nullptr) {
+      p->opts_.health_board->Listen([wake = p->wake_] {
+        std::lock_guard<std::mutex> lock(wake->mu);
+        if (wake->plugin != nullptr) wake->plugin->OnHealthChanged();
+      });
+    }
+  }
   std::vector<grpc::Service*> services;
   for (auto& s : p->services_) services.push_back(s.get());
   p->dra_server_ = std::make_unique<ServedSocket>(
@@ -180,14 +214,14 @@ absl::StatusOr<std::unique_ptr<KubeletPlugin>> KubeletPlugin::Start(
       std::chrono::seconds(5), [raw = p.get()] { raw->EndStreams(); });
   if (absl::Status st = p->dra_server_->Serve(); !st.ok()) return st;
 
-  p->registration_service_ =
-      std::make_unique<RegistrationService>(p.get(), p->opts_.driver, p->dra_socket_);
+  p->registration_service_ = std::make_unique<RegistrationService>(p.get(), p->opts_.driver,
+                                                                   p->dra_socket_, p->opts_.health);
   p->reg_server_ = std::make_unique<ServedSocket>(
       absl::StrCat("driver ", p->opts_.driver, ": registration socket"), p->reg_socket_,
       std::vector<grpc::Service*>{p->registration_service_.get()}, 0755, std::chrono::seconds(5));
   if (absl::Status st = p->reg_server_->Serve(); !st.ok()) return st;  // ~KubeletPlugin stops
-  spdlog::info("driver {}: serving DRA v1 and v1beta1 on {}, registration on {}", p->opts_.driver,
-               p->dra_socket_, p->reg_socket_);
+  spdlog::info("driver {}: serving DRA v1 and v1beta1{} on {}, registration on {}", p->opts_.driver,
+               p->opts_.health ? ", health v1 and v1alpha1" : "", p->dra_socket_, p->reg_socket_);
   p->watcher_ = std::thread([raw = p.get()] { raw->Watch(); });
   return p;
 }
@@ -263,6 +297,44 @@ bool KubeletPlugin::SleepUnlessStopping(absl::Duration d, uint64_t epoch,
   }
 }
 
+bool KubeletPlugin::WaitForHealth(absl::Duration d, uint64_t epoch,
+                                  const std::function<bool()>& cancelled, uint64_t* seen) {
+  constexpr auto kSlice = std::chrono::milliseconds(100);
+  const auto until = std::chrono::steady_clock::now() + absl::ToChronoMilliseconds(d);
+  std::unique_lock<std::mutex> lock(stop_mu_);
+  while (true) {
+    if (health_changes_ != *seen) {
+      *seen = health_changes_;
+      return !stopping_ && stream_epoch_ == epoch;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= until) return true;
+    if (stop_cv_.wait_for(
+            lock, std::min<std::chrono::steady_clock::duration>(until - now, kSlice),
+            [&] { return stopping_ || stream_epoch_ != epoch || health_changes_ != *seen; })) {
+      if (stopping_ || stream_epoch_ != epoch) return false;
+      continue;  // the board changed: send now
+    }
+    lock.unlock();
+    const bool gone = cancelled();
+    lock.lock();
+    if (gone) return false;
+  }
+}
+
+uint64_t KubeletPlugin::health_changes() const {
+  std::lock_guard<std::mutex> lock(stop_mu_);
+  return health_changes_;
+}
+
+void KubeletPlugin::OnHealthChanged() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    ++health_changes_;
+  }
+  stop_cv_.notify_all();
+}
+
 uint64_t KubeletPlugin::stream_epoch() const {
   std::lock_guard<std::mutex> lock(stop_mu_);
   return stream_epoch_;
@@ -287,6 +359,10 @@ void KubeletPlugin::OnRegistrationStatus(bool registered, const std::string& err
 }
 
 void KubeletPlugin::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(wake_->mu);
+    wake_->plugin = nullptr;
+  }
   {
     std::lock_guard<std::mutex> lock(stop_mu_);
     if (stopping_) return;

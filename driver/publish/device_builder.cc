@@ -502,9 +502,15 @@ std::vector<Pool> BuildPools(const Topology& topo, const PublishOptions& opts) {
     for (const topology::Gpu& g : topo.gpus) {
       if (IsBmcDisplay(g)) continue;
       any = true;
-      if (opts.unhealthy_gpus.count(g.pci_bus_id)) continue;
       Device d = GpuDevice(g);
       if (auto it = gpu_holder.find(g.pci_bus_id); it != gpu_holder.end()) MarkHeld(d, *it->second);
+      if (auto it = opts.unhealthy_gpus.find(g.pci_bus_id); it != opts.unhealthy_gpus.end()) {
+        // No timeAdded: the server sets it once, and an unchanged cause is an unchanged taint.
+        nlohmann::json taint{
+            {"key", kUnhealthyTaintKey}, {"value", it->second}, {"effect", "NoSchedule"}};
+        if (!d.extra.contains("taints")) d.extra["taints"] = nlohmann::json::array();
+        d.extra["taints"].push_back(std::move(taint));
+      }
       gpu.devices.push_back(std::move(d));
     }
     if (any) pools.push_back(std::move(gpu));

@@ -36,8 +36,9 @@ struct PublishOptions {
   GroupBy group_by = GroupBy::kNuma;
   CpuSet reserved_cpus;
   bool gpus = true;  // --gpus=auto (true) | none
-  // PCI bus ids of GPUs currently unhealthy: left out until they recover.
-  std::set<std::string> unhealthy_gpus;
+  // GPUs currently unhealthy, PCI bus id -> cause (a label value, health::GpuProblemName):
+  // published with a NoSchedule taint kUnhealthyTaintKey = cause until they recover.
+  std::map<std::string, std::string> unhealthy_gpus;
   // Grouped mode: each reservation with a usable CPU gets one device of its own
   // (ReservationCpuDeviceName) and its CPUs leave the group devices. Individual mode and GPUs:
   // the held devices keep their names. Either way they carry kReservationAttribute = name and,

@@ -17,6 +17,10 @@ bool IsQualifiedName(std::string_view s);
 // (so nobody else's claim gets them).
 inline constexpr char kReservationAttribute[] = "topodra.io/reservation";
 inline constexpr char kReservationTaintKey[] = "topodra.io/reservation";
+// An unhealthy GPU (driver/health) stays published with a NoSchedule taint of this key, its
+// value the cause ("aer-fatal", "link-down", ...), so no new claim gets it; the taint goes when
+// the GPU recovers.
+inline constexpr char kUnhealthyTaintKey[] = "gpu.topodra.io/unhealthy";
 
 // The grouped-mode CPU device of a Reservation: "cpudevresv-" + the name with '.' replaced by
 // '-'. When that exceeds 63 characters (or the name is not a DNS subdomain), the name part is cut

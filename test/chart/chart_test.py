@@ -393,6 +393,7 @@ class ChartTest(unittest.TestCase):
         "--device-plugin-reclaim-interval": "devicePlugin.reclaimInterval",
         "--enforce": "cpuPinning.enforce", "--reservations": None,
         "--reservation-taints": "reservations.taints", "--log-format": "logging.format",
+        "--dra-health": None,
     }
 
     def test_schema_matches_daemon_flags(self):
@@ -407,7 +408,8 @@ class ChartTest(unittest.TestCase):
             schema = json.load(f)
         for flag, path in self.FLAG_VALUES.items():
             if path is None:
-                continue  # a boolean value (reservations.enabled) renders on/off
+                # A boolean value (reservations.enabled, deviceHealth.enabled) renders on/off.
+                continue
             node = schema
             for part in path.split("."):
                 node = node["properties"][part]
@@ -572,6 +574,10 @@ class ChartTest(unittest.TestCase):
         role = [d["object"] for d in off["documents"] if d["object"]["kind"] == "ClusterRole"][0]
         self.assertNotIn("topodra.io", {g for rule in role["rules"] for g in rule["apiGroups"]})
         self.assertIn("--reservations=off", self.args_of(off))
+
+    def test_device_health_flag(self):
+        self.assertIn("--dra-health=on", self.args_of(self.renders["default"]))
+        self.assertIn("--dra-health=off", self.args_of(self.renders["device-health-off"]))
 
     def test_admission_policy(self):
         docs = {d["object"]["kind"]: d["object"] for d in self.renders["default"]["documents"]}

@@ -113,6 +113,8 @@ TEST(RunConfigTest, ErrorsNameTheFlagAndTheValue) {
        "on or off)"},
       {"reservations", [](RunCommand* c) { c->reservations = "maybe"; },
        "--reservations: invalid value \"maybe\" (want on or off)"},
+      {"DRA health", [](RunCommand* c) { c->dra_health = "auto"; },
+       "--dra-health: invalid value \"auto\" (want on or off)"},
       {"pinning a simulated machine's host", [](RunCommand* c) { c->enforce = "cgroup"; },
        "--enforce=cgroup with a simulated machine (--topology-file) would pin the host's "
        "containers to CPUs of a machine that is not there: --cgroup-root \"/sys/fs/cgroup\" is "

@@ -1052,3 +1052,73 @@ TEST(ReservationTest, ReservedDevicesAreUnhealthyNeverPreferredAndRefused) {
 
 }  // namespace
 }  // namespace topodra::deviceplugin
+
+namespace topodra::deviceplugin {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Device health (driver/health): an unhealthy GPU is listed Unhealthy, never offered or
+// allocated, and never fails a request for the other GPUs. The NVIDIA device plugin's failure
+// this guards against: one GPU off the bus made GetPreferredAllocation fail for every pod,
+// because the kubelet still listed it as available.
+
+TEST(HealthTest, UnhealthyGpuListedUnhealthy) {
+  const Topology& t = Load(kP8);
+  ResourceSetup setup = GpuSetup(t);
+  setup.unhealthy = {{"000a:01:00.0", "aer-fatal"}};
+  EXPECT_EQ(ListDevices(setup, t, {}), (std::vector<Device>{{"0002:01:00.0", true, {0}},
+                                                            {"0003:01:00.0", true, {0}},
+                                                            {"000a:01:00.0", false, {1}},
+                                                            {"000b:01:00.0", true, {1}}}));
+}
+
+TEST(HealthTest, OneBadGpuNeverFailsPreferredAllocationForTheOthers) {
+  const Topology& t = Load(kDgx);
+  ResourceSetup setup = GpuSetup(t);
+  // 34 is faulty (still on the bus, tainted); ff was never ours (a GPU that fell off the bus
+  // before the kubelet noticed: unknown to the node now). The kubelet lists both as available.
+  setup.unhealthy = {{DgxId("34"), "link-down"}};
+  const std::vector<std::string> available = Dgx({"34", "36", "39", "3b", "ff"});
+  for (int size = 1; size <= 3; ++size) {
+    SCOPED_TRACE(size);
+    absl::StatusOr<std::vector<std::string>> got =
+        PreferredAllocation(setup, t, {}, available, {}, size);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->size(), static_cast<size_t>(size));
+    EXPECT_THAT(*got, ::testing::Not(::testing::Contains(DgxId("34"))));
+    EXPECT_THAT(*got, ::testing::Not(::testing::Contains(DgxId("ff"))));
+  }
+  // The switch mate of 34 is taken with the next pair, as if 34 were held.
+  EXPECT_EQ(PreferredAllocation(setup, t, {}, available, {}, 2).value(), Dgx({"39", "3b"}));
+  // Only a request that insists on the bad GPU fails, and says why.
+  absl::StatusOr<std::vector<std::string>> insist =
+      PreferredAllocation(setup, t, {}, available, {DgxId("34")}, 2);
+  ASSERT_FALSE(insist.ok());
+  EXPECT_EQ(insist.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(std::string(insist.status().message()),
+            "topodra.io/gpu: must-include GPU \"0000:34:00.0\" is unhealthy (link-down)");
+  // Too few healthy ones left: ResourceExhausted, as for any shortage.
+  EXPECT_EQ(PreferredAllocation(setup, t, {}, Dgx({"34", "36"}), {}, 2).status().code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
+TEST(HealthTest, AllocateRefusesOnlyTheBadGpu) {
+  const Topology& t = Load(kDgx);
+  ResourceSetup setup = GpuSetup(t);
+  setup.unhealthy = {{DgxId("34"), "aer-fatal"}};
+  state::State held;
+  absl::StatusOr<AllocatePlan> bad = PlanAllocate(setup, t, held, Dgx({"34", "36"}));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(std::string(bad.status().message()),
+            "topodra.io/gpu: GPU \"0000:34:00.0\" is unhealthy (aer-fatal)");
+  // The others allocate as if nothing were wrong.
+  EXPECT_EQ(Allocated(setup, t, Dgx({"36", "39"}), &held).gpus,
+            (std::set<std::string>{DgxId("36"), DgxId("39")}));
+  // Recovered: allocatable again.
+  setup.unhealthy.clear();
+  EXPECT_TRUE(PlanAllocate(setup, t, held, Dgx({"34"})).ok());
+}
+
+}  // namespace
+}  // namespace topodra::deviceplugin

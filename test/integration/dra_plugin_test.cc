@@ -50,8 +50,9 @@ TEST_F(DraPluginTest, RegistersBothDriversWithV1First) {
   auto cpu = sim_->Find(kCpu);
   ASSERT_TRUE(cpu.has_value());
   EXPECT_EQ(cpu->version, "v1.DRAPlugin");
-  EXPECT_THAT(cpu->supported_versions, ::testing::ElementsAre("v1.DRAPlugin", "v1beta1.DRAPlugin",
-                                                              "v1alpha1.DRAResourceHealth"));
+  EXPECT_THAT(cpu->supported_versions,
+              ::testing::ElementsAre("v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth",
+                                     "v1alpha1.DRAResourceHealth"));
   EXPECT_EQ(cpu->endpoint, dirs_.kubelet_root + "/plugins/dra.cpu/dra.sock");
   auto gpu = sim_->WaitForRegistration(kGpu, 1, absl::Seconds(10));
   ASSERT_TRUE(gpu.ok()) << gpu.status();

@@ -4,6 +4,7 @@
 //   kubelet_sim --root-dir D prepare DRIVER NS/NAME/UID... [--timeout 10s]
 //   kubelet_sim --root-dir D unprepare DRIVER NS/NAME/UID... [--timeout 10s]
 //   kubelet_sim --root-dir D allocate RESOURCE COUNT [--timeout 10s]
+//   kubelet_sim --root-dir D health DRIVER [MESSAGES] [--health-kubelet 1.37|1.36]
 //
 // Each run is a freshly started kubelet: it discovers the plugin's registration socket, registers
 // it (waiting up to --timeout) and then makes the one call. Exit codes: 0 ok (prepare/unprepare:
@@ -12,6 +13,9 @@
 // waits for the plugin of RESOURCE to register and list COUNT healthy devices, asks for its
 // preferred allocation of COUNT among the healthy ones and allocates them for one container,
 // as the kubelet does when a container requests COUNT of RESOURCE.
+// `health` is the kubelet's DRA health client: it picks the DRAResourceHealth version a kubelet
+// of --health-kubelet would (1.37: from supported_versions; 1.36 and older: v1alpha1), reads
+// MESSAGES messages (default 1) and prints its per-device cache.
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -26,6 +30,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "test/kubelet_sim/device_plugin_sim.h"
+#include "test/kubelet_sim/health_sim.h"
 #include "test/kubelet_sim/kubelet_sim.h"
 
 namespace {
@@ -46,7 +51,10 @@ constexpr char kUsage[] =
     "  unprepare DRIVER NS/NAME/UID... NodeUnprepareResources for the claims; print the response\n"
     "  allocate RESOURCE COUNT       device manager: GetPreferredAllocation (if offered) +\n"
     "                                Allocate of COUNT healthy devices for one container +\n"
-    "                                PreStartContainer (if required); print the response\n";
+    "                                PreStartContainer (if required); print the response\n"
+    "  health DRIVER [MESSAGES]      open the DRA health stream a kubelet of --health-kubelet\n"
+    "                                (1.37, default, or 1.36) picks; read MESSAGES messages\n"
+    "                                (default 1); print the service and per-device health\n";
 
 int Fail(int code, const std::string& msg) {
   std::cerr << "kubelet_sim: " << msg << "\n";
@@ -144,9 +152,30 @@ int Allocate(const std::string& dir, const std::string& resource, int count,
   return 0;
 }
 
+int Health(const Registration& reg, topodra::testing::HealthKubelet kubelet, int messages,
+           absl::Duration timeout) {
+  const std::string service = topodra::testing::PickHealthService(reg.supported_versions, kubelet);
+  if (service.empty()) {
+    std::cout << Dump(Json{{"service", nullptr}, {"devices", Json::object()}}, 2) << std::endl;
+    return 0;
+  }
+  auto watcher = topodra::testing::HealthWatcher::Start(reg.endpoint, service);
+  if (!watcher.ok()) return Fail(1, std::string(watcher.status().message()));
+  auto cache = (*watcher)->WaitForMessages(messages, timeout);
+  if (!cache.ok()) return Fail(1, std::string(cache.status().message()));
+  Json devices = Json::object();
+  for (const auto& [key, v] : *cache) {
+    devices[key] =
+        Json{{"health", v.health}, {"message", v.message}, {"timeoutSeconds", v.timeout_seconds}};
+  }
+  std::cout << Dump(Json{{"service", service}, {"devices", devices}}, 2) << std::endl;
+  return 0;
+}
+
 int Run(int argc, char** argv) {
   KubeletSimOptions opts;
   absl::Duration timeout = absl::Seconds(10);
+  topodra::testing::HealthKubelet health_kubelet = topodra::testing::HealthKubelet::k137;
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -173,6 +202,14 @@ int Run(int argc, char** argv) {
       if (!absl::ParseDuration(value, &timeout) || timeout < absl::ZeroDuration()) {
         return Fail(2, "invalid --timeout \"" + value + "\" (want e.g. 10s, 500ms)");
       }
+    } else if (arg == "--health-kubelet") {
+      if (value == "1.37") {
+        health_kubelet = topodra::testing::HealthKubelet::k137;
+      } else if (value == "1.34" || value == "1.35" || value == "1.36") {
+        health_kubelet = topodra::testing::HealthKubelet::k134_136;
+      } else {
+        return Fail(2, "invalid --health-kubelet \"" + value + "\" (want 1.34 to 1.37)");
+      }
     } else if (arg == "--known-versions") {
       std::vector<std::string> versions = absl::StrSplit(value, ',', absl::SkipEmpty());
       opts.known_versions = std::move(versions);
@@ -193,8 +230,14 @@ int Run(int argc, char** argv) {
     }
     return Allocate(opts.root_dir + "/device-plugins", driver, count, timeout);
   }
+  int health_messages = 1;
   if (command == "wait") {
     if (args.size() != 2) return Fail(2, "wait takes only DRIVER");
+  } else if (command == "health") {
+    if (args.size() > 3) return Fail(2, "health takes DRIVER [MESSAGES]");
+    if (args.size() == 3 && (!absl::SimpleAtoi(args[2], &health_messages) || health_messages < 1)) {
+      return Fail(2, "invalid MESSAGES \"" + args[2] + "\" (want a positive number)");
+    }
   } else if (command == "prepare" || command == "unprepare") {
     if (args.size() < 3) return Fail(2, command + " needs at least one NS/NAME/UID");
     for (size_t i = 2; i < args.size(); ++i) {
@@ -216,6 +259,7 @@ int Run(int argc, char** argv) {
     std::cout << Dump(RegistrationJson(*reg), -1) << std::endl;
     return 0;
   }
+  if (command == "health") return Health(*reg, health_kubelet, health_messages, timeout);
   if (command == "prepare") {
     auto results = (*sim)->Prepare(driver, claims);
     if (!results.ok()) return Fail(1, "NodePrepareResources: " + results.status().ToString());

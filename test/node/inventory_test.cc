@@ -136,15 +136,17 @@ TEST(InventoryTest, PublishedGpuFilter) {
   const GpuCase cases[] = {
       {"all", true, 0, false, 16, true, {}},
       {"none", false, 0, false, 0, false, {}},
-      {"two unhealthy", true, 2, false, 14, true, {}},
+      {"two unhealthy: published, tainted", true, 2, false, 16, true, {}},
       {"reserved stays published, marked", true, 0, true, 16, true, {first}},
-      {"unhealthy and reserved", true, 1, true, 15, true, {}},
+      {"unhealthy and reserved", true, 1, true, 16, true, {first}},
   };
   for (const GpuCase& c : cases) {
     SCOPED_TRACE(c.name);
     InventoryOptions o = Options(publish::CpuDeviceMode::kGrouped, publish::GroupBy::kNuma);
     o.publish.gpus = c.gpus;
-    for (int i = 0; i < c.unhealthy; ++i) o.publish.unhealthy_gpus.insert(topo.gpus[i].pci_bus_id);
+    for (int i = 0; i < c.unhealthy; ++i) {
+      o.publish.unhealthy_gpus[topo.gpus[i].pci_bus_id] = "removed";
+    }
     std::vector<publish::ReservedDevices> held;
     if (c.reserve_first) held.push_back({"r1", CpuSet{}, {topo.gpus[0].pci_bus_id}, ""});
     const Inventory inv = Inventory::Build(o, topo, held);
@@ -154,6 +156,8 @@ TEST(InventoryTest, PublishedGpuFilter) {
               c.want_gpus);
     EXPECT_EQ(inv.GpuPool().has_value(), c.want_pool);
     EXPECT_EQ(inv.ServesGpus(), c.want_gpus > 0);
+    EXPECT_EQ(inv.DevicePluginSetup(deviceplugin::ResourceKind::kGpu, "x.io/gpu").unhealthy.size(),
+              static_cast<size_t>(c.gpus ? c.unhealthy : 0));
     std::vector<std::string> reserved;
     for (const auto& [name, refs] : inv.ReservedDevices()) {
       for (const reservation::DeviceRef& r : refs) {

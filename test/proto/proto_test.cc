@@ -9,6 +9,7 @@
 #include "proto/deviceplugin/v1beta1/api.grpc.pb.h"
 #include "proto/dra/v1/api.grpc.pb.h"
 #include "proto/dra/v1beta1/api.grpc.pb.h"
+#include "proto/drahealth/v1/api.grpc.pb.h"
 #include "proto/drahealth/v1alpha1/api.grpc.pb.h"
 #include "proto/pluginregistration/api.grpc.pb.h"
 
@@ -29,6 +30,7 @@ TEST(ProtoTest, FieldNumbersMatchTheSpec) {
   k8s::io::kubelet::pkg::apis::dra::v1beta1::Device c;
   v1alpha1::DeviceHealth d;
   v1beta1::Device e;
+  v1::DeviceHealth f;
   const FieldCase cases[] = {
       {"pluginregistration.PluginInfo", "type", 1},
       {"pluginregistration.PluginInfo", "name", 2},
@@ -59,6 +61,14 @@ TEST(ProtoTest, FieldNumbersMatchTheSpec) {
       {"v1alpha1.DeviceHealth", "health_check_timeout_seconds", 4},
       {"v1alpha1.DeviceHealth", "message", 5},
       {"v1alpha1.NodeWatchResourcesResponse", "devices", 1},
+      {"v1.DeviceIdentifier", "pool_name", 1},
+      {"v1.DeviceIdentifier", "device_name", 2},
+      {"v1.DeviceHealth", "device", 1},
+      {"v1.DeviceHealth", "health", 2},
+      {"v1.DeviceHealth", "last_updated_time", 3},
+      {"v1.DeviceHealth", "health_check_timeout_seconds", 4},
+      {"v1.DeviceHealth", "message", 5},
+      {"v1.NodeWatchResourcesResponse", "devices", 1},
       {"v1beta1.DevicePluginOptions", "pre_start_required", 1},
       {"v1beta1.DevicePluginOptions", "get_preferred_allocation_available", 2},
       {"v1beta1.RegisterRequest", "version", 1},
@@ -99,6 +109,9 @@ TEST(ProtoTest, FieldNumbersMatchTheSpec) {
   EXPECT_TRUE(b.GetDescriptor()->FindFieldByName("share_id")->has_presence());
   EXPECT_EQ(v1alpha1::HEALTHY, 1);
   EXPECT_EQ(v1alpha1::UNHEALTHY, 2);
+  EXPECT_EQ(v1::UNKNOWN, 0);
+  EXPECT_EQ(v1::HEALTHY, 1);
+  EXPECT_EQ(v1::UNHEALTHY, 2);
 }
 
 TEST(ProtoTest, MethodPathsMatchTheSpec) {
@@ -110,6 +123,7 @@ TEST(ProtoTest, MethodPathsMatchTheSpec) {
       "/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodePrepareResources",
       "/k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin/NodeUnprepareResources",
       "/v1alpha1.DRAResourceHealth/NodeWatchResources",
+      "/v1.DRAResourceHealth/NodeWatchResources",
       "/v1beta1.Registration/Register",
       "/v1beta1.DevicePlugin/GetDevicePluginOptions",
       "/v1beta1.DevicePlugin/ListAndWatch",
@@ -123,6 +137,7 @@ TEST(ProtoTest, MethodPathsMatchTheSpec) {
   k8s::io::kubelet::pkg::apis::dra::v1beta1::Claim touch3;
   v1alpha1::NodeWatchResourcesRequest touch4;
   v1beta1::Empty touch5;
+  v1::NodeWatchResourcesRequest touch6;
   for (const std::string path : methods) {
     SCOPED_TRACE(path);
     const size_t slash = path.rfind('/');
@@ -133,6 +148,8 @@ TEST(ProtoTest, MethodPathsMatchTheSpec) {
   EXPECT_TRUE(pool->FindMethodByName("v1beta1.DevicePlugin.ListAndWatch")->server_streaming());
   EXPECT_TRUE(
       pool->FindMethodByName("v1alpha1.DRAResourceHealth.NodeWatchResources")->server_streaming());
+  EXPECT_TRUE(
+      pool->FindMethodByName("v1.DRAResourceHealth.NodeWatchResources")->server_streaming());
 }
 
 }  // namespace

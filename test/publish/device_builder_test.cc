@@ -209,9 +209,16 @@ TEST(DeviceBuilderTest, GpuMemoryHealthAndBmcDisplays) {
   PublishOptions o = Opts(CpuDeviceMode::kGrouped);
   Pool g = BuildPools(power8, o)[1];
   EXPECT_EQ(g.devices[0].capacity.at("memory").value, std::to_string(16671616ull * 1024));
-  o.unhealthy_gpus = {"0003:01:00.0"};
+  // An unhealthy GPU stays published, tainted NoSchedule with its cause; the others are not.
+  o.unhealthy_gpus = {{"0003:01:00.0", "aer-fatal"}};
   g = BuildPools(power8, o)[1];
-  EXPECT_THAT(Names(g), ElementsAre("gpu-0002-01-00-0", "gpu-000a-01-00-0", "gpu-000b-01-00-0"));
+  EXPECT_THAT(Names(g), ElementsAre("gpu-0002-01-00-0", "gpu-0003-01-00-0", "gpu-000a-01-00-0",
+                                    "gpu-000b-01-00-0"));
+  EXPECT_EQ(g.devices[1].extra,
+            nlohmann::json({{"taints", nlohmann::json::array({{{"key", "gpu.topodra.io/unhealthy"},
+                                                               {"value", "aer-fatal"},
+                                                               {"effect", "NoSchedule"}}})}}));
+  for (size_t i : {0, 2, 3}) EXPECT_FALSE(g.devices[i].extra.contains("taints")) << i;
   o.gpus = false;
   EXPECT_EQ(BuildPools(power8, o).size(), 1u);
   // 32em64t has a Matrox BMC display next to its compute GPUs: only the latter are published.
@@ -529,20 +536,26 @@ TEST(ReservationTest, GpusKeepTheirNamesAndGetMarked) {
   // A GPU that is not (or no longer) on the machine is not an error: it is just not published.
   o.reservations = {Resv("train", {}, {"0000:e7:00.0", "0000:34:00.0", "0000:ff:00.0"}),
                     Resv("infer", CpuSet{24}, {"0000:b7:00.0"})};
-  o.unhealthy_gpus = {"0000:b7:00.0"};  // unhealthy: left out, held or not
+  // Unhealthy and held: published, marked held, with both taints.
+  o.unhealthy_gpus = {{"0000:b7:00.0", "link-down"}};
   ASSERT_TRUE(ValidateOptions(o, t).ok());
   const std::vector<Pool> pools = BuildPools(t, o);
   ASSERT_EQ(pools.size(), 2u);
   const Pool& g = pools[1];
-  ASSERT_EQ(g.devices.size(), 15u);
+  ASSERT_EQ(g.devices.size(), 16u);
   size_t b = 0;
   for (const Device& d : g.devices) {
     SCOPED_TRACE(d.name);
-    if (base[1].devices[b].name == "gpu-0000-b7-00-0") ++b;
     Device want = base[1].devices[b++];
     if (d.name == "gpu-0000-e7-00-0" || d.name == "gpu-0000-34-00-0") {
       want.attributes["topodra.io/reservation"] = std::string("train");
       want.extra["taints"] = TaintsFor("train");
+    }
+    if (d.name == "gpu-0000-b7-00-0") {
+      want.attributes["topodra.io/reservation"] = std::string("infer");
+      want.extra["taints"] = TaintsFor("infer");
+      want.extra["taints"].push_back(
+          {{"key", "gpu.topodra.io/unhealthy"}, {"value", "link-down"}, {"effect", "NoSchedule"}});
     }
     EXPECT_EQ(d, want);
   }

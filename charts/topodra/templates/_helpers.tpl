@@ -70,6 +70,7 @@ daemon's default applies. --node-name comes from the downward API.
 {{- end }}
 - --reservations={{ if .Values.reservations.enabled }}on{{ else }}off{{ end }}
 - --reservation-taints={{ .Values.reservations.taints }}
+- --dra-health={{ if .Values.deviceHealth.enabled }}on{{ else }}off{{ end }}
 - --log-format={{ .Values.logging.format }}
 {{- if eq (int .Values.logging.verbosity) 1 }}
 - -v
