@@ -14,8 +14,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "test/integration/node_fixture.h"
+#include "test/kubelet_sim/device_plugin_sim.h"
+#include "test/kubelet_sim/pod_resources_sim.h"
 
 namespace topodra::testing {
 namespace {
@@ -181,6 +184,143 @@ TEST_F(ExtendedResourceTest, TheSchedulersClaimForAnExtendedResourceIsPreparedAn
   PrepareClaim other = MakeClaim("after", json::array({Request("gpu", "gpu.topodra.io")}),
                                  json::array({Result("gpu", gpus[0], "", kGpu)}));
   EXPECT_EQ(PrepareOne(other, kGpu).error, "");
+}
+
+// The same node also runs the device plugins (--device-plugin=gpu,cpu), with the kubelet's
+// device manager simulated.
+class ExtendedResourceDevicePluginTest : public ExtendedResourceTest {
+ protected:
+  void TearDown() override {
+    if (HasFailure() && dp_ != nullptr) {
+      std::cerr << "device manager log:\n" << absl::StrJoin(dp_->Log(), "\n") << "\n";
+    }
+    dp_.reset();
+    pods_.reset();
+    ExtendedResourceTest::TearDown();
+  }
+
+  void StartDevicePluginNode(std::vector<std::string> extra = {}) {
+    auto dp = DevicePluginSimulator::Start({dirs_.kubelet_root + "/device-plugins"});
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    dp_ = *std::move(dp);
+    auto pods = PodResourcesSimulator::Start(dirs_.kubelet_root + "/pod-resources/kubelet.sock");
+    ASSERT_TRUE(pods.ok()) << pods.status();
+    pods_ = *std::move(pods);
+    std::vector<std::string> args = {"--device-plugin", "gpu,cpu"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    StartNode(args);
+  }
+
+  // The device plugin's socket, as the kubelet finds it.
+  std::string Socket(const std::string& resource) const {
+    std::string name = resource;
+    std::replace(name.begin(), name.end(), '/', '-');
+    return absl::StrCat(dirs_.kubelet_root, "/device-plugins/", name, ".sock");
+  }
+
+  // Waits for the daemon's log to have `n` lines containing `part`.
+  std::vector<std::string> AwaitLines(const std::string& part, size_t n = 1) {
+    for (int i = 0; i < 1000; ++i) {
+      std::vector<std::string> lines = LinesWith(daemon_.Log(), part);
+      if (lines.size() >= n) return lines;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return LinesWith(daemon_.Log(), part);
+  }
+
+  std::unique_ptr<DevicePluginSimulator> dp_;
+  std::unique_ptr<PodResourcesSimulator> pods_;
+};
+
+// The chart's GPU class maps topodra.io/gpu before the daemon starts: the GPU device plugin is
+// not registered (the scheduler serves the name through DRA), the CPU one is, and the log says
+// why. A class mapping topodra.io/cpu later takes the CPU plugin's socket away (the kubelet
+// counts none of it allocatable, and the scheduler turns to DRA); deleting the classes brings
+// both back.
+TEST_F(ExtendedResourceDevicePluginTest, ADevicePluginIsNotServedForANameADeviceClassMaps) {
+  CreateGpuClass();
+  StartDevicePluginNode();
+  auto cpu = dp_->WaitForResource("topodra.io/cpu", 1, absl::Seconds(20));
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_THAT(AwaitLines("device plugin topodra.io/gpu: not served"),
+              ElementsAre("device plugin topodra.io/gpu: not served: DeviceClass "
+                          "\"gpu.topodra.io\" maps \"topodra.io/gpu\" "
+                          "(spec.extendedResourceName), and one node must not serve a resource "
+                          "through both a device plugin and DRA"));
+  EXPECT_FALSE(dp_->Find("topodra.io/gpu").has_value());
+  EXPECT_FALSE(fs::exists(Socket("topodra.io/gpu")));
+  // The DRA side serves the GPUs as before.
+  ASSERT_TRUE(sim_->WaitForRegistration(kGpu, 1, absl::Seconds(10)).ok());
+
+  // A class comes to map the CPU plugin's name.
+  json cls = {{"apiVersion", "resource.k8s.io/v1"},
+              {"kind", "DeviceClass"},
+              {"metadata", {{"name", "cpus-as-extended"}}},
+              {"spec", {{"extendedResourceName", "topodra.io/cpu"}}}};
+  ASSERT_TRUE(server_->CreateDeviceClass(cls).ok());
+  EXPECT_TRUE(dp_->WaitForEndpointGone("topodra.io/cpu", absl::Seconds(20)));
+  EXPECT_THAT(AwaitLines("device plugin topodra.io/cpu: no longer served"),
+              ElementsAre(HasSubstr("DeviceClass \"cpus-as-extended\" maps \"topodra.io/cpu\"")));
+  EXPECT_FALSE(fs::exists(Socket("topodra.io/cpu")));
+
+  // Both classes deleted: both plugins registered again.
+  ASSERT_TRUE(
+      server_->Api("DELETE", "/apis/resource.k8s.io/v1/deviceclasses/cpus-as-extended").ok());
+  ASSERT_TRUE(server_->Api("DELETE", "/apis/resource.k8s.io/v1/deviceclasses/gpu.topodra.io").ok());
+  auto gpu = dp_->WaitForResource("topodra.io/gpu", 1, absl::Seconds(20));
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  cpu = dp_->WaitForResource("topodra.io/cpu", 2, absl::Seconds(20));
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_FALSE(cpu->endpoint_gone);
+  EXPECT_EQ(AwaitLines("served again: no DeviceClass maps it", 2).size(), 2u);
+  // Once per change of state, not per event.
+  EXPECT_EQ(LinesWith(daemon_.Log(), "no longer served").size(), 1u);
+}
+
+// A class mapping another name, or none, leaves the device plugins alone.
+TEST_F(ExtendedResourceDevicePluginTest, OtherNamesLeaveTheDevicePluginsServed) {
+  CreateGpuClass("gpu.example.com", "example.com/gpu");
+  StartDevicePluginNode();
+  for (const char* r : {"topodra.io/gpu", "topodra.io/cpu"}) {
+    auto reg = dp_->WaitForResource(r, 1, absl::Seconds(20));
+    ASSERT_TRUE(reg.ok()) << r << ": " << reg.status();
+  }
+  EXPECT_THAT(LinesWith(daemon_.Log(), ": not served"), ::testing::IsEmpty());
+  EXPECT_THAT(LinesWith(daemon_.Log(), "no longer served"), ::testing::IsEmpty());
+}
+
+// --extended-resource-check=off: the operator takes it on himself.
+TEST_F(ExtendedResourceDevicePluginTest, CheckOffServesEveryDevicePlugin) {
+  CreateGpuClass();
+  StartDevicePluginNode({"--extended-resource-check", "off"});
+  auto gpu = dp_->WaitForResource("topodra.io/gpu", 1, absl::Seconds(20));
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_TRUE(LinesWith(daemon_.Log(), "not served").empty());
+}
+
+// auto: an API server that forbids the list (RBAC without deviceclasses) leaves the check off,
+// said once; on: the daemon does not start, and says why.
+TEST_F(ExtendedResourceDevicePluginTest, AForbiddenListIsNoCheckWithAutoAndAnErrorWithOn) {
+  CreateGpuClass();
+  ASSERT_TRUE(server_->Control("POST", "/__control/fail?count=1&code=403&path=deviceclasses").ok());
+  StartDevicePluginNode();
+  auto gpu = dp_->WaitForResource("topodra.io/gpu", 1, absl::Seconds(20));
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_THAT(LinesWith(daemon_.Log(), "DeviceClasses cannot be listed"),
+              ElementsAre(HasSubstr("--extended-resource-check=auto: DeviceClasses cannot be "
+                                    "listed (GET /apis/resource.k8s.io/v1/deviceclasses: HTTP 403")));
+  ASSERT_EQ(daemon_.Terminate(), 0);
+  dp_.reset();
+  pods_.reset();
+  sim_.reset();
+
+  ASSERT_TRUE(server_->Control("POST", "/__control/fail?count=1&code=403&path=deviceclasses").ok());
+  StartDaemon({"--device-plugin", "gpu,cpu", "--extended-resource-check", "on"});
+  EXPECT_EQ(daemon_.WaitExit(), 1);
+  EXPECT_THAT(daemon_.Log(), HasSubstr("--extended-resource-check=on: cannot list DeviceClasses, "
+                                       "so cannot tell whether DRA serves the device plugins' "
+                                       "resources: GET /apis/resource.k8s.io/v1/deviceclasses: "
+                                       "HTTP 403"));
 }
 
 }  // namespace
