@@ -191,7 +191,10 @@ class ClaimPathsTest(ClaimTestCase):
         self.assertEqual(resources["resourceclaims"]["kind"], "ResourceClaim")
         self.assertEqual(resources["resourceclaims/status"]["verbs"], ["get", "patch", "update"])
         self.assertFalse(resources["deviceclasses"]["namespaced"])
-        self.assertNotIn("patch", resources["deviceclasses"]["verbs"])
+        # As a real server lists them: an operator's `kubectl apply` patches a class.
+        self.assertEqual(sorted(resources["deviceclasses"]["verbs"]),
+                         ["create", "delete", "deletecollection", "get", "list", "patch",
+                          "update", "watch"])
 
     def test_watch_of_claims(self):
         rv0 = self.client.get(ALL_CLAIMS).json["metadata"]["resourceVersion"]
@@ -400,9 +403,16 @@ class DeviceClassTest(ServerTestCase):
         r = self.client.put(CLASSES + "/cpu.topodra.io", updated)
         self.assertEqual(r.code, 200, r.data)
         self.assertEqual(r.json["metadata"]["generation"], 2)
-        self.assertStatus(self.client.request("PATCH", CLASSES + "/cpu.topodra.io", {},
-                                              content_type="application/merge-patch+json"),
-                          405, "MethodNotAllowed")
+        # Patched like any built-in object (kubectl apply of a changed class), and validated.
+        r = self.client.request("PATCH", CLASSES + "/cpu.topodra.io",
+                                {"spec": {"extendedResourceName": "example.com/cpu"}},
+                                content_type="application/merge-patch+json")
+        self.assertEqual(r.code, 200, r.data)
+        self.assertEqual(r.json["spec"]["extendedResourceName"], "example.com/cpu")
+        self.assertInvalid(self.client.request("PATCH", CLASSES + "/cpu.topodra.io",
+                                               {"spec": {"extendedResourceName": "cpu"}},
+                                               content_type="application/merge-patch+json"),
+                           "spec.extendedResourceName", "must be a valid extended resource name")
         self.assertStatus(self.client.get(CLASSES + "/cpu.topodra.io/status"), 404, "NotFound")
         self.assertEqual(self.client.delete(CLASSES + "/cpu.topodra.io").code, 200)
         self.assertStatus(self.client.get(CLASSES + "/cpu.topodra.io"), 404, "NotFound")
