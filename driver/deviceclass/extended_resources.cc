@@ -52,19 +52,19 @@ absl::StatusOr<std::optional<Mapping>> MappingOf(const json& device_class) {
         absl::StrCat("DeviceClass: want an object, got ", Shown(device_class)));
   }
   const json* metadata = Member(device_class, "metadata");
-  const json* name = metadata != nullptr && metadata->is_object() ? Member(*metadata, "name")
-                                                                  : nullptr;
+  const json* name =
+      metadata != nullptr && metadata->is_object() ? Member(*metadata, "name") : nullptr;
   if (name == nullptr || !name->is_string() || name->get_ref<const std::string&>().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "DeviceClass: metadata.name: want a non-empty string, got ",
-        name == nullptr ? "nothing" : Shown(*name)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("DeviceClass: metadata.name: want a non-empty string, got ",
+                     name == nullptr ? "nothing" : Shown(*name)));
   }
   const std::string& class_name = name->get_ref<const std::string&>();
   const json* spec = Member(device_class, "spec");
   if (spec == nullptr || spec->is_null()) return std::nullopt;
   if (!spec->is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat("DeviceClass \"", class_name,
-                                                   "\": spec: want an object, got ", Shown(*spec)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("DeviceClass \"", class_name, "\": spec: want an object, got ", Shown(*spec)));
   }
   const json* resource = Member(*spec, "extendedResourceName");
   if (resource == nullptr || resource->is_null()) return std::nullopt;
@@ -94,9 +94,11 @@ std::vector<Conflict> Conflicts(const std::vector<Mapping>& mappings,
 
 std::string Describe(const Conflict& conflict) {
   std::vector<std::string> quoted;
-  for (const std::string& c : conflict.device_classes) quoted.push_back(absl::StrCat("\"", c, "\""));
+  for (const std::string& c : conflict.device_classes)
+    quoted.push_back(absl::StrCat("\"", c, "\""));
   return absl::StrCat(conflict.device_classes.size() == 1 ? "DeviceClass " : "DeviceClasses ",
-                      absl::StrJoin(quoted, ", "), conflict.device_classes.size() == 1 ? " maps \"" : " map \"",
+                      absl::StrJoin(quoted, ", "),
+                      conflict.device_classes.size() == 1 ? " maps \"" : " map \"",
                       conflict.resource, "\" (spec.extendedResourceName)");
 }
 

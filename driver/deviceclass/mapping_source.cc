@@ -58,8 +58,8 @@ class ApiMappingSource : public MappingSource, private kube::InformerHandler {
 
   Next OnEvent(const std::string& type, const json& object) override {
     if (type == "DELETED") {
-      const json* meta = object.is_object() && object.contains("metadata") ? &object["metadata"]
-                                                                         : nullptr;
+      const json* meta =
+          object.is_object() && object.contains("metadata") ? &object["metadata"] : nullptr;
       if (meta != nullptr && meta->is_object() && meta->contains("name") &&
           (*meta)["name"].is_string()) {
         mappings_.erase((*meta)["name"].get<std::string>());
@@ -86,9 +86,10 @@ class ApiMappingSource : public MappingSource, private kube::InformerHandler {
     const std::string msg = result.ok() ? "" : std::string(result.message());
     if (msg == last_error_) return;
     if (!result.ok()) {
-      spdlog::warn("DeviceClasses (extended resources of the device plugins): {}; retrying with "
-                   "backoff, the last ones seen still count",
-                   msg);
+      spdlog::warn(
+          "DeviceClasses (extended resources of the device plugins): {}; retrying with "
+          "backoff, the last ones seen still count",
+          msg);
     } else {
       spdlog::info("DeviceClasses (extended resources of the device plugins): watching again");
     }
@@ -99,7 +100,8 @@ class ApiMappingSource : public MappingSource, private kube::InformerHandler {
   void Put(const json& object) {
     absl::StatusOr<std::optional<Mapping>> m = MappingOf(object);
     if (!m.ok()) {
-      spdlog::warn("{}; left out of the extended resource check", std::string(m.status().message()));
+      spdlog::warn("{}; left out of the extended resource check",
+                   std::string(m.status().message()));
       return;
     }
     const std::string name = object["metadata"]["name"].get<std::string>();

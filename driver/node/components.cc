@@ -188,9 +188,10 @@ absl::Status DevicePlugins::Start() {
                                        config_.cdi_dir, ": ", r.status().message()));
     }
     if (auto it = refused->find(s->resource()); it != refused->end()) {
-      spdlog::warn("device plugin {}: not served: {}, and one node must not serve a resource "
-                   "through both a device plugin and DRA",
-                   s->resource(), it->second);
+      spdlog::warn(
+          "device plugin {}: not served: {}, and one node must not serve a resource "
+          "through both a device plugin and DRA",
+          s->resource(), it->second);
       continue;
     }
     absl::Status st;
@@ -227,10 +228,11 @@ void DevicePlugins::Follow(const ExtendedResourceCheck::Refused& refused) {
     if (it != refused.end() && servers_[i] != nullptr) {
       servers_[i]->Stop();
       servers_[i].reset();
-      spdlog::warn("device plugin {}: no longer served: {}, and one node must not serve a "
-                   "resource through both a device plugin and DRA; allocations made are kept "
-                   "until their pods are gone",
-                   resource, it->second);
+      spdlog::warn(
+          "device plugin {}: no longer served: {}, and one node must not serve a "
+          "resource through both a device plugin and DRA; allocations made are kept "
+          "until their pods are gone",
+          resource, it->second);
     } else if (it == refused.end() && servers_[i] == nullptr) {
       if (absl::Status st = Serve(i); !st.ok()) {
         spdlog::warn("{}; tried again at the next DeviceClass change", std::string(st.message()));

@@ -62,10 +62,10 @@ absl::StatusOr<ExtendedResourceCheck::Refused> ExtendedResourceCheck::Check() {
 
 void ExtendedResourceCheck::Watch(std::function<void(const Refused&)> on_change) {
   if (!watch_) return;
-  source_->Watch([this, on_change = std::move(on_change)](
-                     const std::vector<deviceclass::Mapping>& mappings) {
-    on_change(Decide(mappings, resources_));
-  });
+  source_->Watch(
+      [this, on_change = std::move(on_change)](const std::vector<deviceclass::Mapping>& mappings) {
+        on_change(Decide(mappings, resources_));
+      });
 }
 
 void ExtendedResourceCheck::Stop() {

@@ -46,13 +46,21 @@ TEST(MappingOfTest, Table) {
        ""},
       {"number", Class("c", 5), std::nullopt,
        "DeviceClass \"c\": spec.extendedResourceName: want a string, got 5"},
-      {"spec not an object", {{"metadata", {{"name", "c"}}}, {"spec", "x"}}, std::nullopt,
+      {"spec not an object",
+       {{"metadata", {{"name", "c"}}}, {"spec", "x"}},
+       std::nullopt,
        "DeviceClass \"c\": spec: want an object, got \"x\""},
-      {"no name", {{"metadata", json::object()}, {"spec", json::object()}}, std::nullopt,
+      {"no name",
+       {{"metadata", json::object()}, {"spec", json::object()}},
+       std::nullopt,
        "DeviceClass: metadata.name: want a non-empty string, got nothing"},
-      {"empty name", {{"metadata", {{"name", ""}}}}, std::nullopt,
+      {"empty name",
+       {{"metadata", {{"name", ""}}}},
+       std::nullopt,
        "DeviceClass: metadata.name: want a non-empty string, got \"\""},
-      {"no metadata", {{"spec", json::object()}}, std::nullopt,
+      {"no metadata",
+       {{"spec", json::object()}},
+       std::nullopt,
        "DeviceClass: metadata.name: want a non-empty string, got nothing"},
       {"not an object", json::array({1}), std::nullopt, "DeviceClass: want an object, got [1]"},
   };
@@ -152,7 +160,8 @@ TEST(CheckModeTest, ParsesTheFlagsValues) {
     ASSERT_TRUE(back.ok());
     EXPECT_EQ(*back, m);
   }
-  EXPECT_EQ(ParseCheckMode("yes").status().message(), "invalid value \"yes\" (want auto, on or off)");
+  EXPECT_EQ(ParseCheckMode("yes").status().message(),
+            "invalid value \"yes\" (want auto, on or off)");
 }
 
 }  // namespace

@@ -116,10 +116,10 @@ TEST_F(MappingSourceTest, WatchReportsEachChangeOfTheMappingsOnce) {
   ASSERT_TRUE(fake_.Delete(absl::StrCat(kV1, "/tpu"), {}).ok());
   ASSERT_TRUE(AwaitSeen(5));
   source->Stop();
-  EXPECT_THAT(Seen(), ElementsAre(ElementsAre(Mapping{"gpu.topodra.io", "topodra.io/gpu"}),
-                                  ElementsAre(Mapping{"gpu.topodra.io", "example.com/gpu"}),
-                                  ElementsAre(), ElementsAre(Mapping{"tpu", "example.com/tpu"}),
-                                  ElementsAre()));
+  EXPECT_THAT(Seen(),
+              ElementsAre(ElementsAre(Mapping{"gpu.topodra.io", "topodra.io/gpu"}),
+                          ElementsAre(Mapping{"gpu.topodra.io", "example.com/gpu"}), ElementsAre(),
+                          ElementsAre(Mapping{"tpu", "example.com/tpu"}), ElementsAre()));
 }
 
 TEST_F(MappingSourceTest, AWatchBrokenByAServerRestartGoesOn) {

@@ -57,13 +57,14 @@ class ExtendedResourceTest : public NodeTest {
   // The chart's GPU class with its default extendedResourceName.
   void CreateGpuClass(const std::string& name = "gpu.topodra.io",
                       const std::string& resource = "topodra.io/gpu") {
-    json cls = {{"apiVersion", "resource.k8s.io/v1"},
-                {"kind", "DeviceClass"},
-                {"metadata", {{"name", name}}},
-                {"spec",
-                 {{"selectors",
-                   json::array({{{"cel", {{"expression", "device.driver == \"gpu.topodra.io\""}}}}})},
-                  {"extendedResourceName", resource}}}};
+    json cls = {
+        {"apiVersion", "resource.k8s.io/v1"},
+        {"kind", "DeviceClass"},
+        {"metadata", {{"name", name}}},
+        {"spec",
+         {{"selectors",
+           json::array({{{"cel", {{"expression", "device.driver == \"gpu.topodra.io\""}}}}})},
+          {"extendedResourceName", resource}}}};
     auto created = server_->CreateDeviceClass(cls);
     ASSERT_TRUE(created.ok()) << created.status();
   }
@@ -85,50 +86,48 @@ TEST_F(ExtendedResourceTest, TheSchedulersClaimForAnExtendedResourceIsPreparedAn
       {"metadata", {{"name", "trainer"}, {"namespace", "default"}}},
       {"spec",
        {{"initContainers", json::array({{{"name", "fetch"}, {"image", "busybox"}}})},
-        {"containers",
-         json::array({{{"name", "main"},
-                       {"image", "busybox"},
-                       {"resources", {{"limits", {{"topodra.io/gpu", "2"}}}}}},
-                      {{"name", "sidecar"},
-                       {"image", "busybox"},
-                       {"resources", {{"limits", {{"topodra.io/gpu", "1"}}}}}}})}}}};
+        {"containers", json::array({{{"name", "main"},
+                                     {"image", "busybox"},
+                                     {"resources", {{"limits", {{"topodra.io/gpu", "2"}}}}}},
+                                    {{"name", "sidecar"},
+                                     {"image", "busybox"},
+                                     {"resources", {{"limits", {{"topodra.io/gpu", "1"}}}}}}})}}}};
   auto created_pod = server_->Api("POST", "/api/v1/namespaces/default/pods", &pod);
   ASSERT_TRUE(created_pod.ok()) << created_pod.status();
   const std::string pod_uid = (*created_pod)["metadata"]["uid"];
 
   // What kube-scheduler's DynamicResources plugin writes in PreBind.
-  json claim = {
-      {"apiVersion", "resource.k8s.io/v1"},
-      {"kind", "ResourceClaim"},
-      {"metadata",
-       {{"generateName", "trainer-extended-resources-"},
-        {"namespace", "default"},
-        {"annotations", {{"resource.kubernetes.io/extended-resource-claim", "true"}}},
-        {"ownerReferences", json::array({{{"apiVersion", "v1"},
-                                          {"kind", "Pod"},
-                                          {"name", "trainer"},
-                                          {"uid", pod_uid},
-                                          {"controller", true},
-                                          {"blockOwnerDeletion", true}}})}}},
-      {"spec",
-       {{"devices",
-         {{"requests", json::array({{{"name", "container-1-request-0"},
-                                     {"exactly",
-                                      {{"deviceClassName", "gpu.topodra.io"},
-                                       {"allocationMode", "ExactCount"},
-                                       {"count", 2}}}},
-                                    {{"name", "container-2-request-0"},
-                                     {"exactly",
-                                      {{"deviceClassName", "gpu.topodra.io"},
-                                       {"allocationMode", "ExactCount"},
-                                       {"count", 1}}}}})}}}}}};
+  json claim = {{"apiVersion", "resource.k8s.io/v1"},
+                {"kind", "ResourceClaim"},
+                {"metadata",
+                 {{"generateName", "trainer-extended-resources-"},
+                  {"namespace", "default"},
+                  {"annotations", {{"resource.kubernetes.io/extended-resource-claim", "true"}}},
+                  {"ownerReferences", json::array({{{"apiVersion", "v1"},
+                                                    {"kind", "Pod"},
+                                                    {"name", "trainer"},
+                                                    {"uid", pod_uid},
+                                                    {"controller", true},
+                                                    {"blockOwnerDeletion", true}}})}}},
+                {"spec",
+                 {{"devices",
+                   {{"requests", json::array({{{"name", "container-1-request-0"},
+                                               {"exactly",
+                                                {{"deviceClassName", "gpu.topodra.io"},
+                                                 {"allocationMode", "ExactCount"},
+                                                 {"count", 2}}}},
+                                              {{"name", "container-2-request-0"},
+                                               {"exactly",
+                                                {{"deviceClassName", "gpu.topodra.io"},
+                                                 {"allocationMode", "ExactCount"},
+                                                 {"count", 1}}}}})}}}}}};
   auto created = server_->CreateClaim(claim);
   ASSERT_TRUE(created.ok()) << created.status();
   const std::string name = (*created)["metadata"]["name"];
   ASSERT_TRUE(name.starts_with("trainer-extended-resources-")) << name;
   EXPECT_EQ(name.size(), std::string("trainer-extended-resources-").size() + 5);
-  EXPECT_FALSE((*created)["metadata"]["annotations"].contains(
-      "resource.kubernetes.io/pod-claim-name"));
+  EXPECT_FALSE(
+      (*created)["metadata"]["annotations"].contains("resource.kubernetes.io/pod-claim-name"));
   json allocation = {
       {"devices",
        {{"results", json::array({Result("container-1-request-0", gpus[0], "", kGpu),
@@ -157,7 +156,8 @@ TEST_F(ExtendedResourceTest, TheSchedulersClaimForAnExtendedResourceIsPreparedAn
   ASSERT_TRUE(spec.is_object()) << spec_path;
   ASSERT_EQ(spec["devices"].size(), 3u);
   // The main container's two GPUs are one request: both of its devices name both addresses.
-  const std::string var = absl::StrCat("TOPODRA_GPU_", EnvSafeForTest(c.uid), "_container_1_request_0=");
+  const std::string var =
+      absl::StrCat("TOPODRA_GPU_", EnvSafeForTest(c.uid), "_container_1_request_0=");
   const std::string env0 = spec["devices"][0]["containerEdits"]["env"][0];
   const std::string env1 = spec["devices"][1]["containerEdits"]["env"][0];
   EXPECT_TRUE(env0.starts_with(var)) << env0;
@@ -306,9 +306,10 @@ TEST_F(ExtendedResourceDevicePluginTest, AForbiddenListIsNoCheckWithAutoAndAnErr
   StartDevicePluginNode();
   auto gpu = dp_->WaitForResource("topodra.io/gpu", 1, absl::Seconds(20));
   ASSERT_TRUE(gpu.ok()) << gpu.status();
-  EXPECT_THAT(LinesWith(daemon_.Log(), "DeviceClasses cannot be listed"),
-              ElementsAre(HasSubstr("--extended-resource-check=auto: DeviceClasses cannot be "
-                                    "listed (GET /apis/resource.k8s.io/v1/deviceclasses: HTTP 403")));
+  EXPECT_THAT(
+      LinesWith(daemon_.Log(), "DeviceClasses cannot be listed"),
+      ElementsAre(HasSubstr("--extended-resource-check=auto: DeviceClasses cannot be "
+                            "listed (GET /apis/resource.k8s.io/v1/deviceclasses: HTTP 403")));
   ASSERT_EQ(daemon_.Terminate(), 0);
   dp_.reset();
   pods_.reset();

@@ -57,7 +57,7 @@ struct Outcome {
 };
 
 Outcome CheckOnce(CheckMode mode, absl::StatusOr<std::vector<Mapping>> list,
-            std::vector<std::string> resources = kBoth) {
+                  std::vector<std::string> resources = kBoth) {
   auto shared = std::make_shared<Shared>();
   shared->list = std::move(list);
   ExtendedResourceCheck check(mode, std::make_unique<testing::FakeMappingSource>(shared),
@@ -98,8 +98,8 @@ TEST(ExtendedResourceCheckTest, ModesAndListOutcomes) {
   }
   {
     SCOPED_TRACE("auto, forbidden: no check, no watch, said once");
-    Outcome o = CheckOnce(CheckMode::kAuto,
-                    absl::PermissionDeniedError("GET /apis/resource.k8s.io/v1/deviceclasses: HTTP "
+    Outcome o = CheckOnce(CheckMode::kAuto, absl::PermissionDeniedError(
+                                                "GET /apis/resource.k8s.io/v1/deviceclasses: HTTP "
                                                 "403 Forbidden: deviceclasses is forbidden"));
     ASSERT_TRUE(o.refused.ok());
     EXPECT_THAT(*o.refused, IsEmpty());
@@ -124,7 +124,8 @@ TEST(ExtendedResourceCheckTest, ModesAndListOutcomes) {
     EXPECT_TRUE(o.watching);
     EXPECT_THAT(log.Lines("cannot be listed yet"), ElementsAre(HasSubstr("(HTTP 503)")));
   }
-  for (absl::Status error : {absl::UnavailableError("HTTP 503"), absl::PermissionDeniedError("HTTP 403")}) {
+  for (absl::Status error :
+       {absl::UnavailableError("HTTP 503"), absl::PermissionDeniedError("HTTP 403")}) {
     SCOPED_TRACE(absl::StrCat("on: ", error.ToString()));
     Outcome o = CheckOnce(CheckMode::kOn, error);
     ASSERT_FALSE(o.refused.ok());
@@ -139,8 +140,8 @@ TEST(ExtendedResourceCheckTest, ModesAndListOutcomes) {
 
 TEST(ExtendedResourceCheckTest, WatchForwardsEveryDecisionUntilStop) {
   auto shared = std::make_shared<Shared>();
-  ExtendedResourceCheck check(CheckMode::kAuto, std::make_unique<testing::FakeMappingSource>(shared),
-                              kBoth);
+  ExtendedResourceCheck check(CheckMode::kAuto,
+                              std::make_unique<testing::FakeMappingSource>(shared), kBoth);
   ASSERT_TRUE(check.Check().ok());
   std::vector<Refused> seen;
   check.Watch([&](const Refused& r) { seen.push_back(r); });
