@@ -717,8 +717,17 @@ class ChartTest(unittest.TestCase):
                     for req in spec["devices"]["requests"]:
                         self.assertEqual(len({"exactly", "firstAvailable"} & set(req)), 1, f)
                 if d["kind"] == "Pod":
-                    self.assertTrue(d["spec"].get("resourceClaims"), f)
-                    self.check_pod_claims(f, d, docs)
+                    # Devices through claims, or as an extended resource a chart DeviceClass
+                    # maps (the scheduler writes the claim).
+                    extended = {r for c in d["spec"]["containers"] + d["spec"].get("initContainers", [])
+                                for r in c.get("resources", {}).get("limits", {}) if "/" in r}
+                    mapped = {self.values["deviceClasses"]["gpuExtendedResourceName"],
+                              self.values["deviceClasses"]["cpuExtendedResourceName"]} - {""}
+                    self.assertTrue(d["spec"].get("resourceClaims") or extended, f)
+                    self.assertLessEqual(extended, mapped, f"{f}: extended resources no chart "
+                                         "DeviceClass maps by default")
+                    if d["spec"].get("resourceClaims"):
+                        self.check_pod_claims(f, d, docs)
 
     def check_pod_claims(self, f, pod, docs):
         """The references an API server would only check at scheduling (the fake stores Pods
