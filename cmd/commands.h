@@ -93,6 +93,9 @@ struct RunCommand {
   std::string device_plugin_cpu_resource = "topodra.io/cpu";
   double device_plugin_reclaim_seconds = 10;
   std::string pod_resources_socket;  // empty: <kubelet_root_dir>/pod-resources/kubelet.sock
+  // A device plugin whose resource a DeviceClass maps (extendedResourceName) is not served:
+  // auto, on (a failed DeviceClass list at start is an error), off.
+  std::string extended_resource_check = "auto";
   // CPU pinning: "cgroup" (the OCI hook and the shared-pool reconciler) or "none" (CDI env only).
   // Unset: cgroup on the live machine, none on a simulated one (see enforcement.h).
   std::optional<std::string> enforce;

@@ -190,6 +190,13 @@ void AddRunFlags(CLI::App* run, topodra::cmd::RunCommand* cmd, std::string* conf
   run->add_option("--pod-resources-socket", cmd->pod_resources_socket,
                   "The kubelet's PodResources API socket (default "
                   "<kubelet-root-dir>/pod-resources/kubelet.sock)");
+  run->add_option("--extended-resource-check", cmd->extended_resource_check,
+                  "Leave out a device plugin whose resource a DeviceClass maps "
+                  "(extendedResourceName), so no name is served through both APIs: auto (list "
+                  "and watch DeviceClasses; forbidden or not served: no check), on (a failed list "
+                  "at start is an error), off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   run->add_option_function<std::string>(
          "--enforce", [cmd](const std::string& v) { cmd->enforce = v; },
          "CPU pinning: cgroup (containers of CPU claims run only on their CPUs, all others only "

@@ -42,6 +42,10 @@ absl::Status FillDevicePlugins(const RunCommand& cmd, node::NodeConfig* c) {
   c->device_plugin.reclaim_interval =
       absl::Milliseconds(static_cast<int64_t>(cmd.device_plugin_reclaim_seconds * 1000));
   c->device_plugin.pod_resources_socket = cmd.pod_resources_socket;
+  absl::StatusOr<deviceclass::CheckMode> check =
+      deviceclass::ParseCheckMode(cmd.extended_resource_check);
+  if (!check.ok()) return Prefixed("--extended-resource-check", check.status());
+  c->device_plugin.extended_resource_check = *check;
   return absl::OkStatus();
 }
 

@@ -157,29 +157,57 @@ std::vector<std::string> DraDrivers::Problems() const {
 
 // ---- DevicePlugins
 
-DevicePlugins::DevicePlugins(std::vector<Plugin> plugins, const NodeConfig& config)
-    : plugins_(std::move(plugins)), config_(config) {}
+DevicePlugins::DevicePlugins(std::vector<Plugin> plugins, const NodeConfig& config,
+                             std::unique_ptr<ExtendedResourceCheck> check)
+    : plugins_(std::move(plugins)), config_(config), check_(std::move(check)) {}
+
+absl::Status DevicePlugins::Serve(size_t i) {
+  plugin::DevicePluginOptions dpo;
+  dpo.kubelet_root = config_.kubelet_root_dir;
+  absl::StatusOr<std::unique_ptr<plugin::DevicePluginServer>> server =
+      plugin::DevicePluginServer::Start(dpo, plugins_[i].service.get());
+  if (!server.ok()) {
+    return absl::Status(server.status().code(),
+                        absl::StrCat("device plugin ", plugins_[i].service->resource(), ": ",
+                                     server.status().message()));
+  }
+  servers_[i] = *std::move(server);
+  return absl::OkStatus();
+}
 
 absl::Status DevicePlugins::Start() {
-  for (const Plugin& p : plugins_) {
-    deviceplugin::DevicePluginService* s = p.service.get();
+  absl::StatusOr<ExtendedResourceCheck::Refused> refused = check_->Check();
+  if (!refused.ok()) return refused.status();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    servers_.resize(plugins_.size());
+  }
+  for (size_t i = 0; i < plugins_.size(); ++i) {
+    deviceplugin::DevicePluginService* s = plugins_[i].service.get();
     if (absl::StatusOr<cdi::ReconciledCdi> r = s->ReconcileCdi(); !r.ok()) {
       Stop();
       return absl::Status(r.status().code(),
                           absl::StrCat("device plugin ", s->resource(), ": CDI files in ",
                                        config_.cdi_dir, ": ", r.status().message()));
     }
-    plugin::DevicePluginOptions dpo;
-    dpo.kubelet_root = config_.kubelet_root_dir;
-    absl::StatusOr<std::unique_ptr<plugin::DevicePluginServer>> server =
-        plugin::DevicePluginServer::Start(dpo, s);
-    if (!server.ok()) {
-      Stop();
-      return absl::Status(server.status().code(), absl::StrCat("device plugin ", s->resource(),
-                                                               ": ", server.status().message()));
+    if (auto it = refused->find(s->resource()); it != refused->end()) {
+      spdlog::warn(
+          "device plugin {}: not served: {}, and one node must not serve a resource "
+          "through both a device plugin and DRA",
+          s->resource(), it->second);
+      continue;
     }
-    servers_.push_back(*std::move(server));
+    absl::Status st;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      st = Serve(i);
+    }
+    if (!st.ok()) {
+      Stop();
+      return st;
+    }
   }
+  check_->Watch([this](const ExtendedResourceCheck::Refused& r) { Follow(r); });
   if (plugins_.empty()) return absl::OkStatus();
   const std::string socket = config_.device_plugin.pod_resources_socket.empty()
                                  ? plugin::PodResourcesSocket(config_.kubelet_root_dir)
@@ -192,10 +220,40 @@ absl::Status DevicePlugins::Start() {
   return absl::OkStatus();
 }
 
+// A DeviceClass came to map a served resource: the server stops and its socket goes, so the
+// kubelet counts none of it allocatable and the scheduler serves the name through DRA. One that
+// no DeviceClass maps any more is served again.
+void DevicePlugins::Follow(const ExtendedResourceCheck::Refused& refused) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t i = 0; i < plugins_.size() && i < servers_.size(); ++i) {
+    const std::string& resource = plugins_[i].service->resource();
+    auto it = refused.find(resource);
+    if (it != refused.end() && servers_[i] != nullptr) {
+      servers_[i]->Stop();
+      servers_[i].reset();
+      spdlog::warn(
+          "device plugin {}: no longer served: {}, and one node must not serve a "
+          "resource through both a device plugin and DRA; allocations made are kept "
+          "until their pods are gone",
+          resource, it->second);
+    } else if (it == refused.end() && servers_[i] == nullptr) {
+      if (absl::Status st = Serve(i); !st.ok()) {
+        spdlog::warn("{}; tried again at the next DeviceClass change", std::string(st.message()));
+      } else {
+        spdlog::info("device plugin {}: served again: no DeviceClass maps it", resource);
+      }
+    }
+  }
+}
+
 void DevicePlugins::Stop() {
+  check_->Stop();
   if (reclaimer_ != nullptr) reclaimer_->Stop();
   reclaimer_.reset();
-  for (const auto& s : servers_) s->Stop();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& s : servers_) {
+    if (s != nullptr) s->Stop();
+  }
   servers_.clear();
 }
 
@@ -207,7 +265,9 @@ void DevicePlugins::OnInventory(const Inventory& now) {
 
 std::vector<std::string> DevicePlugins::Problems() const {
   std::vector<std::string> out;
+  std::lock_guard<std::mutex> lock(mu_);
   for (const auto& s : servers_) {
+    if (s == nullptr) continue;
     if (std::string p = s->SocketProblem(); !p.empty()) out.push_back(std::move(p));
   }
   return out;

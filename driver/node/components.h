@@ -22,6 +22,7 @@
 #include "driver/metrics/metrics_server.h"
 #include "driver/node/component.h"
 #include "driver/node/config.h"
+#include "driver/node/extended_resource_check.h"
 #include "driver/node/startup.h"
 #include "driver/plugin/device_plugin_server.h"
 #include "driver/plugin/kubelet_plugin.h"
@@ -84,14 +85,17 @@ class DraDrivers : public Component {
 };
 
 // The legacy device-plugin API on the same node allocations, and the reclaimer that releases
-// what no container uses any more.
+// what no container uses any more. A plugin whose resource a DeviceClass maps is not served, and
+// stops being served when one comes to map it (--extended-resource-check); its allocations stay
+// until their pods are gone.
 class DevicePlugins : public Component {
  public:
   struct Plugin {
     deviceplugin::ResourceKind kind;
     std::unique_ptr<deviceplugin::DevicePluginService> service;
   };
-  DevicePlugins(std::vector<Plugin> plugins, const NodeConfig& config);
+  DevicePlugins(std::vector<Plugin> plugins, const NodeConfig& config,
+                std::unique_ptr<ExtendedResourceCheck> check);
   const char* name() const override { return "device-plugins"; }
   absl::Status Start() override;
   void Stop() override;
@@ -99,10 +103,16 @@ class DevicePlugins : public Component {
   std::vector<std::string> Problems() const;
 
  private:
+  absl::Status Serve(size_t i);  // with mu_ held
+  void Follow(const ExtendedResourceCheck::Refused& refused);
+
   std::vector<Plugin> plugins_;
-  std::vector<std::unique_ptr<plugin::DevicePluginServer>> servers_;
+  mutable std::mutex mu_;
+  // One per plugin, null while it is not served.
+  std::vector<std::unique_ptr<plugin::DevicePluginServer>> servers_;  // guarded by mu_
   std::unique_ptr<plugin::DevicePluginReclaimer> reclaimer_;
   const NodeConfig& config_;
+  std::unique_ptr<ExtendedResourceCheck> check_;
 };
 
 // One ResourceSlice publisher per driver. A driver without a pool (no GPUs, --gpus=none) still

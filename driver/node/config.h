@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "driver/deviceclass/extended_resources.h"
 #include "driver/publish/device_builder.h"
 #include "driver/publish/slice_publisher.h"
 #include "topology/topology.h"
@@ -35,6 +36,8 @@ struct DevicePluginConfig {
   std::string cpu_resource = "topodra.io/cpu";
   absl::Duration reclaim_interval = absl::Seconds(10);
   std::string pod_resources_socket;  // empty: <kubelet root>/pod-resources/kubelet.sock
+  // --extended-resource-check: a device plugin whose resource a DeviceClass maps is not served.
+  deviceclass::CheckMode extended_resource_check = deviceclass::CheckMode::kAuto;
 
   bool serves(DevicePluginKind k) const { return kinds.contains(k); }
   const std::string& resource(DevicePluginKind k) const {

@@ -160,7 +160,23 @@ void Node::AddKubeletComponents() {
     p.service->SetObserver(metrics_.get());
     plugins.push_back(std::move(p));
   }
-  device_plugins_ = components_.Add(std::make_unique<DevicePlugins>(std::move(plugins), config_));
+  device_plugins_ = components_.Add(
+      std::make_unique<DevicePlugins>(std::move(plugins), config_, NewExtendedResourceCheck()));
+}
+
+std::unique_ptr<ExtendedResourceCheck> Node::NewExtendedResourceCheck() const {
+  const DevicePluginConfig& dp = config_.device_plugin;
+  std::vector<std::string> resources;
+  for (const DevicePluginKind kind : {DevicePluginKind::kGpu, DevicePluginKind::kCpu}) {
+    if (dp.serves(kind)) resources.push_back(dp.resource(kind));
+  }
+  std::unique_ptr<deviceclass::MappingSource> source;
+  if (dp.extended_resource_check != deviceclass::CheckMode::kOff) {
+    source = deps_.device_classes ? deps_.device_classes()
+                                  : deviceclass::NewApiMappingSource(deps_.client);
+  }
+  return std::make_unique<ExtendedResourceCheck>(dp.extended_resource_check, std::move(source),
+                                                 std::move(resources));
 }
 
 void Node::AddReservations() {

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "cdi/spec_store.h"
+#include "driver/deviceclass/mapping_source.h"
 #include "driver/metrics/metrics.h"
 #include "driver/metrics/metrics_server.h"
 #include "driver/node/component.h"
@@ -41,6 +42,7 @@ namespace topodra::node {
 
 class DraDrivers;
 class DevicePlugins;
+class ExtendedResourceCheck;
 class Publishing;
 class Reservations;
 class MachineWatch;
@@ -53,6 +55,9 @@ struct NodeDeps {
   std::function<absl::StatusOr<topology::Topology>()> discover;
   // Listen to the kernel's uevents (a netlink socket); off, only the periodic rediscovery runs.
   bool watch_uevents = true;
+  // The DeviceClasses the device plugins' check reads (--extended-resource-check); null: the
+  // API server's, through `client`.
+  std::function<std::unique_ptr<deviceclass::MappingSource>()> device_classes;
 };
 
 class Node {
@@ -86,6 +91,7 @@ class Node {
   absl::Status ReleaseReservationsWhenOff();
   void Assemble(topology::Topology topo, std::optional<PinningSetup> pinning);
   void AddKubeletComponents();
+  std::unique_ptr<ExtendedResourceCheck> NewExtendedResourceCheck() const;
   void AddReservations();
   void AddHealth();
   // With publish_mu_ held: rebuilds the inventory from `now` and the held devices; when it

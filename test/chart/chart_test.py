@@ -350,6 +350,39 @@ class ChartTest(unittest.TestCase):
          "config.group-by: the chart already passes --group-by"),
         (["--set", "serviceAccount.create=false"],
          "serviceAccount.name is required when serviceAccount.create is false"),
+        # DeviceClass extendedResourceName: IsExtendedResourceName (the schema) ...
+        (["--set", "deviceClasses.gpuExtendedResourceName=cpu"],
+         "at '/deviceClasses/gpuExtendedResourceName'"),
+        (["--set", "deviceClasses.cpuExtendedResourceName=kubernetes.io/cpu"],
+         "at '/deviceClasses/cpuExtendedResourceName'"),
+        (["--set", "deviceClasses.gpuExtendedResourceName=example.kubernetes.io/gpu"],
+         "at '/deviceClasses/gpuExtendedResourceName'"),
+        (["--set", "deviceClasses.gpuExtendedResourceName=requests.example.com/gpu"],
+         "at '/deviceClasses/gpuExtendedResourceName'"),
+        (["--set", "deviceClasses.gpuExtendedResourceName=example.com/" + "g" * 64],
+         "at '/deviceClasses/gpuExtendedResourceName'"),
+        (["--set", "deviceClasses.gpuExtendedResourceName=Example.com/gpu"],
+         "at '/deviceClasses/gpuExtendedResourceName'"),
+        (["--set", "deviceClasses.gpuExtendedResourceName=example.com/a/b"],
+         "at '/deviceClasses/gpuExtendedResourceName'"),
+        (["--set", "devicePlugin.extendedResourceCheck=yes"],
+         "at '/devicePlugin/extendedResourceCheck'"),
+        # ... and the chart's own checks.
+        (["--set", "deviceClasses.gpuExtendedResourceName=" + "e" * 245 + "/gpu"],
+         "deviceClasses.gpuExtendedResourceName \"" + "e" * 245 + "/gpu\": the domain has more "
+         "than 244 characters"),
+        (["--set", "deviceClasses.cpuExtendedResourceName=topodra.io/cpu"],
+         'deviceClasses.cpuExtendedResourceName "topodra.io/cpu" needs publish.cpuDeviceMode '
+         "individual: a grouped CPU device is a whole NUMA node"),
+        (["--set", "publish.cpuDeviceMode=individual",
+          "--set", "deviceClasses.cpuExtendedResourceName=topodra.io/gpu"],
+         "deviceClasses.cpuExtendedResourceName and deviceClasses.gpuExtendedResourceName are "
+         'both "topodra.io/gpu"'),
+        (["--set", "devicePlugin.mode=gpu"],
+         'devicePlugin.gpuResource "topodra.io/gpu" is also a DeviceClass\'s extendedResourceName'),
+        (["--set", "devicePlugin.mode=cpu", "--set", "publish.cpuDeviceMode=individual",
+          "--set", "deviceClasses.cpuExtendedResourceName=topodra.io/cpu"],
+         'devicePlugin.cpuResource "topodra.io/cpu" is also a DeviceClass\'s extendedResourceName'),
     ]
 
     def test_refused_values(self):
@@ -370,6 +403,13 @@ class ChartTest(unittest.TestCase):
         ["updateStrategy.type=OnDelete"],
         ["health.port=9477", "metrics.port=9478"],
         ["devicePlugin.mode=cpu", "devicePlugin.reclaimInterval=3600"],
+        ["deviceClasses.gpuExtendedResourceName=" + "e" * 244 + "/gpu"],
+        ["deviceClasses.gpuExtendedResourceName=kubernetes.io.example.com/GPU_a.b-c"],
+        ["deviceClasses.gpuExtendedResourceName=example.com/" + "g" * 63],
+        ["deviceClasses.gpuExtendedResourceName=", "devicePlugin.mode=gpu"],
+        # Without the chart's classes nothing maps the name.
+        ["deviceClasses.create=false", "devicePlugin.mode=gpu"],
+        ["devicePlugin.mode=gpu", "devicePlugin.gpuResource=example.com/gpu"],
     ]
 
     def test_accepted_values(self):
@@ -394,6 +434,7 @@ class ChartTest(unittest.TestCase):
         "--enforce": "cpuPinning.enforce", "--reservations": None,
         "--reservation-taints": "reservations.taints", "--log-format": "logging.format",
         "--dra-health": None,
+        "--extended-resource-check": "devicePlugin.extendedResourceCheck",
     }
 
     def test_schema_matches_daemon_flags(self):
@@ -574,6 +615,25 @@ class ChartTest(unittest.TestCase):
         role = [d["object"] for d in off["documents"] if d["object"]["kind"] == "ClusterRole"][0]
         self.assertNotIn("topodra.io", {g for rule in role["rules"] for g in rule["apiGroups"]})
         self.assertIn("--reservations=off", self.args_of(off))
+        # The DeviceClass check (--extended-resource-check) lists and watches DeviceClasses, only
+        # where a device plugin runs and the check is on.
+        for name, r in self.renders.items():
+            vals = r["values"]["devicePlugin"]
+            role = [d["object"] for d in r["documents"] if d["object"]["kind"] == "ClusterRole"]
+            if not role:
+                continue
+            rules = {(g, res): sorted(rule["verbs"]) for rule in role[0]["rules"]
+                     for g in rule["apiGroups"] for res in rule["resources"]}
+            check = vals["mode"] != "none" and vals["extendedResourceCheck"] != "off"
+            self.assertEqual(rules.get(("resource.k8s.io", "deviceclasses")),
+                             ["list", "watch"] if check else None, name)
+            args = [a for a in self.args_of(r) if a.startswith("--extended-resource-check")]
+            self.assertEqual(args, [f"--extended-resource-check={vals['extendedResourceCheck']}"]
+                             if vals["mode"] != "none" else [], name)
+        docs = template(["devicePlugin.mode=gpu", "deviceClasses.gpuExtendedResourceName=",
+                         "devicePlugin.extendedResourceCheck=off"], what="check off")
+        role = [d["object"] for d in docs if d["object"]["kind"] == "ClusterRole"][0]
+        self.assertNotIn("deviceclasses", {res for rule in role["rules"] for res in rule["resources"]})
 
     def test_device_health_flag(self):
         self.assertIn("--dra-health=on", self.args_of(self.renders["default"]))
@@ -609,6 +669,29 @@ class ChartTest(unittest.TestCase):
             "reserved.gpu.topodra.io": ['device.driver == "gpu.topodra.io"', reserved],
         })
 
+    def test_device_classes_extended_resource_names(self):
+        def mapped(docs):
+            return {d["object"]["metadata"]["name"]: d["object"]["spec"].get("extendedResourceName")
+                    for d in docs if d["object"]["kind"] == "DeviceClass"}
+        self.assertEqual(mapped(self.renders["default"]["documents"]), {
+            "dra.cpu": None, "gpu.topodra.io": "topodra.io/gpu",
+            "reserved.dra.cpu": None, "reserved.gpu.topodra.io": None})
+        self.assertEqual(mapped(self.renders["extended-resources"]["documents"]), {
+            "dra.cpu": "example.com/cpu", "gpu.topodra.io": "example.com/gpu",
+            "reserved.dra.cpu": None, "reserved.gpu.topodra.io": None})
+        self.assertIn("resources.limits example.com/gpu, example.com/cpu",
+                      self.renders["extended-resources"]["notes"])
+        self.assertEqual(set(mapped(self.renders["device-plugin"]["documents"]).values()), {None})
+        self.assertNotIn("resources.limits", self.renders["device-plugin"]["notes"])
+        # Servers before 1.34 (v1beta1 DeviceClasses) have no such field.
+        for v in ["1.32.0", "1.33.5"]:
+            docs = template(["publish.cpuDeviceMode=individual",
+                             "deviceClasses.cpuExtendedResourceName=example.com/cpu"],
+                            "--kube-version", v, what=f"--kube-version {v}")
+            self.assertEqual(set(mapped(docs).values()), {None}, v)
+        docs = template([], "--kube-version", "1.34.0", what="--kube-version 1.34.0")
+        self.assertEqual(mapped(docs)["gpu.topodra.io"], "topodra.io/gpu")
+
     def test_reservation_crd(self):
         # As helm installs it: from crds/, with --include-crds in `helm template`.
         docs = template([], "--include-crds", what="--include-crds")
@@ -642,8 +725,17 @@ class ChartTest(unittest.TestCase):
                     for req in spec["devices"]["requests"]:
                         self.assertEqual(len({"exactly", "firstAvailable"} & set(req)), 1, f)
                 if d["kind"] == "Pod":
-                    self.assertTrue(d["spec"].get("resourceClaims"), f)
-                    self.check_pod_claims(f, d, docs)
+                    # Devices through claims, or as an extended resource a chart DeviceClass
+                    # maps (the scheduler writes the claim).
+                    extended = {r for c in d["spec"]["containers"] + d["spec"].get("initContainers", [])
+                                for r in c.get("resources", {}).get("limits", {}) if "/" in r}
+                    mapped = {self.values["deviceClasses"]["gpuExtendedResourceName"],
+                              self.values["deviceClasses"]["cpuExtendedResourceName"]} - {""}
+                    self.assertTrue(d["spec"].get("resourceClaims") or extended, f)
+                    self.assertLessEqual(extended, mapped, f"{f}: extended resources no chart "
+                                         "DeviceClass maps by default")
+                    if d["spec"].get("resourceClaims"):
+                        self.check_pod_claims(f, d, docs)
 
     def check_pod_claims(self, f, pod, docs):
         """The references an API server would only check at scheduling (the fake stores Pods

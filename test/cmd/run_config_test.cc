@@ -45,6 +45,7 @@ TEST(RunConfigTest, DefaultsAreTyped) {
   EXPECT_EQ(c->topology_refresh, absl::Seconds(30));
   EXPECT_TRUE(c->device_plugin.kinds.empty());
   EXPECT_EQ(c->device_plugin.reclaim_interval, absl::Seconds(10));
+  EXPECT_EQ(c->device_plugin.extended_resource_check, deviceclass::CheckMode::kAuto);
   // A simulated machine: no pinning unless asked for, and the log says why.
   EXPECT_EQ(c->enforce, node::Enforce::kNone);
   EXPECT_THAT(c->enforce_note, HasSubstr("CPU pinning is off"));
@@ -68,6 +69,7 @@ TEST(RunConfigTest, FlagsBecomeTypedValues) {
   cmd.topology_refresh_seconds = 5;
   cmd.device_plugin = "cpu,gpu";
   cmd.device_plugin_reclaim_seconds = 0.25;
+  cmd.extended_resource_check = "on";
   cmd.enforce = "cgroup";
   cmd.cgroup_root = "/tmp/x/cgroup";
   cmd.hook_dir = "/tmp/x/hook";
@@ -89,6 +91,7 @@ TEST(RunConfigTest, FlagsBecomeTypedValues) {
   EXPECT_TRUE(c->device_plugin.serves(node::DevicePluginKind::kGpu));
   EXPECT_TRUE(c->device_plugin.serves(node::DevicePluginKind::kCpu));
   EXPECT_EQ(c->device_plugin.reclaim_interval, absl::Milliseconds(250));
+  EXPECT_EQ(c->device_plugin.extended_resource_check, deviceclass::CheckMode::kOn);
   EXPECT_EQ(c->enforce, node::Enforce::kCgroup);
   EXPECT_EQ(c->enforce_note, "");
   EXPECT_EQ(c->metrics_listen, std::nullopt);
@@ -122,6 +125,8 @@ TEST(RunConfigTest, ErrorsNameTheFlagAndTheValue) {
       {"metrics address", [](RunCommand* c) { c->metrics_address = "nope"; },
        "--metrics-address: "},
       {"health address", [](RunCommand* c) { c->health_address = "nope"; }, "--health-address: "},
+      {"extended resource check", [](RunCommand* c) { c->extended_resource_check = "yes"; },
+       "--extended-resource-check: invalid value \"yes\" (want auto, on or off)"},
       {"device plugin", [](RunCommand* c) { c->device_plugin = "tpu"; },
        "--device-plugin: invalid value \"tpu\" (want none, gpu, cpu or gpu,cpu)"},
       {"GPU resource",

@@ -362,6 +362,33 @@ class KubectlTest(unittest.TestCase):
         self.assertNotIn("colour", self.stored("Reservation", "changing")["spec"])
         self.assertEqual(self.stored("Reservation", "changing")["spec"]["cpus"], {"count": 2})
 
+    def test_apply_a_device_class_with_an_extended_resource_name(self):
+        # The chart's GPU class (templates/deviceclasses.yaml with the default values).
+        doc = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+               "metadata": {"name": "extended.gpu.topodra.io"},
+               "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.topodra.io"'}}],
+                        "extendedResourceName": "topodra.io/gpu"}}
+        path = os.path.join(self.dir, "deviceclass.yaml")
+
+        def apply(expect=0):
+            with open(path, "w") as f:
+                yaml.safe_dump(doc, f)
+            return self.kubectl("apply", "-f", path, expect=expect)
+
+        ref = "deviceclass.resource.k8s.io/extended.gpu.topodra.io"
+        self.assertEqual(apply().strip(), ref + " created")
+        self.assertEqual(self.kubectl("get", "deviceclass", "extended.gpu.topodra.io", "-o",
+                                      "jsonpath={.spec.extendedResourceName}"), "topodra.io/gpu")
+        doc["spec"]["extendedResourceName"] = "example.com/gpu"
+        self.assertEqual(apply().strip(), ref + " configured")
+        # `cpu` is the kubelet's own resource: the server's validation reaches the operator.
+        doc["spec"]["extendedResourceName"] = "cpu"
+        out = apply(expect=1)
+        self.assertIn("spec.extendedResourceName", out)
+        self.assertIn("must be a valid extended resource name", out)
+        self.assertEqual(self.kubectl("get", "deviceclass", "extended.gpu.topodra.io", "-o",
+                                      "jsonpath={.spec.extendedResourceName}"), "example.com/gpu")
+
 
 if __name__ == "__main__":
     if len(sys.argv) < 4:

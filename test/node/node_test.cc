@@ -10,6 +10,7 @@
 
 #include <filesystem>
 
+#include "test/node/fake_mapping_source.h"
 #include "test/node/stub_rest_client.h"
 #include "test/testing/eventually.h"
 #include "test/testing/fixtures.h"
@@ -169,6 +170,50 @@ TEST_F(NodeTest, BadConfigIsRefusedBeforeAnythingIsWritten) {
               HasSubstr("--device-plugin-gpu-resource: resource name \"kubernetes.io/gpu\" is not "
                         "an extended resource name"));
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/state"));
+}
+
+// --extended-resource-check: the device plugin of a resource a DeviceClass maps has no socket;
+// it gets one when no class maps it, and loses it when one does again.
+TEST_F(NodeTest, ADevicePluginWhoseResourceADeviceClassMapsIsNotServed) {
+  NodeConfig c = Config();
+  fixture_ = "nvidiaDGX2.xml";
+  c.device_plugin.kinds = {DevicePluginKind::kGpu, DevicePluginKind::kCpu};
+  auto classes = std::make_shared<testing::FakeMappingSource::Shared>();
+  classes->list = std::vector<deviceclass::Mapping>{{"gpu.topodra.io", "topodra.io/gpu"}};
+  NodeDeps deps = Deps();
+  deps.device_classes = [classes] { return std::make_unique<testing::FakeMappingSource>(classes); };
+  topology::Topology topo = *deps.discover();
+  absl::StatusOr<std::unique_ptr<Node>> node = Node::Create(c, std::move(topo), std::move(deps));
+  ASSERT_TRUE(node.ok()) << node.status();
+  ASSERT_TRUE((*node)->Start().ok());
+  const std::string gpu = dir_ + "/k/device-plugins/topodra.io-gpu.sock";
+  const std::string cpu = dir_ + "/k/device-plugins/topodra.io-cpu.sock";
+  EXPECT_TRUE(std::filesystem::exists(cpu));
+  EXPECT_FALSE(std::filesystem::exists(gpu));
+  classes->Push({});
+  EXPECT_TRUE(std::filesystem::exists(gpu));
+  classes->Push({{"b", "topodra.io/gpu"}, {"a", "topodra.io/cpu"}});
+  EXPECT_FALSE(std::filesystem::exists(gpu));
+  EXPECT_FALSE(std::filesystem::exists(cpu));
+  (*node)->Stop();
+  EXPECT_TRUE(classes->stopped);
+}
+
+TEST_F(NodeTest, ExtendedResourceCheckOnStopsTheStartWhenDeviceClassesCannotBeListed) {
+  NodeConfig c = Config();
+  c.device_plugin.kinds = {DevicePluginKind::kCpu};
+  c.device_plugin.extended_resource_check = deviceclass::CheckMode::kOn;
+  auto classes = std::make_shared<testing::FakeMappingSource::Shared>();
+  classes->list = absl::PermissionDeniedError("HTTP 403 Forbidden");
+  NodeDeps deps = Deps();
+  deps.device_classes = [classes] { return std::make_unique<testing::FakeMappingSource>(classes); };
+  topology::Topology topo = *deps.discover();
+  absl::StatusOr<std::unique_ptr<Node>> node = Node::Create(c, std::move(topo), std::move(deps));
+  ASSERT_TRUE(node.ok()) << node.status();
+  absl::Status st = (*node)->Start();
+  EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(st.message(), HasSubstr("--extended-resource-check=on: cannot list DeviceClasses"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/k/device-plugins/topodra.io-cpu.sock"));
 }
 
 // ---- ComponentList with components that record what happens to them.

@@ -59,6 +59,7 @@ daemon's default applies. --node-name comes from the downward API.
 {{- with .Values.devicePlugin.podResourcesSocket }}
 - --pod-resources-socket={{ . }}
 {{- end }}
+- --extended-resource-check={{ .Values.devicePlugin.extendedResourceCheck }}
 {{- end }}
 - --enforce={{ include "topodra.enforce" . }}
 {{- if eq (include "topodra.enforce" .) "cgroup" }}
@@ -130,6 +131,7 @@ Included by the DaemonSet, which every install renders.
 {{- end -}}
 {{- $_ := set $seen $name $key -}}
 {{- end -}}
+{{- include "topodra.validateExtendedResources" . -}}
 {{- end -}}
 {{- $flags := list -}}
 {{- range $arg := include "topodra.args" . | fromYamlArray -}}
@@ -138,6 +140,38 @@ Included by the DaemonSet, which every install renders.
 {{- range $key, $_ := .Values.config -}}
 {{- if has (printf "--%s" $key) $flags -}}
 {{- fail (printf "config.%s: the chart already passes --%s on the command line, which wins over --config; set the chart's own value for it instead" $key $key) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The DeviceClasses' extendedResourceName values (docs/user/dra-plugin.md#extended-resources).
+The schema checks their form; here what it cannot: the length of the domain (the API server
+checks "requests.<name>" as a qualified name, whose prefix has at most 253 characters), a name
+mapped by both classes, a CPU mapping on grouped devices, and a name the device plugin would
+register too: one node must not serve a resource name through both a device plugin and DRA.
+*/}}
+{{- define "topodra.validateExtendedResources" -}}
+{{- $cpu := .Values.deviceClasses.cpuExtendedResourceName -}}
+{{- $gpu := .Values.deviceClasses.gpuExtendedResourceName -}}
+{{- range $key := list "cpuExtendedResourceName" "gpuExtendedResourceName" -}}
+{{- $name := get $.Values.deviceClasses $key -}}
+{{- if and $name (gt (len (printf "requests.%s" (regexReplaceAll "/.*$" $name ""))) 253) -}}
+{{- fail (printf "deviceClasses.%s %q: the domain has more than 244 characters (the API server checks requests.<name> as a qualified name)" $key $name) -}}
+{{- end -}}
+{{- end -}}
+{{- if and $cpu (eq $cpu $gpu) -}}
+{{- fail (printf "deviceClasses.cpuExtendedResourceName and deviceClasses.gpuExtendedResourceName are both %q: one name maps one class" $cpu) -}}
+{{- end -}}
+{{- if and $cpu (ne .Values.publish.cpuDeviceMode "individual") -}}
+{{- $group := get (dict "numa" "NUMA node" "numanode" "NUMA node" "socket" "socket" "machine" "machine") .Values.publish.groupBy -}}
+{{- fail (printf "deviceClasses.cpuExtendedResourceName %q needs publish.cpuDeviceMode individual: a grouped CPU device is a whole %s, so a request for 2 would take two of them" $cpu $group) -}}
+{{- end -}}
+{{- $mode := .Values.devicePlugin.mode -}}
+{{- range $kind := list "gpu" "cpu" -}}
+{{- $resource := get $.Values.devicePlugin (printf "%sResource" $kind) -}}
+{{- if and (has $kind (splitList "," $mode)) (or (eq $resource $cpu) (eq $resource $gpu)) -}}
+{{- fail (printf "devicePlugin.%sResource %q is also a DeviceClass's extendedResourceName (deviceClasses.*ExtendedResourceName) while devicePlugin.mode is %s: a node must not serve one resource name through both a device plugin and DRA; clear the deviceClasses value or use another devicePlugin.%sResource" $kind $resource $mode $kind) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}

@@ -640,7 +640,9 @@ def make_deviceclass_type(cfg):
     return ResourceType(
         RESOURCE_GROUP, cfg.versions, "deviceclasses", "deviceclass", "DeviceClass",
         namespaced=False,
-        verbs=("create", "delete", "get", "list", "update", "watch"),
+        # The real server's verbs: `kubectl apply` of a changed class patches it.
+        verbs=("create", "delete", "deletecollection", "get", "list", "patch", "update",
+               "watch"),
         schema=deviceclass_schema(),
         validate_create=validator.validate_create,
         validate_update=validator.validate_update,

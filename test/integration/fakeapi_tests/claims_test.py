@@ -2,6 +2,7 @@
 /status subresource, namespaced paths and 404s, spec and status validation."""
 
 import copy
+import json
 
 from fakeapi_tests.harness import (ALL_CLAIMS, CLAIMS, CLAIMS_V, ClaimTestCase, CLASSES,
                                    make_allocation, make_claim, make_slice, opaque_config, POD_UID,
@@ -190,7 +191,10 @@ class ClaimPathsTest(ClaimTestCase):
         self.assertEqual(resources["resourceclaims"]["kind"], "ResourceClaim")
         self.assertEqual(resources["resourceclaims/status"]["verbs"], ["get", "patch", "update"])
         self.assertFalse(resources["deviceclasses"]["namespaced"])
-        self.assertNotIn("patch", resources["deviceclasses"]["verbs"])
+        # As a real server lists them: an operator's `kubectl apply` patches a class.
+        self.assertEqual(sorted(resources["deviceclasses"]["verbs"]),
+                         ["create", "delete", "deletecollection", "get", "list", "patch",
+                          "update", "watch"])
 
     def test_watch_of_claims(self):
         rv0 = self.client.get(ALL_CLAIMS).json["metadata"]["resourceVersion"]
@@ -399,9 +403,16 @@ class DeviceClassTest(ServerTestCase):
         r = self.client.put(CLASSES + "/cpu.topodra.io", updated)
         self.assertEqual(r.code, 200, r.data)
         self.assertEqual(r.json["metadata"]["generation"], 2)
-        self.assertStatus(self.client.request("PATCH", CLASSES + "/cpu.topodra.io", {},
-                                              content_type="application/merge-patch+json"),
-                          405, "MethodNotAllowed")
+        # Patched like any built-in object (kubectl apply of a changed class), and validated.
+        r = self.client.request("PATCH", CLASSES + "/cpu.topodra.io",
+                                {"spec": {"extendedResourceName": "example.com/cpu"}},
+                                content_type="application/merge-patch+json")
+        self.assertEqual(r.code, 200, r.data)
+        self.assertEqual(r.json["spec"]["extendedResourceName"], "example.com/cpu")
+        self.assertInvalid(self.client.request("PATCH", CLASSES + "/cpu.topodra.io",
+                                               {"spec": {"extendedResourceName": "cpu"}},
+                                               content_type="application/merge-patch+json"),
+                           "spec.extendedResourceName", "must be a valid extended resource name")
         self.assertStatus(self.client.get(CLASSES + "/cpu.topodra.io/status"), 404, "NotFound")
         self.assertEqual(self.client.delete(CLASSES + "/cpu.topodra.io").code, 200)
         self.assertStatus(self.client.get(CLASSES + "/cpu.topodra.io"), 404, "NotFound")
@@ -427,3 +438,84 @@ class DeviceClassTest(ServerTestCase):
                              cls(selectors=[{"cel": {"expression": "true", "cost": 1}}]))
         self.assertStatus(r, 400, "BadRequest")
         self.assertIn('unknown field "spec.selectors[0].cel.cost"', r.json["message"])
+
+    # k8s-1.35-1.37-addendum.md §2.2: v1helper.IsExtendedResourceName. A name with '/', nowhere
+    # "kubernetes.io/", not starting "requests.", and "requests.<name>" a qualified name (prefix
+    # a DNS subdomain of at most 253 characters, name part at most 63 of [-A-Za-z0-9_.] starting
+    # and ending alphanumeric).
+    EXTENDED_REFUSED = [
+        "cpu",                                  # native: no '/'
+        "",                                     # native too
+        "kubernetes.io/gpu",                    # the native prefix
+        "example.kubernetes.io/gpu",            # "kubernetes.io/" anywhere
+        "deviceclass.resource.kubernetes.io/c",  # the implicit name of a class is not settable
+        "requests.example.com/gpu",             # a quota key
+        "example.com/",                         # empty name part
+        "/gpu",                                 # "requests./gpu": prefix ends with '.'
+        "example.com/a/b",                      # two '/'
+        "Example.com/gpu",                      # prefix not lower case
+        "example_com/gpu",                      # '_' in the prefix
+        "example.com/-gpu",                     # name part starts with '-'
+        "example.com/gpu.",                     # name part ends with '.'
+        "example.com/g pu",                     # space
+        "example.com/" + "g" * 64,              # name part of 64
+        "e" * 245 + "/gpu",                     # requests.<prefix> of 254
+    ]
+    EXTENDED_ACCEPTED = [
+        "topodra.io/gpu",
+        "example.com/GPU_a.b-c",                # the name part may be mixed case
+        "kubernetes.io.example.com/gpu",        # "kubernetes.io" but not "kubernetes.io/"
+        "example.com/" + "g" * 63,
+        "e" * 244 + "/gpu",                     # requests.<prefix> of 253
+        "a/b",
+    ]
+
+    def test_extended_resource_name(self):
+        def cls(name, value):
+            return {"metadata": {"name": name}, "spec": {"extendedResourceName": value}}
+        for i, value in enumerate(self.EXTENDED_REFUSED):
+            with self.subTest(value=value):
+                r = self.client.post(CLASSES, cls("refused-%d" % i, value))
+                self.assertInvalid(r, "spec.extendedResourceName",
+                                   "must be a valid extended resource name")
+                # The value is quoted in the cause, as field.Invalid does.
+                cause = [c for c in r.json["details"]["causes"]
+                         if c["field"] == "spec.extendedResourceName"][0]
+                self.assertIn(json.dumps(value), cause["message"])
+        for i, value in enumerate(self.EXTENDED_ACCEPTED):
+            with self.subTest(value=value):
+                r = self.client.post(CLASSES, cls("accepted-%d" % i, value))
+                self.assertEqual(r.code, 201, r.data)
+                self.assertEqual(r.json["spec"]["extendedResourceName"], value)
+        # Mutable, and checked on update too; two classes may map the same name (the later
+        # created one wins in the scheduler).
+        stored = self.client.get(CLASSES + "/accepted-0").json
+        changed = copy.deepcopy(stored)
+        changed["spec"]["extendedResourceName"] = "example.com/tpu"
+        r = self.client.put(CLASSES + "/accepted-0", changed)
+        self.assertEqual(r.code, 200, r.data)
+        self.assertEqual(r.json["spec"]["extendedResourceName"], "example.com/tpu")
+        changed = copy.deepcopy(r.json)
+        changed["spec"]["extendedResourceName"] = "cpu"
+        self.assertInvalid(self.client.put(CLASSES + "/accepted-0", changed),
+                           "spec.extendedResourceName", "must be a valid extended resource name")
+        self.assertEqual(self.client.post(CLASSES, cls("twin", "example.com/tpu")).code, 201)
+        # Removing the mapping is an update like any other.
+        del changed["spec"]["extendedResourceName"]
+        r = self.client.put(CLASSES + "/accepted-0", changed)
+        self.assertEqual(r.code, 200, r.data)
+        self.assertNotIn("extendedResourceName", r.json["spec"])
+        # Watchers see the mapping come and go (the daemon's DeviceClass check relies on it).
+        listed = {c["metadata"]["name"]: c["spec"].get("extendedResourceName")
+                  for c in self.client.get(CLASSES).json["items"]}
+        self.assertEqual(listed["twin"], "example.com/tpu")
+        self.assertIsNone(listed["accepted-0"])
+
+    def test_extended_resource_name_in_every_version(self):
+        for version in ("v1", "v1beta2"):
+            with self.subTest(version=version):
+                path = "/apis/resource.k8s.io/%s/deviceclasses" % version
+                r = self.client.post(path, {"metadata": {"name": "c-" + version},
+                                            "spec": {"extendedResourceName": "cpu"}})
+                self.assertInvalid(r, "spec.extendedResourceName",
+                                   "must be a valid extended resource name")

@@ -194,7 +194,7 @@ class KubectlSupportTest(CrdTestCase, ClaimTestCase):
         crd = patch_ops(crd_doc)
         self.assertEqual(sorted(k[2] for k in core), ["Event", "Pod"])
         self.assertEqual(sorted(k[2] for k in resource), [
-            "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice"])
+            "DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice"])
         self.assertEqual(list(crd), [("topodra.io", "v1alpha1", "Reservation")])
         for path, op in list(core.values()) + list(resource.values()) + list(crd.values()):
             with self.subTest(path=path):
