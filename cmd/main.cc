@@ -210,6 +210,12 @@ void AddRunFlags(CLI::App* run, topodra::cmd::RunCommand* cmd, std::string* conf
                   "the API server keeps device taints), on, off (the attribute only)")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
+  run->add_option("--device-metadata", cmd->device_metadata,
+                  "on: give each prepared claim's containers a read-only JSON file of its "
+                  "devices, CPUs and NUMA nodes (Kubernetes device metadata, beta in 1.37; needs "
+                  "CDI in the container runtime); off")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   run->add_option("--config", *config_file,
                   "YAML file with the same keys as these flags (without dashes); flags win");
 }

@@ -64,6 +64,11 @@ absl::StatusOr<node::NodeConfig> NodeConfigFromFlags(const RunCommand& cmd,
         absl::StrCat("--reservations: invalid value \"", cmd.reservations, "\" (want on or off)"));
   }
   c.reservations = cmd.reservations == "on";
+  if (cmd.device_metadata != "on" && cmd.device_metadata != "off") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--device-metadata: invalid value \"", cmd.device_metadata, "\" (want on or off)"));
+  }
+  c.device_metadata = cmd.device_metadata == "on";
   absl::StatusOr<Enforcement> enforcement = ResolveEnforcement(cmd);
   if (!enforcement.ok()) return enforcement.status();
   absl::StatusOr<node::Enforce> enforce = node::ParseEnforce(enforcement->mode);

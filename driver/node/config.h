@@ -48,6 +48,9 @@ struct NodeConfig {
   publish::MixinMode slice_mixins = publish::MixinMode::kAuto;
   publish::TaintMode reservation_taints = publish::TaintMode::kAuto;
   bool reservations = true;  // --reservations=on
+  // --device-metadata=on: a metadata file per prepared claim and request (KEP-5304). No "auto":
+  // the feature has no gate and the kubelet says nothing of it; a runtime without CDI ignores it.
+  bool device_metadata = true;
   absl::Duration topology_refresh = absl::Seconds(30);
 
   std::string kubelet_root_dir = "/var/lib/kubelet";
