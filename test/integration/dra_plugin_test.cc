@@ -112,8 +112,10 @@ TEST_F(DraPluginTest, GroupedClaimIsTopologyAlignedIdempotentAndUnprepared) {
   ASSERT_EQ(first.devices.size(), 1u);
   EXPECT_EQ(first.devices[0].device, "cpudevnuma001");
   EXPECT_THAT(first.devices[0].request_names, ::testing::ElementsAre("cpus"));
+  // The claim's own CDI device, then the device metadata's (--device-metadata=on by default).
   EXPECT_THAT(first.devices[0].cdi_device_ids,
-              ::testing::ElementsAre("dra.cpu/claim=" + c.uid + "-cpudevnuma001"));
+              ::testing::ElementsAre("dra.cpu/claim=" + c.uid + "-cpudevnuma001",
+                                     "dra.cpu/metadata=" + c.uid + "_cpus"));
   // Two whole cores of NUMA node 1 (8-15 with siblings 24-31).
   const CpuSet cpus = CdiCpus(c.uid);
   EXPECT_EQ(cpus.ToString(), "8-9,24-25");
