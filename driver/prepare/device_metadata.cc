@@ -170,6 +170,14 @@ absl::StatusOr<DeviceMetadataPlan> PlanDeviceMetadata(const claims::Claim& claim
                                                       const std::string& driver,
                                                       const std::string& root,
                                                       const std::vector<MetadataDevice>& devices) {
+  // The names become paths: those of the object the API server sent are checked like the ones
+  // the kubelet sent (ClaimService compares only the uid).
+  if (absl::Status id = ValidateClaimIdentity(claim.namespace_name, claim.name, claim.uid);
+      !id.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("claim ", ShowClaimRef(claim.namespace_name, claim.name),
+                     ": no device metadata path can be built: ", Message(id)));
+  }
   const std::string who = absl::StrCat("claim ", claim.Ref());
   if (!claim.pod_claim_name.empty() && !IsDnsLabel(claim.pod_claim_name)) {
     return absl::InvalidArgumentError(

@@ -116,7 +116,8 @@ nlohmann::json MetadataAttributes(const std::string& driver,
 
 // The files of one claim for one driver (devices in answer order), under `root`. An error
 // (InvalidArgument, starting "claim <ns>/<name>") only for names a path cannot be built from: a
-// request or pod claim name that is not a DNS label. A claim whose "<ns>_<name>" directory name
+// namespace, name or uid beyond ValidateClaimIdentity's rules, a request or pod claim name that
+// is not a DNS label. A claim whose "<ns>_<name>" directory name
 // is longer than the file system allows gets no files and a note.
 absl::StatusOr<DeviceMetadataPlan> PlanDeviceMetadata(const claims::Claim& claim,
                                                       const std::string& driver,

@@ -222,7 +222,10 @@ TEST(PlanDeviceMetadata, NamesAPathCannotBeBuiltFromAreRefusedOrSkipped) {
   long_name.name = std::string(251, 'a');  // "team_" + 251 bytes: one more than NAME_MAX
   MetadataDevice traversal = d;
   traversal.request = "../../etc";
+  claims::Claim dotted = TestClaim();
+  dotted.name = "../../../etc";
   const std::vector<Case> cases = {
+      {dotted, d, "name \"../../../etc\" is not a DNS-1123 subdomain", ""},
       {TestClaim("../x"), d, "annotation resource.kubernetes.io/pod-claim-name \"../x\"", ""},
       {TestClaim(), traversal, "request \"..\" is not a DNS-1123 label", ""},
       {long_name, d, "", "no device metadata: the directory name"},
@@ -233,6 +236,7 @@ TEST(PlanDeviceMetadata, NamesAPathCannotBeBuiltFromAreRefusedOrSkipped) {
     if (!c.error.empty()) {
       EXPECT_THAT(plan.status().message(), HasSubstr(c.error));
       EXPECT_THAT(plan.status().message(), HasSubstr("claim team/"));
+      EXPECT_TRUE(absl::IsInvalidArgument(plan.status()));
       continue;
     }
     ASSERT_TRUE(plan.ok()) << plan.status();
