@@ -32,14 +32,14 @@ class SpecStore {
   const std::string& dir() const { return dir_; }
   std::string PathOf(absl::string_view file_name) const;
 
-  // Sets cdiVersion as `version` says (by default MinimumVersion(spec)), validates, and replaces dir/file_name atomically:
-  // a temporary file (hidden, ".tmp" suffix, so CDI scanners skip it) in the same directory,
-  // written in full and fsynced, renamed over the target, then the directory fsynced. Creates
-  // the directory (0755) if missing. A failure up to the rename leaves the previous file as it
-  // was and no temporary file behind; only a failed fsync of the directory after the rename is
-  // reported with the new file in place. Returns the spec as written.
-  // With synced = false the fsyncs are skipped (atomic, not durable): for callers that keep the
-  // spec in durable state of their own and rewrite lost files at start.
+  // Sets cdiVersion as `version` says (by default MinimumVersion(spec)), validates, and replaces
+  // dir/file_name atomically: a temporary file (hidden, ".tmp" suffix, so CDI scanners skip it) in
+  // the same directory, written in full and fsynced, renamed over the target, then the directory
+  // fsynced. Creates the directory (0755) if missing. A failure up to the rename leaves the
+  // previous file as it was and no temporary file behind; only a failed fsync of the directory
+  // after the rename is reported with the new file in place. Returns the spec as written. With
+  // synced = false the fsyncs are skipped (atomic, not durable): for callers that keep the spec in
+  // durable state of their own and rewrite lost files at start.
   absl::StatusOr<Spec> Write(absl::string_view file_name, const Spec& spec, bool synced = true,
                              VersionPolicy version = VersionPolicy::kMinimum) const;
 

@@ -65,8 +65,8 @@ absl::StatusOr<node::NodeConfig> NodeConfigFromFlags(const RunCommand& cmd,
   }
   c.reservations = cmd.reservations == "on";
   if (cmd.device_metadata != "on" && cmd.device_metadata != "off") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--device-metadata: invalid value \"", cmd.device_metadata, "\" (want on or off)"));
+    return absl::InvalidArgumentError(absl::StrCat("--device-metadata: invalid value \"",
+                                                   cmd.device_metadata, "\" (want on or off)"));
   }
   c.device_metadata = cmd.device_metadata == "on";
   absl::StatusOr<Enforcement> enforcement = ResolveEnforcement(cmd);

@@ -156,8 +156,8 @@ absl::StatusOr<Claim> ParseClaim(const json& j) {
     constexpr char kPodClaimName[] = "resource.kubernetes.io/pod-claim-name";
     if (const json* v = Member(*annotations, kPodClaimName); v != nullptr) {
       if (!v->is_string()) {
-        return TypeError(absl::StrCat("metadata.annotations[\"", kPodClaimName, "\"]"),
-                         "a string", *v);
+        return TypeError(absl::StrCat("metadata.annotations[\"", kPodClaimName, "\"]"), "a string",
+                         *v);
       }
       claim.pod_claim_name = v->get<std::string>();
     }

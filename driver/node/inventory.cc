@@ -45,15 +45,16 @@ std::map<std::string, topology::Gpu> Inventory::PublishedGpus() const {
 
 void Inventory::AddMetadataSetup(prepare::DriverSetup* setup) const {
   if (!options_.plugins_dir.empty()) {
-    setup->metadata_root = absl::StrCat(options_.plugins_dir, "/", setup->driver, "/",
-                                        prepare::kMetadataDirName);
+    setup->metadata_root =
+        absl::StrCat(options_.plugins_dir, "/", setup->driver, "/", prepare::kMetadataDirName);
   }
   setup->device_metadata = options_.device_metadata;
   if (!setup->device_metadata) return;
   if (std::optional<publish::Pool> pool = PoolOf(setup->driver)) {
     for (const publish::Device& d : pool->devices) {
       nlohmann::json attributes = nlohmann::json::object();
-      for (const auto& [name, value] : d.attributes) attributes[name] = publish::AttributeToJson(value);
+      for (const auto& [name, value] : d.attributes)
+        attributes[name] = publish::AttributeToJson(value);
       setup->device_attributes[d.name] = std::move(attributes);
     }
   }

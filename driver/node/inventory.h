@@ -28,7 +28,7 @@ namespace topodra::node {
 struct InventoryOptions {
   // Without reservations: Inventory::Build adds the held devices.
   publish::PublishOptions publish;
-  std::string cdi_marker;                          // DriverSetup::cdi_marker
+  std::string cdi_marker;  // DriverSetup::cdi_marker
   // <kubelet root>/plugins, where each DRA driver's data directory is ("" none), and
   // --device-metadata (DriverSetup::metadata_root, device_metadata).
   std::string plugins_dir;

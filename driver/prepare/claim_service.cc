@@ -681,8 +681,8 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
   if (!metadata->empty()) {
     // The directory of the host files is the claim's ("<root>/<ns>_<name>"), wherever the root
     // was when they were written.
-    const std::string request_dir = metadata->front().host_path.substr(
-        0, metadata->front().host_path.rfind('/'));
+    const std::string request_dir =
+        metadata->front().host_path.substr(0, metadata->front().host_path.rfind('/'));
     const std::string claim_dir = request_dir.substr(0, request_dir.rfind('/'));
     if (absl::Status st = RemoveMetadataFiles(*cdi_, claim_dir, CdiFilesOf(*metadata)); !st.ok()) {
       ledger_->Abort(*txn);

@@ -180,11 +180,10 @@ absl::StatusOr<DeviceMetadataPlan> PlanDeviceMetadata(const claims::Claim& claim
   }
   const std::string who = absl::StrCat("claim ", claim.Ref());
   if (!claim.pod_claim_name.empty() && !IsDnsLabel(claim.pod_claim_name)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(who, ": annotation ", kPodClaimNameAnnotation, " ",
-                     ShowValue(claim.pod_claim_name),
-                     " is not a DNS-1123 label (a pod's resourceClaims[].name): the device "
-                     "metadata path cannot be built from it"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, ": annotation ", kPodClaimNameAnnotation, " ", ShowValue(claim.pod_claim_name),
+        " is not a DNS-1123 label (a pod's resourceClaims[].name): the device "
+        "metadata path cannot be built from it"));
   }
   std::vector<RequestGroup> groups;
   for (const MetadataDevice& d : devices) {
@@ -207,34 +206,36 @@ absl::StatusOr<DeviceMetadataPlan> PlanDeviceMetadata(const claims::Claim& claim
   if (groups.empty()) return plan;
   const std::string dir_name = absl::StrCat(claim.namespace_name, "_", claim.name);
   if (dir_name.size() > kMaxComponent) {
-    plan.notes.push_back(absl::StrCat(
-        "no device metadata: the directory name \"<namespace>_<name>\" would be ",
-        dir_name.size(), " bytes, more than the ", kMaxComponent,
-        " a file name may have; read the CDI environment instead"));
+    plan.notes.push_back(
+        absl::StrCat("no device metadata: the directory name \"<namespace>_<name>\" would be ",
+                     dir_name.size(), " bytes, more than the ", kMaxComponent,
+                     " a file name may have; read the CDI environment instead"));
     return plan;
   }
   for (const RequestGroup& g : groups) {
     MetadataFile f;
     f.request = g.base;
     f.host_path = MetadataHostPath(root, claim.namespace_name, claim.name, g.base);
-    f.content = absl::StrCat(Dump(Document(claim, driver, g, kMetadataApiV1beta1, &plan.notes)),
-                             "\n",
-                             Dump(Document(claim, driver, g, kMetadataApiV1alpha1, nullptr)),
-                             "\n");
+    f.content =
+        absl::StrCat(Dump(Document(claim, driver, g, kMetadataApiV1beta1, &plan.notes)), "\n",
+                     Dump(Document(claim, driver, g, kMetadataApiV1alpha1, nullptr)), "\n");
     f.cdi_file = MetadataCdiFileName(driver, claim.uid, g.base);
     f.cdi_spec.cdi_version = kMetadataCdiVersion;
     f.cdi_spec.kind = MetadataCdiKind(driver);
     cdi::Device device;
     device.name = absl::StrCat(claim.uid, "_", g.base);
     device.container_edits.mounts.push_back(
-        {f.host_path, MetadataContainerPath(driver, claim.name, claim.pod_claim_name, g.base),
-         {"ro", "bind"}, ""});
+        {f.host_path,
+         MetadataContainerPath(driver, claim.name, claim.pod_claim_name, g.base),
+         {"ro", "bind"},
+         ""});
     f.cdi_spec.devices.push_back(std::move(device));
-    absl::StatusOr<std::string> id = cdi::QualifiedName(f.cdi_spec.kind, f.cdi_spec.devices[0].name);
+    absl::StatusOr<std::string> id =
+        cdi::QualifiedName(f.cdi_spec.kind, f.cdi_spec.devices[0].name);
     absl::Status valid = id.ok() ? cdi::Validate(f.cdi_spec) : id.status();
     if (!valid.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          who, ": cannot describe the device metadata in CDI: ", Message(valid)));
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, ": cannot describe the device metadata in CDI: ", Message(valid)));
     }
     f.cdi_id = *id;
     plan.files.push_back(std::move(f));
@@ -272,7 +273,8 @@ absl::StatusOr<std::vector<MetadataFile>> MetadataFilesFromJson(const json& j) {
                            {"cdiFile", &f.cdi_file},
                            {"cdiId", &f.cdi_id}}) {
       auto it = e.find(key);
-      if (it == e.end() || !it->is_string()) return bad(absl::StrCat(at, ".", key, " is not a string"));
+      if (it == e.end() || !it->is_string())
+        return bad(absl::StrCat(at, ".", key, " is not a string"));
       *to = it->get<std::string>();
     }
     auto spec = e.find("cdiSpec");

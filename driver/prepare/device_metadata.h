@@ -47,9 +47,9 @@ inline constexpr size_t kMaxMetadataString = 64;
 
 // The attributes topodra adds to what the slice published (the CPU driver's domain is dra.cpu
 // whatever the driver is called, as for the published attributes).
-inline constexpr char kCpusetAttribute[] = "dra.cpu/cpuset";             // string, list format
-inline constexpr char kCpusetPartsAttribute[] = "dra.cpu/cpusetParts";   // strings, when longer
-inline constexpr char kNumaNodesAttribute[] = "dra.cpu/numaNodes";       // ints
+inline constexpr char kCpusetAttribute[] = "dra.cpu/cpuset";            // string, list format
+inline constexpr char kCpusetPartsAttribute[] = "dra.cpu/cpusetParts";  // strings, when longer
+inline constexpr char kNumaNodesAttribute[] = "dra.cpu/numaNodes";      // ints
 inline constexpr char kAllocatedCpusAttribute[] = "dra.cpu/allocatedNumCPUs";  // int
 inline constexpr char kPciBusIdAttribute[] = "resource.kubernetes.io/pciBusID";
 

@@ -154,7 +154,8 @@ absl::StatusOr<ReconciledMetadata> ReconcileMetadataDir(
       for (const fs::directory_entry& file : fs::directory_iterator(request.path(), ec3)) {
         const std::string name = file.path().filename().string();
         const std::string path = file.path().string();
-        const bool ours = name == kMetadataFileName || files::IsTempNameFor(name, kMetadataFileName);
+        const bool ours =
+            name == kMetadataFileName || files::IsTempNameFor(name, kMetadataFileName);
         if (!ours || wanted.contains(path)) continue;
         if (::unlink(path.c_str()) == 0) {
           spdlog::info("removed device metadata {}: its claim is not prepared", path);

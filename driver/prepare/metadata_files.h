@@ -39,8 +39,7 @@ absl::Status RemoveMetadataFiles(const cdi::SpecStore& cdi, const std::string& c
 // The metadata CDI specs of `driver` for claim `uid` in the CDI directory, by name (a claim the
 // state does not know may still have the files of a prepare that crashed).
 std::vector<std::string> MetadataCdiFilesOfClaim(const cdi::SpecStore& cdi,
-                                                 const std::string& driver,
-                                                 const std::string& uid);
+                                                 const std::string& driver, const std::string& uid);
 
 // Whose a "<driver>_metadata_*.json" spec is. Its name carries no instance marker (the kubelet
 // plugin library fixes it), so the host file it mounts tells: under `root` (this daemon's

@@ -309,10 +309,11 @@ absl::StatusOr<Plan> PlanGpu(const claims::Claim& claim, const DriverSetup& setu
     device.container_edits.env.push_back(absl::StrCat("TOPODRA_GPU_", EnvSafe(uid), "_",
                                                       EnvSafe(base), "=",
                                                       absl::StrJoin(by_request[base], ",")));
-    plan.metadata_devices.push_back(
-        {c.result->request, c.result->pool, c.result->device,
-         {{kPciBusIdAttribute, json{{"string", c.gpu->pci_bus_id}}}},
-         AttributesOf(setup, c.result->device)});
+    plan.metadata_devices.push_back({c.result->request,
+                                     c.result->pool,
+                                     c.result->device,
+                                     {{kPciBusIdAttribute, json{{"string", c.gpu->pci_bus_id}}}},
+                                     AttributesOf(setup, c.result->device)});
     PreparedDevice out;
     out.request_names = {base};
     out.pool = c.result->pool;

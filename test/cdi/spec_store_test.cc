@@ -138,8 +138,8 @@ TEST_F(SpecStoreTest, AtLeastGivenKeepsAKnownVersionNotBelowTheMinimum) {
     std::string given;
     std::string written;
   };
-  for (const Case& c : std::vector<Case>{{"0.5.0", "0.5.0"}, {"1.1.0", "1.1.0"}, {"", "0.3.0"},
-                                         {"9.9.9", "0.3.0"}}) {
+  for (const Case& c : std::vector<Case>{
+           {"0.5.0", "0.5.0"}, {"1.1.0", "1.1.0"}, {"", "0.3.0"}, {"9.9.9", "0.3.0"}}) {
     spec.cdi_version = c.given;
     absl::StatusOr<Spec> w = store.Write("a.json", spec, true, VersionPolicy::kAtLeastGiven);
     ASSERT_TRUE(w.ok()) << w.status();

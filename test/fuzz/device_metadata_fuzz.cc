@@ -38,9 +38,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<prepare::MetadataDevice> devices;
   for (const claims::DeviceResult& r : claim->results) {
     nlohmann::json published = nlohmann::json::object();
-    for (const auto& [name, quantity] : r.consumed_capacity) published[name] = {{"string", quantity}};
-    devices.push_back({r.request, r.pool, r.device, {{"dra.cpu/cpuset", {{"string", "0-3"}}}},
-                       published});
+    for (const auto& [name, quantity] : r.consumed_capacity)
+      published[name] = {{"string", quantity}};
+    devices.push_back(
+        {r.request, r.pool, r.device, {{"dra.cpu/cpuset", {{"string", "0-3"}}}}, published});
   }
   absl::StatusOr<prepare::DeviceMetadataPlan> plan =
       prepare::PlanDeviceMetadata(*claim, "dra.cpu", kRoot, devices);

@@ -105,19 +105,19 @@ TEST_F(DeviceMetadataTest, ATemplateClaimMountsUnderItsPodClaimNameAndGpusToo) {
                 {"spec", {{"devices", {{"requests", json::array({Request("g", kGpu)})}}}}}};
   auto created = server_->CreateClaim(claim);
   ASSERT_TRUE(created.ok()) << created.status();
-  ASSERT_TRUE(server_
-                  ->AllocateClaim("default", "pod-a-accel-x7k2p",
-                                  {{"devices", {{"results", {Result("g", gpu, "", kGpu)}}}}},
-                                  json::array({{{"resource", "pods"},
-                                                {"name", "pod-a"},
-                                                {"uid", "pod-uid-a"}}}))
-                  .ok());
-  PrepareClaim c{"default", (*created)["metadata"]["uid"].get<std::string>(),
-                 "pod-a-accel-x7k2p"};
+  ASSERT_TRUE(
+      server_
+          ->AllocateClaim(
+              "default", "pod-a-accel-x7k2p",
+              {{"devices", {{"results", {Result("g", gpu, "", kGpu)}}}}},
+              json::array({{{"resource", "pods"}, {"name", "pod-a"}, {"uid", "pod-uid-a"}}}))
+          .ok());
+  PrepareClaim c{"default", (*created)["metadata"]["uid"].get<std::string>(), "pod-a-accel-x7k2p"};
   ClaimResult r = PrepareOne(c, kGpu);
   ASSERT_EQ(r.error, "");
   ASSERT_EQ(r.devices.size(), 1u);
-  EXPECT_EQ(r.devices[0].cdi_device_ids.back(), absl::StrCat("gpu.topodra.io/metadata=", c.uid, "_g"));
+  EXPECT_EQ(r.devices[0].cdi_device_ids.back(),
+            absl::StrCat("gpu.topodra.io/metadata=", c.uid, "_g"));
   const std::vector<json> stream = Stream(HostFile(c, "g", kGpu));
   ASSERT_EQ(stream.size(), 2u);
   EXPECT_EQ(stream[0]["podClaimName"], "accel");
@@ -160,8 +160,7 @@ TEST_F(DeviceMetadataTest, StartRestoresLostFilesAndRemovesLeftovers) {
   const std::string orphan_spec = dirs_.cdi + "/dra.cpu_metadata_0000-gone_cpus.json";
   json orphan = json::parse(spec);
   orphan["devices"][0]["name"] = "0000-gone_cpus";
-  orphan["devices"][0]["containerEdits"]["mounts"][0]["hostPath"] =
-      orphan_dir + "/metadata.json";
+  orphan["devices"][0]["containerEdits"]["mounts"][0]["hostPath"] = orphan_dir + "/metadata.json";
   PutFileInPlaceOf(orphan_spec, orphan.dump());
   const std::string foreign_spec = dirs_.cdi + "/dra.cpu_metadata_1111-other_cpus.json";
   json foreign = orphan;

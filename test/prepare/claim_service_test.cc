@@ -1419,8 +1419,8 @@ TEST_F(ClaimServiceMetadataTest, PrepareWritesUnprepareRemovesAndAFailedWriteUnd
   std::filesystem::create_directories(dir_ + "/plugins/dra.cpu/dra-device-metadata");
   std::ofstream(dir_ + "/plugins/dra.cpu/dra-device-metadata/default_m2") << "in the way";
   const ClaimRef bad = Add("default", "m2", "uid-m2", {Result("cpus", kNuma0, "16")});
-  EXPECT_THAT(PrepareError(bad), AllOf(HasSubstr("claim default/m2: write device metadata"),
-                                       HasSubstr("default_m2")));
+  EXPECT_THAT(PrepareError(bad),
+              AllOf(HasSubstr("claim default/m2: write device metadata"), HasSubstr("default_m2")));
   EXPECT_FALSE(Held(kCpuDriver, "uid-m2").has_value());
   EXPECT_THAT(CdiFiles(), IsEmpty());
   const ClaimRef all = Add("default", "m3", "uid-m3", {Result("cpus", kNuma0, "16")});

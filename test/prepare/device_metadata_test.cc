@@ -16,9 +16,9 @@ namespace topodra::prepare {
 namespace {
 
 using json = nlohmann::json;
+using testing::Cpus;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using testing::Cpus;
 using testing::Load;
 
 constexpr char kUid[] = "6f1d7c2e-9a4b-4c1e-8f3a-2b5d9e0c7a11";
@@ -74,7 +74,8 @@ TEST(DeviceMetadataAttributes, CpusetFitsOrIsCutAtCommas) {
   const std::vector<Case> cases = {
       {"8-11", {{kCpusetAttribute, {{"string", "8-11"}}}, {kNumaNodesAttribute, {{"ints", {1}}}}}},
       {"0-3,200-201",
-       {{kCpusetAttribute, {{"string", "0-3,200-201"}}}, {kNumaNodesAttribute, {{"ints", {0, 1}}}}}},
+       {{kCpusetAttribute, {{"string", "0-3,200-201"}}},
+        {kNumaNodesAttribute, {{"ints", {0, 1}}}}}},
   };
   for (const Case& c : cases) EXPECT_EQ(CpuRequestAttributes(topo, Cpus(c.cpus)), c.want) << c.cpus;
 
@@ -88,7 +89,7 @@ TEST(DeviceMetadataAttributes, CpusetFitsOrIsCutAtCommas) {
     pieces.push_back(p.get<std::string>());
   }
   EXPECT_GT(pieces.size(), 1u);
-  EXPECT_EQ(absl::StrJoin(pieces, ","), scattered);  // joined, they are the list again
+  EXPECT_EQ(absl::StrJoin(pieces, ","), scattered);   // joined, they are the list again
   EXPECT_EQ(long_set[1].second["ints"].size(), 24u);  // 0-191 alone spans all 24 NUMA nodes
 }
 
@@ -125,12 +126,16 @@ TEST(DeviceMetadataAttributes, DecidedFirstQualifiedAndWithinTheLimits) {
        {{"resource.kubernetes.io/pciBusID", {{"string", "stale"}}}},
        {{"resource.kubernetes.io/pciBusID", {{"string", "0000:3b:00.0"}}}},
        {}},
-      {"at most 32 attributes, decided kept", {{kCpusetAttribute, {{"string", "0-3"}}}}, many,
-       want_many, dropped_many},
+      {"at most 32 attributes, decided kept",
+       {{kCpusetAttribute, {{"string", "0-3"}}}},
+       many,
+       want_many,
+       dropped_many},
       {"at most 48 values counting list elements",
        {{"dra.cpu/big", {{"ints", json(std::vector<int>(47, 1))}}}},
        {{"x", {{"ints", {1, 2}}}}, {"y", {{"bool", true}}}},
-       {{"dra.cpu/big", {{"ints", json(std::vector<int>(47, 1))}}}, {"dra.cpu/y", {{"bool", true}}}},
+       {{"dra.cpu/big", {{"ints", json(std::vector<int>(47, 1))}}},
+        {"dra.cpu/y", {{"bool", true}}}},
        {"dra.cpu/x"}},
   };
   for (const Case& c : cases) {
@@ -151,7 +156,10 @@ claims::Claim TestClaim(const std::string& pod_claim_name = "") {
 
 TEST(PlanDeviceMetadata, OneFilePerBaseRequestWithBothVersions) {
   std::vector<MetadataDevice> devices = {
-      {"cpus", "node1", "cpudevnuma000", {{kCpusetAttribute, {{"string", "0-3"}}}},
+      {"cpus",
+       "node1",
+       "cpudevnuma000",
+       {{kCpusetAttribute, {{"string", "0-3"}}}},
        {{"dra.cpu/numCPUs", {{"int", 16}}}}},
       {"b/small", "node1", "cpudevnuma001", {{kCpusetAttribute, {{"string", "8-9"}}}}, nullptr},
   };
@@ -251,7 +259,8 @@ TEST(PlanDeviceMetadata, StoredFormRoundTripsAndRefusesDamage) {
       TestClaim(), "dra.cpu", kRoot, {{"cpus", "node1", "cpudevnuma000", {}, nullptr}});
   ASSERT_TRUE(plan.ok());
   const json stored = MetadataFilesToJson(plan->files);
-  absl::StatusOr<std::vector<MetadataFile>> back = MetadataFilesFromJson(json::parse(stored.dump()));
+  absl::StatusOr<std::vector<MetadataFile>> back =
+      MetadataFilesFromJson(json::parse(stored.dump()));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, plan->files);
   for (const auto& [damage, want] : std::vector<std::pair<json, std::string>>{
@@ -300,7 +309,8 @@ TEST(PlanClaimDeviceMetadata, CpuAndGpuClaimsGetAFileAndACdiIdPerRequest) {
   const json& first = doc["requests"][0]["devices"][0]["attributes"];
   const CpuSet cpus = Cpus(first["dra.cpu/cpuset"]["string"]);
   EXPECT_EQ(cpus.Size(), 6);  // the request's CPUs, on each of its devices
-  EXPECT_EQ(doc["requests"][0]["devices"][1]["attributes"]["dra.cpu/cpuset"], first["dra.cpu/cpuset"]);
+  EXPECT_EQ(doc["requests"][0]["devices"][1]["attributes"]["dra.cpu/cpuset"],
+            first["dra.cpu/cpuset"]);
   EXPECT_EQ(first["dra.cpu/allocatedNumCPUs"], json({{"int", 4}}));
   EXPECT_EQ(doc["requests"][0]["devices"][1]["attributes"]["dra.cpu/allocatedNumCPUs"],
             json({{"int", 2}}));
@@ -330,7 +340,8 @@ TEST(PlanClaimDeviceMetadata, CpuAndGpuClaimsGetAFileAndACdiIdPerRequest) {
   EXPECT_EQ(gp->metadata[0].host_path,
             "/var/lib/kubelet/plugins/gpu.topodra.io/dra-device-metadata/team_train/gpu/"
             "metadata.json");
-  const json gattrs = Objects(gp->metadata[0].content)[0]["requests"][0]["devices"][0]["attributes"];
+  const json gattrs =
+      Objects(gp->metadata[0].content)[0]["requests"][0]["devices"][0]["attributes"];
   EXPECT_EQ(gattrs["resource.kubernetes.io/pciBusID"], json({{"string", gpu.pci_bus_id}}));
   EXPECT_EQ(gattrs["gpu.topodra.io/type"], json({{"string", "gpu"}}));
   EXPECT_EQ(gp->devices[0].cdi_device_ids.back(),
