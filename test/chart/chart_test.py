@@ -391,6 +391,7 @@ class ChartTest(unittest.TestCase):
         "--device-plugin-reclaim-interval": "devicePlugin.reclaimInterval",
         "--enforce": "cpuPinning.enforce", "--reservations": None,
         "--reservation-taints": "reservations.taints", "--log-format": "logging.format",
+        "--device-metadata": None,  # kubelet.deviceMetadata, a boolean: on/off
     }
 
     def test_schema_matches_daemon_flags(self):
@@ -405,7 +406,7 @@ class ChartTest(unittest.TestCase):
             schema = json.load(f)
         for flag, path in self.FLAG_VALUES.items():
             if path is None:
-                continue  # a boolean value (reservations.enabled) renders on/off
+                continue  # a boolean value (reservations.enabled, kubelet.deviceMetadata): on/off
             node = schema
             for part in path.split("."):
                 node = node["properties"][part]

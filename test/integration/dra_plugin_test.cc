@@ -404,15 +404,28 @@ TEST_F(DraPluginTest, Kill9AtAnyMomentNeverHandsACpuOutTwice) {
           << "round " << round << ": " << c.name << " got " << cpus << " already handed out";
       seen |= cpus;
     }
-    // CDI files exist only for prepared claims.
+    // CDI files exist only for prepared claims: their own and their device metadata's (whose
+    // host file is there too).
     for (const auto& entry : fs::directory_iterator(dirs_.cdi)) {
       const std::string name = entry.path().filename().string();
       bool known = false;
       for (const PrepareClaim& c : claims) {
-        known = known || (name == fs::path(CdiPath(c.uid)).filename().string() &&
+        const std::string metadata = absl::StrCat("dra.cpu_metadata_", c.uid, "_cpus.json");
+        known = known || ((name == fs::path(CdiPath(c.uid)).filename().string() ||
+                           name == metadata) &&
                           (*got)[c.uid].error.empty());
       }
       EXPECT_TRUE(known || name[0] == '.') << "stray CDI file " << name;
+    }
+    for (const PrepareClaim& c : claims) {
+      const std::string host = absl::StrCat(dirs_.kubelet_root,
+                                            "/plugins/dra.cpu/dra-device-metadata/default_",
+                                            c.name, "/cpus/metadata.json");
+      const bool prepared = (*got)[c.uid].error.empty();
+      EXPECT_EQ(fs::exists(absl::StrCat(dirs_.cdi, "/dra.cpu_metadata_", c.uid, "_cpus.json")),
+                prepared)
+          << "round " << round << ": " << c.name;
+      EXPECT_EQ(fs::exists(host), prepared) << "round " << round << ": " << c.name;
     }
   }
 }
