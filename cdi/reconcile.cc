@@ -28,7 +28,12 @@ absl::StatusOr<ReconciledCdi> ReconcileCdiFiles(
     }
     absl::StatusOr<cdi::Spec> have = store.Read(file);
     if (have.ok() && *have == *want) continue;
-    if (absl::StatusOr<cdi::Spec> w = store.Write(file, *want); !w.ok()) return w.status();
+    // A stored spec keeps its version (it is at least the minimum it was written with).
+    if (absl::StatusOr<cdi::Spec> w =
+            store.Write(file, *want, /*synced=*/true, VersionPolicy::kAtLeastGiven);
+        !w.ok()) {
+      return w.status();
+    }
     spdlog::info("{}: restored CDI spec {}", label, store.PathOf(file));
     ++out.written;
   }

@@ -21,7 +21,8 @@ enum class CdiFileClass {
   kForeign,   // another driver's, or another instance's (its marker)
 };
 
-// At start: writes each wanted CDI spec (file name -> spec JSON) that is missing or differs, and
+// At start: writes each wanted CDI spec (file name -> spec JSON, keeping its cdiVersion when that
+// is at least the minimum) that is missing or differs, and
 // removes the files and the temporary files of interrupted writes that `classify` says are
 // kOurs and are not wanted. Unmarked files that are not wanted are left alone and logged (they
 // may be another instance's); wanted ones, written by an older release, are adopted. `label`

@@ -49,12 +49,20 @@ std::string SpecStore::PathOf(absl::string_view file_name) const {
   return absl::StrCat(dir_, "/", file_name);
 }
 
-absl::StatusOr<Spec> SpecStore::Write(absl::string_view file_name, const Spec& spec,
-                                      bool synced) const {
+absl::StatusOr<Spec> SpecStore::Write(absl::string_view file_name, const Spec& spec, bool synced,
+                                      VersionPolicy version) const {
   const std::string path = PathOf(file_name);
   if (absl::Status st = ValidateSpecFileName(file_name); !st.ok()) return st;
   Spec out = spec;
   out.cdi_version = MinimumVersion(spec);
+  if (version == VersionPolicy::kAtLeastGiven) {
+    // KnownVersions is oldest first: the given one is usable when it comes at or after the minimum.
+    const std::vector<std::string>& known = KnownVersions();
+    const auto given = std::find(known.begin(), known.end(), spec.cdi_version);
+    if (given != known.end() && given >= std::find(known.begin(), known.end(), out.cdi_version)) {
+      out.cdi_version = spec.cdi_version;
+    }
+  }
   if (absl::Status st = Validate(out); !st.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("CDI spec \"", path, "\": ", st.message()));
   }

@@ -16,6 +16,14 @@ namespace topodra::cdi {
 // temporary name built from it must still fit in NAME_MAX).
 absl::Status ValidateSpecFileName(absl::string_view file_name);
 
+// Which cdiVersion SpecStore::Write puts in the file.
+enum class VersionPolicy {
+  kMinimum,       // MinimumVersion(spec), whatever the spec says
+  kAtLeastGiven,  // the spec's own when it is known and not below the minimum (a format that
+                  // names its version, e.g. Kubernetes' device-metadata specs, 0.5.0); else the
+                  // minimum
+};
+
 // Thread-safe: every method may run concurrently with any other, in this process or another.
 class SpecStore {
  public:
@@ -24,16 +32,16 @@ class SpecStore {
   const std::string& dir() const { return dir_; }
   std::string PathOf(absl::string_view file_name) const;
 
-  // Sets cdiVersion to MinimumVersion(spec), validates, and replaces dir/file_name atomically:
-  // a temporary file (hidden, ".tmp" suffix, so CDI scanners skip it) in the same directory,
-  // written in full and fsynced, renamed over the target, then the directory fsynced. Creates
-  // the directory (0755) if missing. A failure up to the rename leaves the previous file as it
-  // was and no temporary file behind; only a failed fsync of the directory after the rename is
-  // reported with the new file in place. Returns the spec as written.
-  // With synced = false the fsyncs are skipped (atomic, not durable): for callers that keep the
-  // spec in durable state of their own and rewrite lost files at start.
-  absl::StatusOr<Spec> Write(absl::string_view file_name, const Spec& spec,
-                             bool synced = true) const;
+  // Sets cdiVersion as `version` says (by default MinimumVersion(spec)), validates, and replaces
+  // dir/file_name atomically: a temporary file (hidden, ".tmp" suffix, so CDI scanners skip it) in
+  // the same directory, written in full and fsynced, renamed over the target, then the directory
+  // fsynced. Creates the directory (0755) if missing. A failure up to the rename leaves the
+  // previous file as it was and no temporary file behind; only a failed fsync of the directory
+  // after the rename is reported with the new file in place. Returns the spec as written. With
+  // synced = false the fsyncs are skipped (atomic, not durable): for callers that keep the spec in
+  // durable state of their own and rewrite lost files at start.
+  absl::StatusOr<Spec> Write(absl::string_view file_name, const Spec& spec, bool synced = true,
+                             VersionPolicy version = VersionPolicy::kMinimum) const;
 
   // Parses and validates dir/file_name.
   absl::StatusOr<Spec> Read(absl::string_view file_name) const;

@@ -115,6 +115,7 @@ struct RunCommand {
   // Taint reserved devices (DRADeviceTaints): auto (when the API server keeps them), on, off.
   std::string reservation_taints = "auto";
   std::string dra_health = "on";
+  std::string device_metadata = "on";
 };
 // The node daemon: publishes this node's ResourceSlices and serves the kubelet (DRA plugin per
 // driver) until SIGTERM or SIGINT.

@@ -80,6 +80,11 @@ absl::StatusOr<node::NodeConfig> NodeConfigFromFlags(const RunCommand& cmd,
         absl::StrCat("--dra-health: invalid value \"", cmd.dra_health, "\" (want on or off)"));
   }
   c.dra_health = cmd.dra_health == "on";
+  if (cmd.device_metadata != "on" && cmd.device_metadata != "off") {
+    return absl::InvalidArgumentError(absl::StrCat("--device-metadata: invalid value \"",
+                                                   cmd.device_metadata, "\" (want on or off)"));
+  }
+  c.device_metadata = cmd.device_metadata == "on";
   absl::StatusOr<Enforcement> enforcement = ResolveEnforcement(cmd);
   if (!enforcement.ok()) return enforcement.status();
   absl::StatusOr<node::Enforce> enforce = node::ParseEnforce(enforcement->mode);

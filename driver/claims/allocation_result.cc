@@ -149,6 +149,19 @@ absl::StatusOr<Claim> ParseClaim(const json& j) {
       claim.labels.emplace(k, v.get_ref<const std::string&>());
     }
   }
+  if (const json* annotations = Member(*metadata, "annotations"); annotations != nullptr) {
+    if (!annotations->is_object()) {
+      return TypeError("metadata.annotations", "an object", *annotations);
+    }
+    constexpr char kPodClaimName[] = "resource.kubernetes.io/pod-claim-name";
+    if (const json* v = Member(*annotations, kPodClaimName); v != nullptr) {
+      if (!v->is_string()) {
+        return TypeError(absl::StrCat("metadata.annotations[\"", kPodClaimName, "\"]"), "a string",
+                         *v);
+      }
+      claim.pod_claim_name = v->get<std::string>();
+    }
+  }
   if (const json* refs = Member(*metadata, "ownerReferences"); refs != nullptr) {
     if (!refs->is_array()) return TypeError("metadata.ownerReferences", "an array", *refs);
     for (size_t i = 0; i < refs->size(); ++i) {

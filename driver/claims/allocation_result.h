@@ -63,6 +63,9 @@ struct Claim {
   // metadata.labels and the controller reference: what Reservation owners match on.
   std::map<std::string, std::string> labels;
   std::optional<ControllerRef> controller;
+  // metadata.annotations["resource.kubernetes.io/pod-claim-name"]: the pod's name for a claim
+  // made from a ResourceClaimTemplate ("" for a claim the pod names itself).
+  std::string pod_claim_name;
 
   // "namespace/name", the form every claim-scoped message starts with.
   std::string Ref() const;

@@ -56,6 +56,9 @@ struct NodeConfig {
   // --dra-health=on: serve the kubelet's DRAResourceHealth streams (v1 and v1alpha1) with the
   // devices' health; off: advertise neither, calls get UNIMPLEMENTED.
   bool dra_health = true;
+  // --device-metadata=on: a metadata file per prepared claim and request (KEP-5304). No "auto":
+  // the feature has no gate and the kubelet says nothing of it; a runtime without CDI ignores it.
+  bool device_metadata = true;
   absl::Duration topology_refresh = absl::Seconds(30);
 
   std::string kubelet_root_dir = "/var/lib/kubelet";

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "driver/publish/names.h"
+#include "driver/publish/slice_json.h"
 
 namespace topodra::node {
 
@@ -42,6 +43,23 @@ std::map<std::string, topology::Gpu> Inventory::PublishedGpus() const {
   return out;
 }
 
+void Inventory::AddMetadataSetup(prepare::DriverSetup* setup) const {
+  if (!options_.plugins_dir.empty()) {
+    setup->metadata_root =
+        absl::StrCat(options_.plugins_dir, "/", setup->driver, "/", prepare::kMetadataDirName);
+  }
+  setup->device_metadata = options_.device_metadata;
+  if (!setup->device_metadata) return;
+  if (std::optional<publish::Pool> pool = PoolOf(setup->driver)) {
+    for (const publish::Device& d : pool->devices) {
+      nlohmann::json attributes = nlohmann::json::object();
+      for (const auto& [name, value] : d.attributes)
+        attributes[name] = publish::AttributeToJson(value);
+      setup->device_attributes[d.name] = std::move(attributes);
+    }
+  }
+}
+
 prepare::DriverSetup Inventory::CpuSetup() const {
   const publish::PublishOptions& opts = options_.publish;
   prepare::DriverSetup setup;
@@ -66,6 +84,7 @@ prepare::DriverSetup Inventory::CpuSetup() const {
         reservation_devices.contains(name) ? claims::CpuDeviceKind::kGroup : kind;
     setup.cpu_pool.devices[name] = claims::CpuDevice{k, cpus};
   }
+  AddMetadataSetup(&setup);
   return setup;
 }
 
@@ -80,6 +99,7 @@ prepare::DriverSetup Inventory::GpuSetup() const {
         prepare::GpuDevice{gpu.pci_bus_id, options_.gpu_nodes ? options_.gpu_nodes(gpu)
                                                               : std::vector<cdi::DeviceNode>{}};
   }
+  AddMetadataSetup(&setup);
   return setup;
 }
 

@@ -28,7 +28,11 @@ namespace topodra::node {
 struct InventoryOptions {
   // Without reservations: Inventory::Build adds the held devices.
   publish::PublishOptions publish;
-  std::string cdi_marker;                          // DriverSetup::cdi_marker
+  std::string cdi_marker;  // DriverSetup::cdi_marker
+  // <kubelet root>/plugins, where each DRA driver's data directory is ("" none), and
+  // --device-metadata (DriverSetup::metadata_root, device_metadata).
+  std::string plugins_dir;
+  bool device_metadata = false;
   std::optional<prepare::CpusetHook> cpuset_hook;  // the CPU driver's and CPU device plugin's
   // The device nodes a container of `gpu` gets (prepare::GpuDeviceNodes on a node, a fake in
   // tests). Called for the published GPUs only; null: none.
@@ -66,6 +70,9 @@ class Inventory {
   bool SamePools(const Inventory& other) const { return pools_ == other.pools_; }
 
  private:
+  // DriverSetup::metadata_root, device_metadata and device_attributes of setup->driver.
+  void AddMetadataSetup(prepare::DriverSetup* setup) const;
+
   InventoryOptions options_;  // publish.reservations: the held devices
   topology::Topology topo_;
   std::vector<publish::Pool> pools_;

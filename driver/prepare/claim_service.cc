@@ -19,6 +19,7 @@
 #include "driver/claims/allocation_result.h"
 #include "driver/kube/rest_client.h"
 #include "driver/prepare/identifiers.h"
+#include "driver/prepare/metadata_files.h"
 
 namespace topodra::prepare {
 namespace {
@@ -58,6 +59,18 @@ absl::StatusOr<std::string> RestoreCdiFile(const cdi::SpecStore& store, const js
     return w.status();
   }
   return why;
+}
+
+// The device metadata files a stored "cdi" JSON names (none when it has no "metadata").
+absl::StatusOr<std::vector<MetadataFile>> StoredMetadata(const json& cdi) {
+  if (!cdi.is_object() || !cdi.contains("metadata")) return std::vector<MetadataFile>{};
+  return MetadataFilesFromJson(cdi["metadata"]);
+}
+
+std::vector<std::string> CdiFilesOf(const std::vector<MetadataFile>& files) {
+  std::vector<std::string> out;
+  for (const MetadataFile& f : files) out.push_back(f.cdi_file);
+  return out;
 }
 
 }  // namespace
@@ -130,6 +143,9 @@ std::vector<std::pair<std::string, std::string>> ClaimService::Devices() const {
 
 absl::StatusOr<ClaimService::Reconciled> ClaimService::ReconcileCdi() {
   const std::string marker = view()->setup.cdi_marker;
+  const std::string metadata_root = view()->setup.metadata_root;
+  std::map<std::string, std::string> host_files;  // device metadata: path -> content
+  absl::Status bad_metadata;
   const std::map<std::string, json> wanted = ledger_->Read([&](const state::State& st) {
     std::map<std::string, json> out;
     for (const auto& [owner, a] : st.allocations()) {
@@ -140,15 +156,36 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::ReconcileCdi() {
       const auto spec = cdi.find("spec");
       if (file == cdi.end() || !file->is_string() || spec == cdi.end()) continue;
       out[file->get<std::string>()] = *spec;
+      absl::StatusOr<std::vector<MetadataFile>> metadata = StoredMetadata(cdi);
+      if (!metadata.ok()) {
+        bad_metadata = absl::Status(metadata.status().code(),
+                                    absl::StrCat(owner, ": ", metadata.status().message()));
+        continue;
+      }
+      for (const MetadataFile& f : *metadata) {
+        out[f.cdi_file] = cdi::ToJson(f.cdi_spec);
+        host_files[f.host_path] = f.content;
+      }
     }
     return out;
   });
-  return cdi::ReconcileCdiFiles(
+  if (!bad_metadata.ok()) return bad_metadata;
+  absl::StatusOr<Reconciled> done = cdi::ReconcileCdiFiles(
       *cdi_, wanted,
       [&](const std::string& file) {
+        if (IsMetadataCdiFileOf(driver_, file)) {
+          return metadata_root.empty() ? cdi::CdiFileClass::kForeign
+                                       : ClassifyMetadataSpec(*cdi_, file, metadata_root);
+        }
         return ClassifyCdiFile(IsCdiFileOf(driver_, file), file, marker);
       },
       absl::StrCat("driver ", driver_));
+  if (!done.ok() || metadata_root.empty()) return done;
+  absl::StatusOr<ReconciledMetadata> files = ReconcileMetadataDir(metadata_root, host_files);
+  if (!files.ok()) return files.status();
+  done->written += files->written;
+  done->removed += files->removed;
+  return done;
 }
 
 struct ClaimService::Known {
@@ -471,6 +508,16 @@ ClaimOutcome ClaimService::Replay(const ClaimRef& ref, Known known) {
   ClaimOutcome o;
   if (known.error.empty()) {
     absl::StatusOr<std::string> restored = RestoreCdiFile(*cdi_, known.cdi);
+    absl::StatusOr<std::vector<MetadataFile>> metadata = StoredMetadata(known.cdi);
+    if (restored.ok() && !metadata.ok()) restored = metadata.status();
+    if (restored.ok() && !metadata->empty()) {
+      absl::StatusOr<std::string> again = RestoreMetadataFiles(*cdi_, *metadata);
+      if (!again.ok()) {
+        restored = again.status();
+      } else if (!again->empty()) {
+        spdlog::info("{}: already prepared; restored its device metadata {}", Who(ref), *again);
+      }
+    }
     if (!restored.ok()) {
       known.error = absl::StrCat(
           "claim ", Ref(ref),
@@ -521,6 +568,11 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref, const claims::Claim& 
   if (known) return Replay(ref, *std::move(known));
   const auto t2 = std::chrono::steady_clock::now();
   auto undo = [&] {
+    if (!plan.metadata.empty()) {
+      (void)RemoveMetadataFiles(
+          *cdi_, MetadataClaimDir(v->setup.metadata_root, claim.namespace_name, claim.name),
+          CdiFilesOf(plan.metadata));
+    }
     if (!plan.cdi_file.empty()) (void)cdi_->Remove(plan.cdi_file, /*synced=*/false);
     ledger_->Abort(*txn);
   };
@@ -531,6 +583,12 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref, const claims::Claim& 
       return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(w.status())));
     }
   }
+  // Not synced, as the CDI spec: the journal record below holds the content, start restores it.
+  if (absl::Status st = WriteMetadataFiles(*cdi_, plan.metadata, /*synced=*/false); !st.ok()) {
+    undo();
+    return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(st)));
+  }
+  for (const std::string& note : plan.notes) spdlog::warn("{}: {}", Who(ref), note);
   const auto t3 = std::chrono::steady_clock::now();
   if (absl::Status st = ledger_->Commit(*txn); !st.ok()) {
     undo();
@@ -602,18 +660,41 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
   if (absent) {
     // Not ours (another instance's, or never prepared): nothing to do, but a CDI file of a
     // crashed prepare may still be there.
-    (void)cdi_->Remove(CdiFileName(driver_, ref.uid, view()->setup.cdi_marker), /*synced=*/false);
+    const std::shared_ptr<const View> v = view();
+    (void)cdi_->Remove(CdiFileName(driver_, ref.uid, v->setup.cdi_marker), /*synced=*/false);
+    if (const std::vector<std::string> specs = MetadataCdiFilesOfClaim(*cdi_, driver_, ref.uid);
+        !specs.empty()) {
+      (void)RemoveMetadataFiles(*cdi_, MetadataClaimDir(v->setup.metadata_root, ref.ns, ref.name),
+                                specs);
+    }
     spdlog::debug("{}: not prepared, nothing to unprepare", Who(ref));
     return "";
   }
   const json held_cdi = held.cdi.Parse();
   const bool has_file =
       held_cdi.is_object() && held_cdi.contains("file") && held_cdi["file"].is_string();
+  absl::StatusOr<std::vector<MetadataFile>> metadata = StoredMetadata(held_cdi);
+  if (!metadata.ok()) {
+    ledger_->Abort(*txn);
+    return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(metadata.status())));
+  }
+  if (!metadata->empty()) {
+    // The directory of the host files is the claim's ("<root>/<ns>_<name>"), wherever the root
+    // was when they were written.
+    const std::string request_dir =
+        metadata->front().host_path.substr(0, metadata->front().host_path.rfind('/'));
+    const std::string claim_dir = request_dir.substr(0, request_dir.rfind('/'));
+    if (absl::Status st = RemoveMetadataFiles(*cdi_, claim_dir, CdiFilesOf(*metadata)); !st.ok()) {
+      ledger_->Abort(*txn);
+      return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(st)));
+    }
+  }
   // Not synced: the journal record below is what makes the release durable, and a file that
   // comes back after a power loss belongs to no prepared claim and is removed at start.
   if (absl::Status st =
           has_file ? cdi_->Remove(held_cdi["file"].get<std::string>(), false) : absl::OkStatus();
       !st.ok()) {
+    (void)WriteMetadataFiles(*cdi_, *metadata, /*synced=*/false);  // still prepared
     ledger_->Abort(*txn);
     return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(st)));
   }
@@ -623,6 +704,7 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
       absl::StatusOr<cdi::Spec> spec = cdi::FromJson(held_cdi["spec"].dump());
       if (spec.ok()) (void)cdi_->Write(held_cdi["file"].get<std::string>(), *spec, false);
     }
+    (void)WriteMetadataFiles(*cdi_, *metadata, /*synced=*/false);
     ledger_->Abort(*txn);  // Prepared again, and recorded again
     return fail(absl::StrCat("claim ", Ref(ref), ": record the release: ", Message(st)));
   }

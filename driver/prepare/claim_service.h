@@ -4,9 +4,10 @@
 //
 //   prepare:   GET claim -> Ledger::Reserve: plan and hold the CPUs/GPUs in memory (under the
 //              ledger's lock, so two concurrent calls never get the same CPU) -> write the CDI
-//              spec (atomic) -> Ledger::Commit: journal the allocation (durable) -> answer.
-//   unprepare: Ledger::Reserve: Release (kUnpreparing) -> remove the CDI spec ->
-//              Ledger::Commit: journal the removal, then free.
+//              spec and the device metadata files with their CDI specs (atomic) ->
+//              Ledger::Commit: journal the allocation (durable) -> answer.
+//   unprepare: Ledger::Reserve: Release (kUnpreparing) -> remove the device metadata and the
+//              CDI spec -> Ledger::Commit: journal the removal, then free.
 //
 // A crash before the journal record leaves at most an orphan CDI file, removed at start; after
 // it, the claim is prepared and a repeated prepare replays the stored answer (writing its CDI
@@ -118,9 +119,10 @@ class ClaimService {
   // service is used; not owned.
   void SetObserver(metrics::Observer* observer) { observer_ = observer; }
 
-  // At start, before serving: rewrites the CDI file of every claim this driver has prepared
-  // when it is missing or differs, and removes this driver's CDI files of claims that are not
-  // prepared. Returns how many files were written and removed.
+  // At start, before serving: rewrites the CDI file and the device metadata files of every claim
+  // this driver has prepared when they are missing or differ, and removes this driver's CDI and
+  // metadata files of claims that are not prepared. Returns how many files were written and
+  // removed.
   using Reconciled = cdi::ReconciledCdi;
   absl::StatusOr<Reconciled> ReconcileCdi();
 

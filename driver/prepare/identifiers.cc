@@ -43,6 +43,8 @@ absl::Status Refuse(const char* what, absl::string_view value, absl::string_view
 
 }  // namespace
 
+bool IsDnsLabel(absl::string_view s) { return s.size() <= 63 && IsLabelText(s); }
+
 std::string ShowValue(absl::string_view value, std::size_t shown) {
   if (value.size() <= shown) return absl::StrCat("\"", absl::CHexEscape(value), "\"");
   return absl::StrCat("\"", absl::CHexEscape(value.substr(0, shown)), "...\" (", value.size(),

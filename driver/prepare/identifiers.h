@@ -29,6 +29,10 @@ std::string ShowValue(absl::string_view value, std::size_t shown = kShownLength)
 // ShowValue: safe to put in any message or log line.
 std::string ShowClaimRef(absl::string_view ns, absl::string_view name);
 
+// A DNS-1123 label of at most 63 characters: what request names and a pod's resourceClaims[].name
+// are, and so safe as one path component.
+bool IsDnsLabel(absl::string_view s);
+
 // OK, or InvalidArgument whose message is one sentence naming the identifier and the rule it
 // breaks, quoting at most kShownLength bytes of it:
 //   namespace: non-empty DNS-1123 label, at most 63 characters ([a-z0-9]([-a-z0-9]*[a-z0-9])?);

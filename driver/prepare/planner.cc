@@ -58,6 +58,30 @@ absl::StatusOr<std::string> OneReservation(const claims::Claim& claim, const sta
   return touched.empty() ? std::string() : *touched.begin();
 }
 
+json AttributesOf(const DriverSetup& setup, const std::string& device) {
+  auto it = setup.device_attributes.find(device);
+  return it == setup.device_attributes.end() ? json::object() : it->second;
+}
+
+// The metadata files of a planned claim, their CDI ids appended to the first device of each
+// request (after its own), as the kubelet plugin library does.
+absl::Status AddDeviceMetadata(const claims::Claim& claim, const DriverSetup& setup, Plan* plan) {
+  absl::StatusOr<DeviceMetadataPlan> meta =
+      PlanDeviceMetadata(claim, setup.driver, setup.metadata_root, plan->metadata_devices);
+  if (!meta.ok()) return meta.status();
+  for (const MetadataFile& f : meta->files) {
+    for (PreparedDevice& d : plan->devices) {
+      if (!d.request_names.empty() && d.request_names[0] == f.request) {
+        d.cdi_device_ids.push_back(f.cdi_id);
+        break;
+      }
+    }
+  }
+  plan->metadata = std::move(meta->files);
+  plan->notes = std::move(meta->notes);
+  return absl::OkStatus();
+}
+
 struct ResultCpus {
   const claims::CpuAssignment* assignment;
   CpuSet cpus;
@@ -193,6 +217,11 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
     AddEnvWithShellSafeName(&device.container_edits.env,
                             absl::StrCat("DRA_CPUSET_", uid, "_", a.base_request),
                             by_request[a.base_request].ToString());
+    MetadataDevice meta{a.request, a.pool, a.device,
+                        CpuRequestAttributes(topo, by_request[a.base_request]),
+                        AttributesOf(setup, a.device)};
+    meta.decided.emplace_back(kAllocatedCpusAttribute, json{{"int", r.cpus.Size()}});
+    plan.metadata_devices.push_back(std::move(meta));
     PreparedDevice out;
     out.request_names = {a.base_request};
     out.pool = a.pool;
@@ -280,6 +309,11 @@ absl::StatusOr<Plan> PlanGpu(const claims::Claim& claim, const DriverSetup& setu
     device.container_edits.env.push_back(absl::StrCat("TOPODRA_GPU_", EnvSafe(uid), "_",
                                                       EnvSafe(base), "=",
                                                       absl::StrJoin(by_request[base], ",")));
+    plan.metadata_devices.push_back({c.result->request,
+                                     c.result->pool,
+                                     c.result->device,
+                                     {{kPciBusIdAttribute, json{{"string", c.gpu->pci_bus_id}}}},
+                                     AttributesOf(setup, c.result->device)});
     PreparedDevice out;
     out.request_names = {base};
     out.pool = c.result->pool;
@@ -398,6 +432,9 @@ absl::StatusOr<Plan> PlanClaim(const claims::Claim& claim, const DriverSetup& se
           "claim ", claim.Ref(), ": cannot describe the devices in CDI: ", Message(st)));
     }
   }
+  if (setup.device_metadata && !setup.metadata_root.empty() && !plan->metadata_devices.empty()) {
+    if (absl::Status st = AddDeviceMetadata(claim, setup, &*plan); !st.ok()) return st;
+  }
   state::Allocation& a = plan->allocation;
   a.kind = state::AllocationKind::kDraClaim;
   a.owner = owner;
@@ -407,7 +444,9 @@ absl::StatusOr<Plan> PlanClaim(const claims::Claim& claim, const DriverSetup& se
   a.phase = state::Phase::kPreparing;
   a.answer = DevicesToJson(plan->devices);
   if (!plan->cdi_file.empty()) {
-    a.cdi = json{{"file", plan->cdi_file}, {"spec", cdi::ToJson(plan->cdi_spec)}};
+    json cdi = {{"file", plan->cdi_file}, {"spec", cdi::ToJson(plan->cdi_spec)}};
+    if (!plan->metadata.empty()) cdi["metadata"] = MetadataFilesToJson(plan->metadata);
+    a.cdi = cdi;
   }
   return plan;
 }

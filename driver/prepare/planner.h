@@ -14,6 +14,7 @@
 #include "cdi/spec.h"
 #include "driver/claims/allocation_result.h"
 #include "driver/claims/cpu_config.h"
+#include "driver/prepare/device_metadata.h"
 #include "driver/state/state.h"
 #include "nlohmann/json.hpp"
 #include "topology/topology.h"
@@ -68,6 +69,13 @@ struct DriverSetup {
   std::string cpu_capacity = std::string(claims::kCpuCapacityName);
   // CdiInstanceMarker of this daemon, in the name of every CDI file it writes ("" for none).
   std::string cdi_marker;
+  // <kubelet root>/plugins/<driver>/dra-device-metadata: where each prepared claim's metadata
+  // files go (device_metadata.h) with `device_metadata` (--device-metadata=on), and where start
+  // and unprepare clean up either way. "" for none.
+  std::string metadata_root;
+  bool device_metadata = false;
+  // Device name -> its published attributes (the slice's JSON, before mixins), for the metadata.
+  std::map<std::string, nlohmann::json> device_attributes;
 };
 
 // One entry of the kubelet's answer for a claim (dra v1 Device).
@@ -86,6 +94,12 @@ struct Plan {
   std::vector<PreparedDevice> devices;
   std::string cdi_file;  // "" when the claim has no result of this driver
   cdi::Spec cdi_spec;
+  // With DriverSetup::metadata_root: one file and CDI spec per request (their CDI ids are in
+  // `devices`), and why some metadata was left out (for the log).
+  std::vector<MetadataFile> metadata;
+  std::vector<std::string> notes;
+  // The devices as the metadata describes them, in `devices` order (PlanClaim's input).
+  std::vector<MetadataDevice> metadata_devices;
 };
 
 // The CDI kind of a driver's per-claim specs: "<driver>/claim".

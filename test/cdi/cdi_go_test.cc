@@ -136,6 +136,36 @@ TEST_F(CdiGoValidatorTest, AcceptsWhatTheStoreWrites) {
             std::string::npos);
 }
 
+// A device-metadata spec as the kubelet plugin library writes it (and the DRA drivers do):
+// cdiVersion 0.5.0 whatever its fields need, a read-only bind mount of the metadata file, the
+// device named "<claim uid>_<request>".
+TEST_F(CdiGoValidatorTest, AcceptsTheDeviceMetadataSpecs) {
+  SpecStore store(dir_);
+  for (const std::string& uid :
+       {std::string(kUid), std::string("b3e5f7a1-1c2d-4e6f-8a9b-c0d1e2f3a4b5")}) {
+    Spec spec;
+    spec.cdi_version = "0.5.0";
+    spec.kind = "dra.cpu/metadata";
+    spec.devices = {
+        {.name = uid + "_cpus",
+         .container_edits = {.mounts = {{"/var/lib/kubelet/plugins/dra.cpu/dra-device-metadata/"
+                                         "default_c/cpus/metadata.json",
+                                         "/var/run/kubernetes.io/dra-device-attributes/"
+                                         "resourceclaims/c/cpus/dra.cpu-metadata.json",
+                                         {"ro", "bind"},
+                                         ""}}}}};
+    absl::StatusOr<Spec> written = store.Write("dra.cpu_metadata_" + uid + "_cpus.json", spec, true,
+                                               VersionPolicy::kAtLeastGiven);
+    ASSERT_TRUE(written.ok()) << written.status();
+    EXPECT_EQ(written->cdi_version, "0.5.0");
+  }
+  RunResult run = Validate();
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(run.output,
+            absl::StrCat("device: dra.cpu/metadata=", kUid, "_cpus\n",
+                         "device: dra.cpu/metadata=b3e5f7a1-1c2d-4e6f-8a9b-c0d1e2f3a4b5_cpus\n"));
+}
+
 // The check can fail: a spec stamped with a newer cdiVersion than its fields need (what a writer
 // that always writes the latest version produces) is rejected by this library.
 TEST_F(CdiGoValidatorTest, RejectsSpecAboveItsVersion) {

@@ -129,6 +129,28 @@ TEST_F(SpecStoreTest, WriterPicksTheMinimumVersion) {
   EXPECT_EQ(store.Read("a.json")->cdi_version, "0.7.0");
 }
 
+// Kubernetes' device-metadata specs name their version (0.5.0) whatever their fields need; the
+// given version is kept only when the store knows it and it is not below the minimum.
+TEST_F(SpecStoreTest, AtLeastGivenKeepsAKnownVersionNotBelowTheMinimum) {
+  SpecStore store(dir_);
+  Spec spec = CpuSpec("1", "0");  // needs 0.3.0
+  struct Case {
+    std::string given;
+    std::string written;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"0.5.0", "0.5.0"}, {"1.1.0", "1.1.0"}, {"", "0.3.0"}, {"9.9.9", "0.3.0"}}) {
+    spec.cdi_version = c.given;
+    absl::StatusOr<Spec> w = store.Write("a.json", spec, true, VersionPolicy::kAtLeastGiven);
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ(w->cdi_version, c.written) << c.given;
+    EXPECT_EQ(store.Read("a.json")->cdi_version, c.written) << c.given;
+  }
+  spec.devices[0].container_edits.additional_gids = {44};  // needs 0.7.0
+  spec.cdi_version = "0.5.0";
+  EXPECT_EQ(store.Write("a.json", spec, true, VersionPolicy::kAtLeastGiven)->cdi_version, "0.7.0");
+}
+
 TEST_F(SpecStoreTest, InvalidSpecIsNotWritten) {
   SpecStore store(dir_);
   Spec spec = CpuSpec("1", "0");

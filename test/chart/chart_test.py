@@ -435,6 +435,7 @@ class ChartTest(unittest.TestCase):
         "--reservation-taints": "reservations.taints", "--log-format": "logging.format",
         "--dra-health": None,
         "--extended-resource-check": "devicePlugin.extendedResourceCheck",
+        "--device-metadata": None,  # kubelet.deviceMetadata, a boolean: on/off
     }
 
     def test_schema_matches_daemon_flags(self):
@@ -449,7 +450,8 @@ class ChartTest(unittest.TestCase):
             schema = json.load(f)
         for flag, path in self.FLAG_VALUES.items():
             if path is None:
-                # A boolean value (reservations.enabled, deviceHealth.enabled) renders on/off.
+                # A boolean value (reservations.enabled, deviceHealth.enabled,
+                # kubelet.deviceMetadata) renders on/off.
                 continue
             node = schema
             for part in path.split("."):

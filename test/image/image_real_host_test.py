@@ -447,10 +447,20 @@ class Test:
         answer = json.loads(self.kubelet_sim("prepare", CPU_DRIVER, ref))[uid]
         self.check(not answer["error"], "prepare %s: %s" % (ref, answer["error"]))
         ids = [i for d in answer["devices"] for i in d["cdiDeviceIds"]]
-        self.check(len(ids) == 1, "want one CDI device id, got %s" % ids)
-        specs = [f for f in os.listdir(host["cdi"]) if uid in f]
-        self.check(len(specs) == 1, "want one CDI spec of claim %s in %s, have %s" % (
-            uid, host["cdi"], os.listdir(host["cdi"])))
+        # The claim's device, then its device metadata's (--device-metadata=on, the chart's).
+        meta_id = "%s/metadata=%s_cpus" % (CPU_DRIVER, uid)
+        self.check(len(ids) == 2 and ids[1] == meta_id,
+                   "want the device's CDI id and then %s, got %s" % (meta_id, ids))
+        meta_spec = "%s_metadata_%s_cpus.json" % (CPU_DRIVER, uid)
+        specs = [f for f in os.listdir(host["cdi"]) if uid in f and f != meta_spec]
+        self.check(len(specs) == 1 and os.path.exists(os.path.join(host["cdi"], meta_spec)),
+                   "want the CDI spec of claim %s and %s in %s, have %s" % (
+                       uid, meta_spec, host["cdi"], os.listdir(host["cdi"])))
+        with open(os.path.join(host["cdi"], meta_spec)) as f:
+            mount = json.load(f)["devices"][0]["containerEdits"]["mounts"][0]
+        # Written by the daemon in its container at the path the host sees (same-path mounts).
+        self.check(os.path.isfile(mount["hostPath"]),
+                   "the device metadata file %s is not on the host" % mount["hostPath"])
         with open(os.path.join(host["cdi"], specs[0])) as f:
             spec = json.load(f)
         names = [spec["kind"] + "=" + d["name"] for d in spec["devices"]]

@@ -113,8 +113,10 @@ TEST_F(DraPluginTest, GroupedClaimIsTopologyAlignedIdempotentAndUnprepared) {
   ASSERT_EQ(first.devices.size(), 1u);
   EXPECT_EQ(first.devices[0].device, "cpudevnuma001");
   EXPECT_THAT(first.devices[0].request_names, ::testing::ElementsAre("cpus"));
+  // The claim's own CDI device, then the device metadata's (--device-metadata=on by default).
   EXPECT_THAT(first.devices[0].cdi_device_ids,
-              ::testing::ElementsAre("dra.cpu/claim=" + c.uid + "-cpudevnuma001"));
+              ::testing::ElementsAre("dra.cpu/claim=" + c.uid + "-cpudevnuma001",
+                                     "dra.cpu/metadata=" + c.uid + "_cpus"));
   // Two whole cores of NUMA node 1 (8-15 with siblings 24-31).
   const CpuSet cpus = CdiCpus(c.uid);
   EXPECT_EQ(cpus.ToString(), "8-9,24-25");
@@ -403,15 +405,28 @@ TEST_F(DraPluginTest, Kill9AtAnyMomentNeverHandsACpuOutTwice) {
           << "round " << round << ": " << c.name << " got " << cpus << " already handed out";
       seen |= cpus;
     }
-    // CDI files exist only for prepared claims.
+    // CDI files exist only for prepared claims: their own and their device metadata's (whose
+    // host file is there too).
     for (const auto& entry : fs::directory_iterator(dirs_.cdi)) {
       const std::string name = entry.path().filename().string();
       bool known = false;
       for (const PrepareClaim& c : claims) {
-        known = known || (name == fs::path(CdiPath(c.uid)).filename().string() &&
+        const std::string metadata = absl::StrCat("dra.cpu_metadata_", c.uid, "_cpus.json");
+        known = known || ((name == fs::path(CdiPath(c.uid)).filename().string() ||
+                           name == metadata) &&
                           (*got)[c.uid].error.empty());
       }
       EXPECT_TRUE(known || name[0] == '.') << "stray CDI file " << name;
+    }
+    for (const PrepareClaim& c : claims) {
+      const std::string host = absl::StrCat(dirs_.kubelet_root,
+                                            "/plugins/dra.cpu/dra-device-metadata/default_",
+                                            c.name, "/cpus/metadata.json");
+      const bool prepared = (*got)[c.uid].error.empty();
+      EXPECT_EQ(fs::exists(absl::StrCat(dirs_.cdi, "/dra.cpu_metadata_", c.uid, "_cpus.json")),
+                prepared)
+          << "round " << round << ": " << c.name;
+      EXPECT_EQ(fs::exists(host), prepared) << "round " << round << ": " << c.name;
     }
   }
 }

@@ -1377,3 +1377,92 @@ TEST_F(ClaimServiceTest, ConcurrentPreparesOfOneClaim) {
 
 }  // namespace
 }  // namespace topodra::prepare
+
+namespace topodra::prepare {
+namespace {
+
+using namespace topodra::prepare::testing;  // NOLINT: test helpers
+
+// Device metadata (device_metadata.h) written and removed inside the prepare and unprepare
+// transactions: a write that fails undoes everything, as for the CDI spec.
+class ClaimServiceMetadataTest : public ClaimServiceTest {
+ protected:
+  DriverSetup MetadataSetup(const topology::Topology& topo) {
+    node::InventoryOptions o = Options(Mode::kNuma);
+    o.plugins_dir = dir_ + "/plugins";
+    o.device_metadata = true;
+    return node::Inventory::Build(o, topo, {}).CpuSetup();
+  }
+  std::string HostFile(const std::string& name) {
+    return absl::StrCat(dir_, "/plugins/dra.cpu/dra-device-metadata/default_", name,
+                        "/cpus/metadata.json");
+  }
+};
+
+TEST_F(ClaimServiceMetadataTest, PrepareWritesUnprepareRemovesAndAFailedWriteUndoesAll) {
+  const topology::Topology& topo = Load(k16);
+  const DriverSetup setup = MetadataSetup(topo);
+  Start(setup, topo);
+  const ClaimRef ok = Add("default", "m1", "uid-m1", {Result("cpus", kNuma0, "4")});
+  const ClaimOutcome out = PrepareOk(ok);
+  ASSERT_EQ(out.devices.size(), 1u);
+  EXPECT_EQ(out.devices[0].cdi_device_ids.back(), "dra.cpu/metadata=uid-m1_cpus");
+  EXPECT_TRUE(std::filesystem::exists(HostFile("m1")));
+  EXPECT_TRUE(CdiExists("dra.cpu_metadata_uid-m1_cpus.json"));
+  UnprepareOk(ok);
+  EXPECT_FALSE(std::filesystem::exists(HostFile("m1")));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/plugins/dra.cpu/dra-device-metadata/default_m1"));
+  EXPECT_THAT(CdiFiles(), IsEmpty());
+
+  // The claim's directory cannot be made (a file is in its place): the claim fails, its CDI
+  // spec is removed again and its CPUs stay free.
+  std::filesystem::create_directories(dir_ + "/plugins/dra.cpu/dra-device-metadata");
+  std::ofstream(dir_ + "/plugins/dra.cpu/dra-device-metadata/default_m2") << "in the way";
+  const ClaimRef bad = Add("default", "m2", "uid-m2", {Result("cpus", kNuma0, "16")});
+  EXPECT_THAT(PrepareError(bad),
+              AllOf(HasSubstr("claim default/m2: write device metadata"), HasSubstr("default_m2")));
+  EXPECT_FALSE(Held(kCpuDriver, "uid-m2").has_value());
+  EXPECT_THAT(CdiFiles(), IsEmpty());
+  const ClaimRef all = Add("default", "m3", "uid-m3", {Result("cpus", kNuma0, "16")});
+  PrepareOk(all);  // all 16 CPUs: nothing of m2 is held
+}
+
+TEST_F(ClaimServiceMetadataTest, ReplayAndStartRestoreTheFilesAndRemoveLeftovers) {
+  const topology::Topology& topo = Load(k16);
+  const DriverSetup setup = MetadataSetup(topo);
+  Start(setup, topo);
+  const ClaimRef ref = Add("default", "r1", "uid-r1", {Result("cpus", kNuma0, "2")});
+  const ClaimOutcome first = PrepareOk(ref);
+  std::ifstream in(HostFile("r1"));
+  const std::string content((std::istreambuf_iterator<char>(in)), {});
+  ASSERT_FALSE(content.empty());
+
+  // A prepare asked again rewrites a file changed meanwhile.
+  std::ofstream(HostFile("r1")) << "changed";
+  EXPECT_EQ(PrepareOk(ref).devices, first.devices);
+  std::ifstream again(HostFile("r1"));
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(again)), {}), content);
+
+  // Start: a lost spec and host file come back; a leftover of an unknown claim goes.
+  std::filesystem::remove(HostFile("r1"));
+  std::filesystem::remove(cdi_->PathOf("dra.cpu_metadata_uid-r1_cpus.json"));
+  std::filesystem::create_directories(std::filesystem::path(HostFile("gone")).parent_path());
+  std::ofstream(HostFile("gone")) << "{}";
+  Restart({{setup, k16}});
+  absl::StatusOr<ClaimService::Reconciled> r = service().ReconcileCdi();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->written, 2);
+  EXPECT_EQ(r->removed, 1);
+  std::ifstream restored(HostFile("r1"));
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(restored)), {}), content);
+  EXPECT_TRUE(CdiExists("dra.cpu_metadata_uid-r1_cpus.json"));
+  EXPECT_EQ(cdi_->Read("dra.cpu_metadata_uid-r1_cpus.json")->cdi_version, "0.5.0");
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/plugins/dra.cpu/dra-device-metadata/default_gone"));
+  // Nothing to do the second time.
+  r = service().ReconcileCdi();
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->written + r->removed, 0);
+}
+
+}  // namespace
+}  // namespace topodra::prepare

@@ -96,6 +96,9 @@ APPLETS = ["sh", "cat", "env", "grep", "cut", "stat", "tr", "sleep", "echo", "ls
 PODMAN_CDI_VERSION = (0, 5, 0)
 # Under /run: state of runc, crun, podman and CRI tools, and CDI specs; never the host's.
 RUNTIME_STATE_IN_RUN = {"runc", "crun", "libpod", "containers", "netns", "cdi", "mount"}
+# Where a container finds the device metadata of its claims (KEP-5304), whatever the claim,
+# request and driver: .../resourceclaims/<claim>/<request>/<driver>-metadata.json
+METADATA_GLOB = "/var/run/kubernetes.io/dra-device-attributes/*/*/*/*-metadata.json"
 SAFE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 OUR_POD = re.compile(r"^pod" + POD_UID_PREFIX + r"[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 PR_SET_PDEATHSIG = 1
@@ -614,14 +617,18 @@ class Node:
                                                                   res.returncode, res.stderr))
         return json.loads(res.stdout)
 
-    def prepare(self, kubelet_dir, driver, claim):
+    def prepare(self, kubelet_dir, driver, claim, request):
+        """The claim's uid and its CDI ids: the device's, then its device metadata's (one
+        request, one device)."""
         uid = claim.split("/")[2]
         answer = self.kubelet(kubelet_dir, "prepare", driver, claim)[uid]
         if answer["error"]:
             raise Failure("prepare %s: %s" % (claim, answer["error"]))
         ids = [i for d in answer["devices"] for i in d["cdiDeviceIds"]]
-        self.check(len(ids) == 1, "claim %s: want one CDI device id, got %s" % (claim, ids))
-        return uid, ids[0]
+        meta = "%s/metadata=%s_%s" % (driver, uid, request)
+        self.check(len(ids) == 2 and ids[1] == meta, "claim %s: want the device's CDI id and "
+                   "then %s, got %s" % (claim, meta, ids))
+        return uid, ids
 
     def unprepare(self, kubelet_dir, driver, claim):
         uid = claim.split("/")[2]
@@ -687,7 +694,8 @@ class Node:
                   "echo '--- pid1'; tr '\\000' '\\n' < /proc/1/environ; "
                   "echo '--- sh'; env; "
                   "echo '--- dev'; for d in $(ls /dev/dri/* /dev/nvidia* 2>/dev/null); do "
-                  "stat -c 'dev %n %F %t:%T' $d; done; echo '--- end'")
+                  "stat -c 'dev %n %F %t:%T' $d; done; "
+                  "echo '--- meta'; cat " + METADATA_GLOB + " 2>/dev/null; echo '--- end'")
         cmd = ["run", "--cgroup-parent", "/kubepods/besteffort/pod" + pod_uid] + PODMAN_RUN
         cmd[cmd.index("--runtime") + 1] = runtime
         for i in cdi_ids:
@@ -711,7 +719,7 @@ class Node:
 
     @staticmethod
     def parse_report(text):
-        rep = {"affinity": None, "pid1": {}, "sh": {}, "dev": {}}
+        rep = {"affinity": None, "pid1": {}, "sh": {}, "dev": {}, "meta": ""}
         section = None
         for line in text.splitlines():
             if line.startswith("affinity="):
@@ -721,6 +729,8 @@ class Node:
             elif section in ("pid1", "sh") and "=" in line:
                 k, _, v = line.partition("=")
                 rep[section][k] = v
+            elif section == "meta":
+                rep["meta"] += line + "\n"
             elif section == "dev" and line.startswith("dev "):
                 _, path, rest = line.split(" ", 2)
                 ftype, _, majmin = rest.rpartition(" ")
@@ -752,6 +762,26 @@ class Node:
                 self.check(rep["sh"].get(twin) == v, "%s: busybox sh does not pass on the "
                            "twin %s" % (label, twin))
         return names
+
+    def check_metadata(self, label, rep, want_name):
+        """The device metadata file as the container read it (cat): a JSON stream, v1beta1
+        first, then v1alpha1. Returns the first device's attributes."""
+        objects, text, decoder = [], rep["meta"].strip(), json.JSONDecoder()
+        while text:
+            try:
+                obj, end = decoder.raw_decode(text)
+            except ValueError as e:
+                raise Failure("%s: the metadata file in the container is not a JSON stream (%s): "
+                              "%r" % (label, e, rep["meta"][:500]))
+            objects.append(obj)
+            text = text[end:].strip()
+        self.check([o.get("apiVersion") for o in objects] == [
+            "metadata.resource.k8s.io/v1beta1", "metadata.resource.k8s.io/v1alpha1"],
+            "%s: the container's metadata file holds %s, want v1beta1 then v1alpha1" % (
+                label, [o.get("apiVersion") for o in objects]))
+        self.check(objects[0]["metadata"]["name"] == want_name, "%s: the metadata names claim "
+                   "%s, want %s" % (label, objects[0]["metadata"]["name"], want_name))
+        return objects[0]["requests"][0]["devices"][0].get("attributes", {})
 
     def check_affinity(self, label, rep, want):
         self.check(rep["affinity"] is not None and read_cpu_list(rep["affinity"]) == want,
@@ -844,7 +874,8 @@ def scenario(node, work):
     gpu_device = "gpu-" + re.sub(r"[:.]", "-", bdf)
     gpu_claim = node.api.claim("gpu", [request("gpus", GPU_DRIVER)],
                                [result("gpus", GPU_DRIVER, GPU_NODE, gpu_device)])
-    gpu_uid, gpu_id = node.prepare(kubelet_gpu, GPU_DRIVER, gpu_claim)
+    gpu_uid, gpu_ids = node.prepare(kubelet_gpu, GPU_DRIVER, gpu_claim, "gpus")
+    gpu_id = gpu_ids[0]
     log("GPU claim %s prepared: %s" % (gpu_uid, gpu_id))
 
     # ---- the real node, grouped by NUMA node (the default)
@@ -858,7 +889,8 @@ def scenario(node, work):
 
     grouped = node.api.claim("grouped", [request("cpus", CPU_DRIVER)],
                              [result("cpus", CPU_DRIVER, NODE, "cpudevnuma000", "1")])
-    g_uid, g_id = node.prepare(kubelet_real, CPU_DRIVER, grouped)
+    g_uid, g_ids = node.prepare(kubelet_real, CPU_DRIVER, grouped, "cpus")
+    g_id = g_ids[0]
     g_file, g_spec, g_dev = node.spec_of(g_id)
     log("grouped claim %s prepared: %s in %s (cdiVersion %s)" % (g_uid, g_id, g_file,
                                                                  g_spec["cdiVersion"]))
@@ -871,9 +903,15 @@ def scenario(node, work):
                "grouped: the hook's --cpus %s is not the claim's CPUs %s" % (
                    hook["args"], fmt_cpus(g_cpus)))
     grouped_pod = pod_uid()
-    rep = node.run_container("grouped claim", grouped_pod, [g_id], detach=True, name="grouped")
+    rep = node.run_container("grouped claim", grouped_pod, g_ids, detach=True, name="grouped")
     names = node.check_env("grouped claim", g_spec, g_dev, rep)
     node.check_affinity("grouped claim", rep, g_cpus)
+    attrs = node.check_metadata("grouped claim", rep, "grouped")
+    got = attrs.get("dra.cpu/cpuset", {}).get("string")
+    node.check(got is not None and read_cpu_list(got) == g_cpus, "grouped claim: the metadata "
+               "file in the container says dra.cpu/cpuset %r, the container runs on %s" % (
+                   got, fmt_cpus(g_cpus)))
+    log("grouped claim: the container read its CPU set %s from its device metadata file" % got)
     lost = sorted(k for k in names if not SAFE_NAME.match(k) and k in rep["sh"])
     log("grouped claim: container on CPUs %s (the claim's); env %s; names busybox sh kept "
         "although not shell-safe: %s" % (rep["affinity"], sorted(names), lost))
@@ -926,9 +964,13 @@ def scenario(node, work):
     machine = node.api.claim("machine", [request("cpus", CPU_DRIVER)],
                              [result("cpus", CPU_DRIVER, NODE, "cpudevmachine", "1")],
                              [cpuset_config(fmt_cpus(want))])
-    m_uid, m_id = node.prepare(kubelet_real, CPU_DRIVER, machine)
+    m_uid, m_ids = node.prepare(kubelet_real, CPU_DRIVER, machine, "cpus")
+    m_id = m_ids[0]
     _m_file, m_spec, m_dev = node.spec_of(m_id)
-    rep = node.run_container("machine-mode claim", pod_uid(), [m_id])
+    rep = node.run_container("machine-mode claim", pod_uid(), m_ids)
+    got = node.check_metadata("machine-mode claim", rep, "machine").get("dra.cpu/cpuset", {})
+    node.check(got.get("string") == fmt_cpus(want), "machine-mode claim: the metadata file "
+               "says dra.cpu/cpuset %r, want the opaque cpuset %s" % (got, fmt_cpus(want)))
     node.check_env("machine-mode claim", m_spec, m_dev, rep)
     node.check_affinity("machine-mode claim", rep, want)
     node.check(rep["pid1"].get("DRA_CPUSET_" + m_uid) == fmt_cpus(want),
@@ -968,8 +1010,11 @@ def scenario(node, work):
 
     # ---- the GPU claim's container
     _gfile, gspec, gdev = node.spec_of(gpu_id)
-    rep = node.run_container("GPU claim", pod_uid(), [gpu_id])
+    rep = node.run_container("GPU claim", pod_uid(), gpu_ids)
     names = node.check_env("GPU claim", gspec, gdev, rep)
+    got = node.check_metadata("GPU claim", rep, "gpu").get("resource.kubernetes.io/pciBusID")
+    node.check(got == {"string": bdf}, "GPU claim: the metadata file says pciBusID %r, want %s"
+               % (got, bdf))
     node.check(any(v == bdf for v in names.values()),
                "GPU claim: no variable names the GPU %s: %s" % (bdf, names))
     for path, (major, minor) in gpu_nodes.items():

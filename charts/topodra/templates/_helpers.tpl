@@ -51,6 +51,7 @@ daemon's default applies. --node-name comes from the downward API.
 - --cdi-dir={{ .Values.kubelet.cdiDir }}
 - --state-dir={{ .Values.kubelet.stateDir }}
 - --host-root={{ .Values.kubelet.hostRoot }}
+- --device-metadata={{ if .Values.kubelet.deviceMetadata }}on{{ else }}off{{ end }}
 - --device-plugin={{ .Values.devicePlugin.mode }}
 {{- if ne .Values.devicePlugin.mode "none" }}
 - --device-plugin-gpu-resource={{ .Values.devicePlugin.gpuResource }}

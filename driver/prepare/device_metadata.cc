@@ -1,0 +1,293 @@
+#include "driver/prepare/device_metadata.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/status.h"
+#include "driver/prepare/identifiers.h"
+
+namespace topodra::prepare {
+namespace {
+
+using json = nlohmann::json;
+using ordered_json = nlohmann::ordered_json;
+
+// NAME_MAX of Linux file systems: "<ns>_<name>" is one path component.
+constexpr size_t kMaxComponent = 255;
+
+// How many values an attribute counts for against kMaxMetadataValues: a list its elements.
+int ValueCount(const json& attribute) {
+  if (!attribute.is_object() || attribute.size() != 1) return 1;
+  const json& v = attribute.begin().value();
+  return v.is_array() ? static_cast<int>(v.size()) : 1;
+}
+
+std::string Qualified(const std::string& driver, const std::string& name) {
+  return absl::StrContains(name, '/') ? name : absl::StrCat(driver, "/", name);
+}
+
+// Text any reader can take, whatever bytes a published string carried.
+std::string Dump(const ordered_json& j) {
+  return j.dump(2, ' ', false, nlohmann::detail::error_handler_t::replace);
+}
+
+struct RequestGroup {
+  std::string base;
+  // Full request name ("<main>" or "<main>/<sub>") -> its devices, in order of appearance.
+  std::vector<std::pair<std::string, std::vector<const MetadataDevice*>>> requests;
+};
+
+ordered_json Document(const claims::Claim& claim, const std::string& driver,
+                      const RequestGroup& group, const char* api_version,
+                      std::vector<std::string>* notes) {
+  ordered_json doc;
+  doc["kind"] = "DeviceMetadata";
+  doc["apiVersion"] = api_version;
+  doc["metadata"] = {{"name", claim.name},
+                     {"namespace", claim.namespace_name},
+                     {"uid", claim.uid},
+                     {"generation", 1}};
+  if (!claim.pod_claim_name.empty()) doc["podClaimName"] = claim.pod_claim_name;
+  ordered_json requests = ordered_json::array();
+  for (const auto& [name, devices] : group.requests) {
+    ordered_json list = ordered_json::array();
+    for (const MetadataDevice* d : devices) {
+      std::vector<std::string> dropped;
+      const json attributes = MetadataAttributes(driver, d->decided, d->published, &dropped);
+      if (notes != nullptr && !dropped.empty()) {
+        notes->push_back(absl::StrCat(
+            "request \"", name, "\" device \"", d->name, "\": ", dropped.size(),
+            " attribute(s) left out of the device metadata (at most ", kMaxMetadataAttributes,
+            " attributes and ", kMaxMetadataValues, " values): ", absl::StrJoin(dropped, ", ")));
+      }
+      ordered_json device;
+      device["driver"] = driver;
+      device["pool"] = d->pool;
+      device["name"] = d->name;
+      // Sorted by name, as Go writes a map.
+      if (!attributes.empty()) device["attributes"] = ordered_json::parse(attributes.dump());
+      list.push_back(std::move(device));
+    }
+    ordered_json request;
+    request["name"] = name;
+    request["devices"] = std::move(list);
+    requests.push_back(std::move(request));
+  }
+  doc["requests"] = std::move(requests);
+  return doc;
+}
+
+}  // namespace
+
+std::string MetadataClaimDir(const std::string& root, const std::string& ns,
+                             const std::string& name) {
+  return absl::StrCat(root, "/", ns, "_", name);
+}
+
+std::string MetadataHostPath(const std::string& root, const std::string& ns,
+                             const std::string& name, const std::string& base_request) {
+  return absl::StrCat(MetadataClaimDir(root, ns, name), "/", base_request, "/", kMetadataFileName);
+}
+
+std::string MetadataContainerPath(const std::string& driver, const std::string& claim_name,
+                                  const std::string& pod_claim_name,
+                                  const std::string& base_request) {
+  const bool from_template = !pod_claim_name.empty();
+  return absl::StrCat(kContainerMetadataRoot, "/",
+                      from_template ? "resourceclaimtemplates" : "resourceclaims", "/",
+                      from_template ? pod_claim_name : claim_name, "/", base_request, "/", driver,
+                      "-metadata.json");
+}
+
+std::string MetadataCdiKind(const std::string& driver) { return driver + "/metadata"; }
+
+std::string MetadataCdiFileName(const std::string& driver, const std::string& claim_uid,
+                                const std::string& base_request) {
+  return absl::StrCat(driver, "_metadata_", claim_uid, "_", base_request, ".json");
+}
+
+bool IsMetadataCdiFileOf(const std::string& driver, const std::string& file_name) {
+  const std::string prefix = driver + "_metadata_";
+  return absl::StartsWith(file_name, prefix) && absl::EndsWith(file_name, ".json") &&
+         file_name.size() > prefix.size() + 5;
+}
+
+std::vector<MetadataAttribute> CpuRequestAttributes(const topology::Topology& topo,
+                                                    const CpuSet& cpus) {
+  std::vector<MetadataAttribute> out;
+  const std::string list = cpus.ToString();
+  if (list.size() <= kMaxMetadataString) {
+    out.emplace_back(kCpusetAttribute, json{{"string", list}});
+  } else {
+    // Ranges are never cut: each piece is a list of its own.
+    json parts = json::array();
+    std::string piece;
+    for (absl::string_view range : absl::StrSplit(list, ',')) {
+      if (!piece.empty() && piece.size() + 1 + range.size() > kMaxMetadataString) {
+        parts.push_back(piece);
+        piece.clear();
+      }
+      absl::StrAppend(&piece, piece.empty() ? "" : ",", range);
+    }
+    if (!piece.empty()) parts.push_back(piece);
+    out.emplace_back(kCpusetPartsAttribute, json{{"strings", parts}});
+  }
+  std::set<int> numa;
+  for (int cpu : cpus) {
+    if (const int n = topo.NumaOf(cpu); n >= 0) numa.insert(n);
+  }
+  if (!numa.empty()) out.emplace_back(kNumaNodesAttribute, json{{"ints", numa}});
+  return out;
+}
+
+json MetadataAttributes(const std::string& driver, const std::vector<MetadataAttribute>& decided,
+                        const json& published, std::vector<std::string>* dropped) {
+  json out = json::object();
+  int values = 0;
+  auto add = [&](const std::string& name, const json& value) {
+    if (out.contains(name)) return;
+    const int n = ValueCount(value);
+    if (static_cast<int>(out.size()) >= kMaxMetadataAttributes || values + n > kMaxMetadataValues) {
+      if (dropped != nullptr) dropped->push_back(name);
+      return;
+    }
+    out[name] = value;
+    values += n;
+  };
+  for (const auto& [name, value] : decided) add(Qualified(driver, name), value);
+  if (published.is_object()) {
+    for (const auto& [name, value] : published.items()) add(Qualified(driver, name), value);
+  }
+  return out;
+}
+
+absl::StatusOr<DeviceMetadataPlan> PlanDeviceMetadata(const claims::Claim& claim,
+                                                      const std::string& driver,
+                                                      const std::string& root,
+                                                      const std::vector<MetadataDevice>& devices) {
+  // The names become paths: those of the object the API server sent are checked like the ones
+  // the kubelet sent (ClaimService compares only the uid).
+  if (absl::Status id = ValidateClaimIdentity(claim.namespace_name, claim.name, claim.uid);
+      !id.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("claim ", ShowClaimRef(claim.namespace_name, claim.name),
+                     ": no device metadata path can be built: ", Message(id)));
+  }
+  const std::string who = absl::StrCat("claim ", claim.Ref());
+  if (!claim.pod_claim_name.empty() && !IsDnsLabel(claim.pod_claim_name)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        who, ": annotation ", kPodClaimNameAnnotation, " ", ShowValue(claim.pod_claim_name),
+        " is not a DNS-1123 label (a pod's resourceClaims[].name): the device "
+        "metadata path cannot be built from it"));
+  }
+  std::vector<RequestGroup> groups;
+  for (const MetadataDevice& d : devices) {
+    const std::string base = claims::BaseRequest(d.request);
+    if (!IsDnsLabel(base)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, ": request ", ShowValue(base),
+                       " is not a DNS-1123 label: the device metadata path cannot be built "
+                       "from it"));
+    }
+    auto g = std::find_if(groups.begin(), groups.end(),
+                          [&](const RequestGroup& x) { return x.base == base; });
+    if (g == groups.end()) g = groups.insert(groups.end(), RequestGroup{base, {}});
+    auto r = std::find_if(g->requests.begin(), g->requests.end(),
+                          [&](const auto& x) { return x.first == d.request; });
+    if (r == g->requests.end()) r = g->requests.insert(g->requests.end(), {d.request, {}});
+    r->second.push_back(&d);
+  }
+  DeviceMetadataPlan plan;
+  if (groups.empty()) return plan;
+  const std::string dir_name = absl::StrCat(claim.namespace_name, "_", claim.name);
+  if (dir_name.size() > kMaxComponent) {
+    plan.notes.push_back(
+        absl::StrCat("no device metadata: the directory name \"<namespace>_<name>\" would be ",
+                     dir_name.size(), " bytes, more than the ", kMaxComponent,
+                     " a file name may have; read the CDI environment instead"));
+    return plan;
+  }
+  for (const RequestGroup& g : groups) {
+    MetadataFile f;
+    f.request = g.base;
+    f.host_path = MetadataHostPath(root, claim.namespace_name, claim.name, g.base);
+    f.content =
+        absl::StrCat(Dump(Document(claim, driver, g, kMetadataApiV1beta1, &plan.notes)), "\n",
+                     Dump(Document(claim, driver, g, kMetadataApiV1alpha1, nullptr)), "\n");
+    f.cdi_file = MetadataCdiFileName(driver, claim.uid, g.base);
+    f.cdi_spec.cdi_version = kMetadataCdiVersion;
+    f.cdi_spec.kind = MetadataCdiKind(driver);
+    cdi::Device device;
+    device.name = absl::StrCat(claim.uid, "_", g.base);
+    device.container_edits.mounts.push_back(
+        {f.host_path,
+         MetadataContainerPath(driver, claim.name, claim.pod_claim_name, g.base),
+         {"ro", "bind"},
+         ""});
+    f.cdi_spec.devices.push_back(std::move(device));
+    absl::StatusOr<std::string> id =
+        cdi::QualifiedName(f.cdi_spec.kind, f.cdi_spec.devices[0].name);
+    absl::Status valid = id.ok() ? cdi::Validate(f.cdi_spec) : id.status();
+    if (!valid.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, ": cannot describe the device metadata in CDI: ", Message(valid)));
+    }
+    f.cdi_id = *id;
+    plan.files.push_back(std::move(f));
+  }
+  return plan;
+}
+
+json MetadataFilesToJson(const std::vector<MetadataFile>& files) {
+  json out = json::array();
+  for (const MetadataFile& f : files) {
+    out.push_back({{"request", f.request},
+                   {"hostPath", f.host_path},
+                   {"content", f.content},
+                   {"cdiFile", f.cdi_file},
+                   {"cdiSpec", cdi::ToJson(f.cdi_spec)},
+                   {"cdiId", f.cdi_id}});
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<MetadataFile>> MetadataFilesFromJson(const json& j) {
+  auto bad = [](const std::string& what) {
+    return absl::DataLossError(absl::StrCat("stored device metadata: ", what));
+  };
+  if (!j.is_array()) return bad("not a list");
+  std::vector<MetadataFile> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    const json& e = j[i];
+    const std::string at = absl::StrCat("[", i, "]");
+    if (!e.is_object()) return bad(at + " is not an object");
+    MetadataFile f;
+    for (auto [key, to] : {std::pair<const char*, std::string*>{"request", &f.request},
+                           {"hostPath", &f.host_path},
+                           {"content", &f.content},
+                           {"cdiFile", &f.cdi_file},
+                           {"cdiId", &f.cdi_id}}) {
+      auto it = e.find(key);
+      if (it == e.end() || !it->is_string())
+        return bad(absl::StrCat(at, ".", key, " is not a string"));
+      *to = it->get<std::string>();
+    }
+    auto spec = e.find("cdiSpec");
+    if (spec == e.end()) return bad(at + ".cdiSpec is missing");
+    absl::StatusOr<cdi::Spec> s = cdi::FromJson(spec->dump());
+    if (!s.ok()) return bad(absl::StrCat(at, ".cdiSpec: ", Message(s.status())));
+    f.cdi_spec = *std::move(s);
+    if (!absl::StartsWith(f.host_path, "/") || f.cdi_file.empty()) {
+      return bad(at + ": hostPath must be absolute and cdiFile set");
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace topodra::prepare

@@ -1,0 +1,176 @@
+#include "driver/prepare/metadata_files.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/file_io.h"
+#include "common/status.h"
+
+namespace topodra::prepare {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Split {
+  std::string dir;
+  std::string name;
+};
+Split SplitPath(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return {".", path};
+  return {path.substr(0, slash), path.substr(slash + 1)};
+}
+
+absl::Status WriteHostFile(const MetadataFile& f, bool synced) {
+  const Split p = SplitPath(f.host_path);
+  absl::Status st = files::WriteFileAtomically(
+      p.dir, p.name, f.content, 0644, 0755,
+      synced ? files::Durability::kSynced : files::Durability::kAtomicOnly);
+  if (st.ok()) return st;
+  return absl::Status(st.code(), absl::StrCat("write device metadata: ", st.message()));
+}
+
+// "" when the host file holds `content`, else why not.
+std::string HostFileProblem(const MetadataFile& f) {
+  absl::StatusOr<std::string> have = files::ReadFileBounded(f.host_path, kMaxMetadataFileBytes);
+  if (have.ok()) return *have == f.content ? "" : "it differed";
+  if (absl::IsNotFound(have.status())) return "it was missing";
+  return absl::StrCat("it could not be read: ", Message(have.status()));
+}
+
+std::error_code Removed(const std::string& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);  // does not follow symbolic links
+  return ec;
+}
+
+}  // namespace
+
+absl::Status WriteMetadataFiles(const cdi::SpecStore& cdi, const std::vector<MetadataFile>& files,
+                                bool synced) {
+  for (const MetadataFile& f : files) {
+    // The host file first: a CDI spec must never mount a file that is not there.
+    if (absl::Status st = WriteHostFile(f, synced); !st.ok()) return st;
+    absl::StatusOr<cdi::Spec> w =
+        cdi.Write(f.cdi_file, f.cdi_spec, synced, cdi::VersionPolicy::kAtLeastGiven);
+    if (!w.ok()) return w.status();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> RestoreMetadataFiles(const cdi::SpecStore& cdi,
+                                                 const std::vector<MetadataFile>& files) {
+  std::vector<std::string> done;
+  for (const MetadataFile& f : files) {
+    if (std::string why = HostFileProblem(f); !why.empty()) {
+      if (absl::Status st = WriteHostFile(f, /*synced=*/false); !st.ok()) return st;
+      done.push_back(absl::StrCat(f.host_path, " (", why, ")"));
+    }
+    absl::StatusOr<cdi::Spec> have = cdi.Read(f.cdi_file);
+    if (have.ok() && *have == f.cdi_spec) continue;
+    absl::StatusOr<cdi::Spec> w =
+        cdi.Write(f.cdi_file, f.cdi_spec, /*synced=*/false, cdi::VersionPolicy::kAtLeastGiven);
+    if (!w.ok()) return w.status();
+    done.push_back(absl::StrCat(cdi.PathOf(f.cdi_file), absl::IsNotFound(have.status())
+                                                            ? " (it was missing)"
+                                                            : " (it differed)"));
+  }
+  return absl::StrJoin(done, ", ");
+}
+
+absl::Status RemoveMetadataFiles(const cdi::SpecStore& cdi, const std::string& claim_dir,
+                                 const std::vector<std::string>& cdi_files) {
+  // The CDI specs first: none may mount a file that is gone.
+  for (const std::string& file : cdi_files) {
+    if (absl::Status st = cdi.Remove(file, /*synced=*/false); !st.ok()) return st;
+  }
+  if (std::error_code ec = Removed(claim_dir); ec) {
+    return absl::Status(absl::ErrnoToStatusCode(ec.value()),
+                        absl::StrCat("remove device metadata \"", claim_dir, "\": ", ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> MetadataCdiFilesOfClaim(const cdi::SpecStore& cdi,
+                                                 const std::string& driver,
+                                                 const std::string& uid) {
+  std::vector<std::string> out;
+  absl::StatusOr<std::vector<std::string>> all = cdi.List();
+  if (!all.ok()) return out;
+  const std::string prefix = absl::StrCat(driver, "_metadata_", uid, "_");
+  for (const std::string& f : *all) {
+    if (absl::StartsWith(f, prefix)) out.push_back(f);
+  }
+  return out;
+}
+
+cdi::CdiFileClass ClassifyMetadataSpec(const cdi::SpecStore& cdi, const std::string& file,
+                                       const std::string& root) {
+  absl::StatusOr<cdi::Spec> spec = cdi.Read(file);
+  if (!spec.ok()) return cdi::CdiFileClass::kUnmarked;
+  const std::string under = root + "/";
+  for (const cdi::Device& d : spec->devices) {
+    for (const cdi::Mount& m : d.container_edits.mounts) {
+      if (absl::StartsWith(m.host_path, under)) return cdi::CdiFileClass::kOurs;
+    }
+  }
+  return cdi::CdiFileClass::kForeign;
+}
+
+absl::StatusOr<ReconciledMetadata> ReconcileMetadataDir(
+    const std::string& root, const std::map<std::string, std::string>& wanted) {
+  ReconciledMetadata out;
+  for (const auto& [path, content] : wanted) {
+    MetadataFile f;
+    f.host_path = path;
+    f.content = content;
+    if (HostFileProblem(f).empty()) continue;
+    if (absl::Status st = WriteHostFile(f, /*synced=*/true); !st.ok()) return st;
+    // The directories the write may have made must be on disk too.
+    const std::string request_dir = SplitPath(path).dir;
+    const std::string claim_dir = SplitPath(request_dir).dir;
+    for (const std::string& d : {claim_dir, SplitPath(claim_dir).dir}) {
+      if (absl::Status st = files::SyncDirectory(d); !st.ok()) return st;
+    }
+    spdlog::info("restored device metadata {}", path);
+    ++out.written;
+  }
+  std::error_code ec;
+  if (!fs::is_directory(fs::symlink_status(root, ec))) return out;
+  // <root>/<ns>_<name>/<request>/metadata.json
+  for (const fs::directory_entry& claim : fs::directory_iterator(root, ec)) {
+    if (!claim.is_directory() || claim.is_symlink()) continue;
+    std::error_code ec2;
+    for (const fs::directory_entry& request : fs::directory_iterator(claim.path(), ec2)) {
+      if (!request.is_directory() || request.is_symlink()) continue;
+      std::error_code ec3;
+      for (const fs::directory_entry& file : fs::directory_iterator(request.path(), ec3)) {
+        const std::string name = file.path().filename().string();
+        const std::string path = file.path().string();
+        const bool ours =
+            name == kMetadataFileName || files::IsTempNameFor(name, kMetadataFileName);
+        if (!ours || wanted.contains(path)) continue;
+        if (::unlink(path.c_str()) == 0) {
+          spdlog::info("removed device metadata {}: its claim is not prepared", path);
+          ++out.removed;
+        }
+      }
+      ::rmdir(request.path().c_str());  // fails, as it should, while anything is left in it
+    }
+    ::rmdir(claim.path().c_str());
+  }
+  if (ec) {
+    return absl::Status(absl::ErrnoToStatusCode(ec.value()),
+                        absl::StrCat("list device metadata \"", root, "\": ", ec.message()));
+  }
+  return out;
+}
+
+}  // namespace topodra::prepare

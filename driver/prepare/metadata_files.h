@@ -1,0 +1,62 @@
+// The device metadata files of prepared claims on the host (device_metadata.h says what they
+// hold and where): written before the kubelet is answered, removed on unprepare, brought in line
+// with the allocation state at start. Like the claims' CDI specs, they are written atomically
+// without fsync at prepare (the journal holds their content) and fsynced when start restores
+// them.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cdi/reconcile.h"
+#include "cdi/spec_store.h"
+#include "driver/prepare/device_metadata.h"
+
+namespace topodra::prepare {
+
+// The largest metadata file read back; a bigger one is rewritten.
+inline constexpr std::size_t kMaxMetadataFileBytes = 1 << 20;
+
+// Each host file (0644; directories made 0755) and its CDI spec (its cdiVersion kept), each
+// replaced atomically; fsynced with `synced`. Stops at the first failure.
+absl::Status WriteMetadataFiles(const cdi::SpecStore& cdi, const std::vector<MetadataFile>& files,
+                                bool synced);
+
+// Checks every host file and CDI spec of `files` and writes again those missing or different:
+// "" when all were right, else which were written and why.
+absl::StatusOr<std::string> RestoreMetadataFiles(const cdi::SpecStore& cdi,
+                                                 const std::vector<MetadataFile>& files);
+
+// Removes a claim's metadata: `claim_dir` (MetadataClaimDir) with everything in it, and the CDI
+// specs `cdi_files`. What is not there is fine, so unprepare can be repeated.
+absl::Status RemoveMetadataFiles(const cdi::SpecStore& cdi, const std::string& claim_dir,
+                                 const std::vector<std::string>& cdi_files);
+
+// The metadata CDI specs of `driver` for claim `uid` in the CDI directory, by name (a claim the
+// state does not know may still have the files of a prepare that crashed).
+std::vector<std::string> MetadataCdiFilesOfClaim(const cdi::SpecStore& cdi,
+                                                 const std::string& driver, const std::string& uid);
+
+// Whose a "<driver>_metadata_*.json" spec is. Its name carries no instance marker (the kubelet
+// plugin library fixes it), so the host file it mounts tells: under `root` (this daemon's
+// <plugin data dir>/dra-device-metadata) it is ours, elsewhere another kubelet's topodra's; a spec
+// that cannot be read is left alone (kUnmarked).
+cdi::CdiFileClass ClassifyMetadataSpec(const cdi::SpecStore& cdi, const std::string& file,
+                                       const std::string& root);
+
+// At start: writes the wanted host files (absolute path -> content) that are missing or differ,
+// fsynced, and removes below `root` every metadata.json not wanted, the temporary files of
+// interrupted writes, and the directories that leaves empty. Anything else below `root` is left
+// alone.
+struct ReconciledMetadata {
+  int written = 0;
+  int removed = 0;
+};
+absl::StatusOr<ReconciledMetadata> ReconcileMetadataDir(
+    const std::string& root, const std::map<std::string, std::string>& wanted);
+
+}  // namespace topodra::prepare

@@ -1,0 +1,352 @@
+// The device metadata (KEP-5304) as pure values: paths, names, the JSON stream, the attribute
+// limits, and what PlanClaim adds to the kubelet's answer and the stored allocation.
+#include "driver/prepare/device_metadata.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+#include "test/prepare/prepare_testing.h"
+
+namespace topodra::prepare {
+namespace {
+
+using json = nlohmann::json;
+using testing::Cpus;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::Load;
+
+constexpr char kUid[] = "6f1d7c2e-9a4b-4c1e-8f3a-2b5d9e0c7a11";
+constexpr char kRoot[] = "/var/lib/kubelet/plugins/dra.cpu/dra-device-metadata";
+
+// The objects of a JSON stream, in order.
+std::vector<json> Objects(const std::string& stream) {
+  std::vector<json> out;
+  std::istringstream in(stream);
+  while (in >> std::ws, !in.eof()) {
+    json j;
+    in >> j;
+    out.push_back(j);
+  }
+  return out;
+}
+
+TEST(DeviceMetadataPaths, AreTheKubeletPluginLibrarysOnes) {
+  struct Case {
+    std::string got;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {MetadataClaimDir(kRoot, "ns", "claim"), std::string(kRoot) + "/ns_claim"},
+      {MetadataHostPath(kRoot, "ns", "claim", "cpus"),
+       std::string(kRoot) + "/ns_claim/cpus/metadata.json"},
+      {MetadataContainerPath("dra.cpu", "claim", "", "cpus"),
+       "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/claim/cpus/"
+       "dra.cpu-metadata.json"},
+      {MetadataContainerPath("gpu.topodra.io", "pod-x-gpu-abcde", "gpu", "g"),
+       "/var/run/kubernetes.io/dra-device-attributes/resourceclaimtemplates/gpu/g/"
+       "gpu.topodra.io-metadata.json"},
+      {MetadataCdiKind("dra.cpu"), "dra.cpu/metadata"},
+      {MetadataCdiFileName("dra.cpu", kUid, "cpus"),
+       std::string("dra.cpu_metadata_") + kUid + "_cpus.json"},
+  };
+  for (const Case& c : cases) EXPECT_EQ(c.got, c.want);
+  EXPECT_TRUE(IsMetadataCdiFileOf("dra.cpu", MetadataCdiFileName("dra.cpu", kUid, "cpus")));
+  EXPECT_FALSE(IsMetadataCdiFileOf("gpu.topodra.io", MetadataCdiFileName("dra.cpu", kUid, "a")));
+  EXPECT_FALSE(IsMetadataCdiFileOf("dra.cpu", std::string("dra.cpu-claim_") + kUid + ".json"));
+  EXPECT_FALSE(IsMetadataCdiFileOf("dra.cpu", "dra.cpu_metadata_.json"));
+}
+
+TEST(DeviceMetadataAttributes, CpusetFitsOrIsCutAtCommas) {
+  const topology::Topology& topo = Load(testing::k192);  // NUMA node n: 8n..8n+7, 192+8n..
+  struct Case {
+    std::string cpus;
+    std::vector<MetadataAttribute> want;
+  };
+  // Every other CPU of 0-255: 128 single CPUs, about 400 bytes as a list.
+  std::string scattered;
+  for (int cpu = 0; cpu < 256; cpu += 2) absl::StrAppend(&scattered, cpu == 0 ? "" : ",", cpu);
+  const std::vector<Case> cases = {
+      {"8-11", {{kCpusetAttribute, {{"string", "8-11"}}}, {kNumaNodesAttribute, {{"ints", {1}}}}}},
+      {"0-3,200-201",
+       {{kCpusetAttribute, {{"string", "0-3,200-201"}}},
+        {kNumaNodesAttribute, {{"ints", {0, 1}}}}}},
+  };
+  for (const Case& c : cases) EXPECT_EQ(CpuRequestAttributes(topo, Cpus(c.cpus)), c.want) << c.cpus;
+
+  const std::vector<MetadataAttribute> long_set = CpuRequestAttributes(topo, Cpus(scattered));
+  ASSERT_EQ(long_set.size(), 2u);
+  EXPECT_EQ(long_set[0].first, kCpusetPartsAttribute);
+  std::vector<std::string> pieces;
+  for (const json& p : long_set[0].second["strings"]) {
+    EXPECT_LE(p.get<std::string>().size(), kMaxMetadataString);
+    EXPECT_NE(p.get<std::string>().back(), ',');
+    pieces.push_back(p.get<std::string>());
+  }
+  EXPECT_GT(pieces.size(), 1u);
+  EXPECT_EQ(absl::StrJoin(pieces, ","), scattered);   // joined, they are the list again
+  EXPECT_EQ(long_set[1].second["ints"].size(), 24u);  // 0-191 alone spans all 24 NUMA nodes
+}
+
+TEST(DeviceMetadataAttributes, DecidedFirstQualifiedAndWithinTheLimits) {
+  struct Case {
+    std::string name;
+    std::vector<MetadataAttribute> decided;
+    json published;
+    json want;
+    std::vector<std::string> dropped;
+  };
+  json many = json::object();  // 40 published attributes a00..a39
+  for (int i = 0; i < 40; ++i) many[absl::StrFormat("a%02d", i)] = {{"int", i}};
+  json want_many = {{"dra.cpu/cpuset", {{"string", "0-3"}}}};
+  std::vector<std::string> dropped_many;
+  for (int i = 0; i < 40; ++i) {
+    const std::string name = absl::StrFormat("dra.cpu/a%02d", i);
+    if (i < 31) {
+      want_many[name] = {{"int", i}};
+    } else {
+      dropped_many.push_back(name);
+    }
+  }
+  const std::vector<Case> cases = {
+      {"unqualified names get the driver's domain",
+       {{kCpusetAttribute, {{"string", "0-3"}}}},
+       {{"numCPUs", {{"int", 4}}}, {"resource.kubernetes.io/numaNode", {{"int", 0}}}},
+       {{"dra.cpu/cpuset", {{"string", "0-3"}}},
+        {"dra.cpu/numCPUs", {{"int", 4}}},
+        {"resource.kubernetes.io/numaNode", {{"int", 0}}}},
+       {}},
+      {"a decided attribute wins over the published one of the same name",
+       {{kPciBusIdAttribute, {{"string", "0000:3b:00.0"}}}},
+       {{"resource.kubernetes.io/pciBusID", {{"string", "stale"}}}},
+       {{"resource.kubernetes.io/pciBusID", {{"string", "0000:3b:00.0"}}}},
+       {}},
+      {"at most 32 attributes, decided kept",
+       {{kCpusetAttribute, {{"string", "0-3"}}}},
+       many,
+       want_many,
+       dropped_many},
+      {"at most 48 values counting list elements",
+       {{"dra.cpu/big", {{"ints", json(std::vector<int>(47, 1))}}}},
+       {{"x", {{"ints", {1, 2}}}}, {"y", {{"bool", true}}}},
+       {{"dra.cpu/big", {{"ints", json(std::vector<int>(47, 1))}}},
+        {"dra.cpu/y", {{"bool", true}}}},
+       {"dra.cpu/x"}},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> dropped;
+    EXPECT_EQ(MetadataAttributes("dra.cpu", c.decided, c.published, &dropped), c.want) << c.name;
+    EXPECT_EQ(dropped, c.dropped) << c.name;
+  }
+}
+
+claims::Claim TestClaim(const std::string& pod_claim_name = "") {
+  claims::Claim c;
+  c.uid = kUid;
+  c.namespace_name = "team";
+  c.name = "train";
+  c.pod_claim_name = pod_claim_name;
+  return c;
+}
+
+TEST(PlanDeviceMetadata, OneFilePerBaseRequestWithBothVersions) {
+  std::vector<MetadataDevice> devices = {
+      {"cpus",
+       "node1",
+       "cpudevnuma000",
+       {{kCpusetAttribute, {{"string", "0-3"}}}},
+       {{"dra.cpu/numCPUs", {{"int", 16}}}}},
+      {"b/small", "node1", "cpudevnuma001", {{kCpusetAttribute, {{"string", "8-9"}}}}, nullptr},
+  };
+  absl::StatusOr<DeviceMetadataPlan> plan =
+      PlanDeviceMetadata(TestClaim("tmpl"), "dra.cpu", kRoot, devices);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->notes.empty());
+  ASSERT_EQ(plan->files.size(), 2u);
+  const MetadataFile& f = plan->files[0];
+  EXPECT_EQ(f.request, "cpus");
+  EXPECT_EQ(f.host_path, std::string(kRoot) + "/team_train/cpus/metadata.json");
+  EXPECT_EQ(f.cdi_file, std::string("dra.cpu_metadata_") + kUid + "_cpus.json");
+  EXPECT_EQ(f.cdi_id, std::string("dra.cpu/metadata=") + kUid + "_cpus");
+  EXPECT_EQ(f.cdi_spec.cdi_version, "0.5.0");
+  EXPECT_EQ(f.cdi_spec.kind, "dra.cpu/metadata");
+  ASSERT_EQ(f.cdi_spec.devices.size(), 1u);
+  EXPECT_EQ(f.cdi_spec.devices[0].name, std::string(kUid) + "_cpus");
+  EXPECT_THAT(f.cdi_spec.devices[0].container_edits.mounts,
+              ElementsAre(cdi::Mount{f.host_path,
+                                     "/var/run/kubernetes.io/dra-device-attributes/"
+                                     "resourceclaimtemplates/tmpl/cpus/dra.cpu-metadata.json",
+                                     {"ro", "bind"},
+                                     ""}));
+  // Newest version first, each object pretty-printed and ended by a newline.
+  EXPECT_EQ(f.content.back(), '\n');
+  EXPECT_THAT(f.content, HasSubstr("}\n{"));
+  const std::vector<json> objects = Objects(f.content);
+  ASSERT_EQ(objects.size(), 2u);
+  const json want = {
+      {"kind", "DeviceMetadata"},
+      {"apiVersion", "metadata.resource.k8s.io/v1beta1"},
+      {"metadata", {{"name", "train"}, {"namespace", "team"}, {"uid", kUid}, {"generation", 1}}},
+      {"podClaimName", "tmpl"},
+      {"requests",
+       {{{"name", "cpus"},
+         {"devices",
+          {{{"driver", "dra.cpu"},
+            {"pool", "node1"},
+            {"name", "cpudevnuma000"},
+            {"attributes",
+             {{"dra.cpu/cpuset", {{"string", "0-3"}}}, {"dra.cpu/numCPUs", {{"int", 16}}}}}}}}}}}};
+  EXPECT_EQ(objects[0], want);
+  json alpha = want;
+  alpha["apiVersion"] = "metadata.resource.k8s.io/v1alpha1";
+  EXPECT_EQ(objects[1], alpha);
+  EXPECT_TRUE(f.content.starts_with("{\n  \"kind\": \"DeviceMetadata\",\n  \"apiVersion\""));
+  // The subrequest's file is under its base request; its name inside keeps the subrequest.
+  EXPECT_EQ(plan->files[1].host_path, std::string(kRoot) + "/team_train/b/metadata.json");
+  EXPECT_EQ(Objects(plan->files[1].content)[0]["requests"][0]["name"], "b/small");
+  // A claim the pod names itself has no podClaimName and mounts under resourceclaims/.
+  absl::StatusOr<DeviceMetadataPlan> named =
+      PlanDeviceMetadata(TestClaim(), "dra.cpu", kRoot, {devices[0]});
+  ASSERT_TRUE(named.ok());
+  EXPECT_FALSE(Objects(named->files[0].content)[0].contains("podClaimName"));
+  EXPECT_THAT(named->files[0].cdi_spec.devices[0].container_edits.mounts[0].container_path,
+              HasSubstr("/resourceclaims/train/cpus/"));
+}
+
+TEST(PlanDeviceMetadata, NamesAPathCannotBeBuiltFromAreRefusedOrSkipped) {
+  const MetadataDevice d{"cpus", "node1", "cpudevnuma000", {}, nullptr};
+  struct Case {
+    claims::Claim claim;
+    MetadataDevice device;
+    std::string error;  // "" for success
+    std::string note;
+  };
+  claims::Claim long_name = TestClaim();
+  long_name.name = std::string(251, 'a');  // "team_" + 251 bytes: one more than NAME_MAX
+  MetadataDevice traversal = d;
+  traversal.request = "../../etc";
+  claims::Claim dotted = TestClaim();
+  dotted.name = "../../../etc";
+  const std::vector<Case> cases = {
+      {dotted, d, "name \"../../../etc\" is not a DNS-1123 subdomain", ""},
+      {TestClaim("../x"), d, "annotation resource.kubernetes.io/pod-claim-name \"../x\"", ""},
+      {TestClaim(), traversal, "request \"..\" is not a DNS-1123 label", ""},
+      {long_name, d, "", "no device metadata: the directory name"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<DeviceMetadataPlan> plan =
+        PlanDeviceMetadata(c.claim, "dra.cpu", kRoot, {c.device});
+    if (!c.error.empty()) {
+      EXPECT_THAT(plan.status().message(), HasSubstr(c.error));
+      EXPECT_THAT(plan.status().message(), HasSubstr("claim team/"));
+      EXPECT_TRUE(absl::IsInvalidArgument(plan.status()));
+      continue;
+    }
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_TRUE(plan->files.empty());
+    ASSERT_EQ(plan->notes.size(), 1u);
+    EXPECT_THAT(plan->notes[0], HasSubstr(c.note));
+  }
+}
+
+TEST(PlanDeviceMetadata, StoredFormRoundTripsAndRefusesDamage) {
+  absl::StatusOr<DeviceMetadataPlan> plan = PlanDeviceMetadata(
+      TestClaim(), "dra.cpu", kRoot, {{"cpus", "node1", "cpudevnuma000", {}, nullptr}});
+  ASSERT_TRUE(plan.ok());
+  const json stored = MetadataFilesToJson(plan->files);
+  absl::StatusOr<std::vector<MetadataFile>> back =
+      MetadataFilesFromJson(json::parse(stored.dump()));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, plan->files);
+  for (const auto& [damage, want] : std::vector<std::pair<json, std::string>>{
+           {json::object(), "not a list"},
+           {json::array({1}), "[0] is not an object"},
+           {json::array({json::object()}), "[0].request is not a string"}}) {
+    EXPECT_THAT(MetadataFilesFromJson(damage).status().message(), HasSubstr(want));
+  }
+  json relative = stored;
+  relative[0]["hostPath"] = "x/metadata.json";
+  EXPECT_THAT(MetadataFilesFromJson(relative).status().message(), HasSubstr("absolute"));
+}
+
+// Through PlanClaim as the daemon's driver setups make it: the CDI ids of the answer, the stored
+// allocation, and nothing at all when the flag is off.
+TEST(PlanClaimDeviceMetadata, CpuAndGpuClaimsGetAFileAndACdiIdPerRequest) {
+  const topology::Topology& topo = Load(testing::k192);
+  DriverSetup setup = testing::CpuSetup(topo, testing::Mode::kNuma);
+  ASSERT_EQ(setup.metadata_root, "");
+  const json claim_json = testing::ClaimJson(
+      kUid, "team", "train",
+      {testing::Result("cpus", "cpudevnuma001", "4"), testing::Result("cpus", "cpudevnuma002", "2"),
+       testing::Result("other", "cpudevnuma003", "2")});
+  const claims::Claim claim = testing::Parse(claim_json);
+  absl::StatusOr<Plan> off = PlanClaim(claim, setup, topo, state::State());
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_TRUE(off->metadata.empty());
+  EXPECT_EQ(off->devices[0].cdi_device_ids.size(), 1u);
+  EXPECT_FALSE(off->allocation.cdi.Parse().contains("metadata"));
+
+  node::InventoryOptions o = testing::Options(testing::Mode::kNuma);
+  o.plugins_dir = "/var/lib/kubelet/plugins";
+  o.device_metadata = true;
+  setup = node::Inventory::Build(o, topo, {}).CpuSetup();
+  EXPECT_EQ(setup.metadata_root, kRoot);
+  absl::StatusOr<Plan> on = PlanClaim(claim, setup, topo, state::State());
+  ASSERT_TRUE(on.ok()) << on.status();
+  ASSERT_EQ(on->metadata.size(), 2u);
+  ASSERT_EQ(on->devices.size(), 3u);
+  const std::string hw0 = std::string("dra.cpu/claim=") + kUid + "-cpudevnuma001";
+  EXPECT_THAT(on->devices[0].cdi_device_ids,
+              ElementsAre(hw0, std::string("dra.cpu/metadata=") + kUid + "_cpus"));
+  EXPECT_EQ(on->devices[1].cdi_device_ids.size(), 1u);  // only the first device of a request
+  EXPECT_THAT(on->devices[2].cdi_device_ids[1], std::string("dra.cpu/metadata=") + kUid + "_other");
+  const json doc = Objects(on->metadata[0].content)[0];
+  const json& first = doc["requests"][0]["devices"][0]["attributes"];
+  const CpuSet cpus = Cpus(first["dra.cpu/cpuset"]["string"]);
+  EXPECT_EQ(cpus.Size(), 6);  // the request's CPUs, on each of its devices
+  EXPECT_EQ(doc["requests"][0]["devices"][1]["attributes"]["dra.cpu/cpuset"],
+            first["dra.cpu/cpuset"]);
+  EXPECT_EQ(first["dra.cpu/allocatedNumCPUs"], json({{"int", 4}}));
+  EXPECT_EQ(doc["requests"][0]["devices"][1]["attributes"]["dra.cpu/allocatedNumCPUs"],
+            json({{"int", 2}}));
+  EXPECT_EQ(first["dra.cpu/numaNodes"], json({{"ints", {1, 2}}}));
+  EXPECT_EQ(first["resource.kubernetes.io/numaNode"], json({{"int", 1}}));  // as published
+  EXPECT_EQ(first["dra.cpu/numCPUs"], json({{"int", 16}}));
+  // The journal keeps what start restores.
+  absl::StatusOr<std::vector<MetadataFile>> stored =
+      MetadataFilesFromJson(on->allocation.cdi.Parse()["metadata"]);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(*stored, on->metadata);
+  EXPECT_EQ(DevicesFromJson(on->allocation.answer)->at(0).cdi_device_ids,
+            on->devices[0].cdi_device_ids);
+
+  const topology::Topology& dgx = Load(testing::kDgx);
+  node::InventoryOptions g = testing::Options(testing::Mode::kNuma);
+  g.plugins_dir = "/var/lib/kubelet/plugins";
+  g.device_metadata = true;
+  DriverSetup gpu_setup = node::Inventory::Build(g, dgx, {}).GpuSetup();
+  ASSERT_FALSE(gpu_setup.gpus.empty());
+  const auto& [gpu_name, gpu] = *gpu_setup.gpus.begin();
+  const claims::Claim gpu_claim = testing::Parse(testing::ClaimJson(
+      kUid, "team", "train", {testing::Result("gpu", gpu_name, "", testing::kGpuDriver)}));
+  absl::StatusOr<Plan> gp = PlanClaim(gpu_claim, gpu_setup, dgx, state::State());
+  ASSERT_TRUE(gp.ok()) << gp.status();
+  ASSERT_EQ(gp->metadata.size(), 1u);
+  EXPECT_EQ(gp->metadata[0].host_path,
+            "/var/lib/kubelet/plugins/gpu.topodra.io/dra-device-metadata/team_train/gpu/"
+            "metadata.json");
+  const json gattrs =
+      Objects(gp->metadata[0].content)[0]["requests"][0]["devices"][0]["attributes"];
+  EXPECT_EQ(gattrs["resource.kubernetes.io/pciBusID"], json({{"string", gpu.pci_bus_id}}));
+  EXPECT_EQ(gattrs["gpu.topodra.io/type"], json({{"string", "gpu"}}));
+  EXPECT_EQ(gp->devices[0].cdi_device_ids.back(),
+            std::string("gpu.topodra.io/metadata=") + kUid + "_gpu");
+}
+
+}  // namespace
+}  // namespace topodra::prepare
