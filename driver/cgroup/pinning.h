@@ -56,6 +56,18 @@ std::vector<std::string> GoneContainerRecords(
 std::vector<HookRecord> ReadLiveRecords(const std::string& dir, const std::string& hierarchy_root,
                                         absl::Time now);
 
+// --numa-memory=claim: what BuildTarget needs to give the containers of claims their NUMA nodes.
+struct NumaMemory {
+  CpuSet all;                             // the machine's memory nodes (RootMems)
+  std::vector<topology::NumaNode> nodes;  // which CPUs are local to which node
+};
+
+// Pure. The memory nodes of the containers of a claim holding `cpus`: `recorded`
+// (Allocation::mems, what prepare chose) when set, else the nodes local to `cpus`; always within
+// memory.all (a node the root cpuset does not give would fail every write up the tree). Empty:
+// nothing known, the containers are not narrowed.
+CpuSet ClaimMems(const CpuSet& cpus, const CpuSet& recorded, const NumaMemory& memory);
+
 // Pure. shared = online - every allocation's CPUs, and - reserved only when `strict_reservation`
 // (--strict-cpu-reservation; as prepare::SharedPool, which the fail-closed check uses: the
 // kubelet's static CPU manager keeps reserved CPUs shared). A record counts while its claim
