@@ -74,8 +74,11 @@ CpuSet ClaimMems(const CpuSet& cpus, const CpuSet& recorded, const NumaMemory& m
 // holds CPUs (a prepared DRA claim with that UID, or a device-plugin allocation with that id),
 // with the CPUs the claim holds now; the files of the others are returned in `stale` (their
 // claim was unprepared: the container is gone or about to be).
+// With `memory` (--numa-memory=claim): all_mems = memory->all, and each container holding
+// claims gets the union of its claims' ClaimMems, unless one of them has none (then it keeps
+// every node: memory the kernel may place anywhere is the safe side of an unknown).
 Target BuildTarget(const CpuSet& online, const CpuSet& reserved, bool strict_reservation,
                    const state::State& held, const std::vector<HookRecord>& records,
-                   std::vector<std::string>* stale);
+                   std::vector<std::string>* stale, const NumaMemory* memory = nullptr);
 
 }  // namespace topodra::cgroup

@@ -95,6 +95,7 @@ void Node::Assemble(topology::Topology topo, std::optional<PinningSetup> pinning
   std::vector<publish::ReservedDevices> held =
       ledger_->Read([](const state::State& st) { return ToPublish(reservation::HeldDevices(st)); });
   online_ = topo.online;
+  std::vector<topology::NumaNode> numa_nodes = topo.numa_nodes;
   inventory_ = Inventory::Build(inventory_options_, std::move(topo), std::move(held));
   if (config_.metrics_listen) {
     metrics::MetricsOptions mo;
@@ -111,7 +112,7 @@ void Node::Assemble(topology::Topology topo, std::optional<PinningSetup> pinning
   }
   if (pinning) {
     components_.Add(std::make_unique<Pinning>(*std::move(pinning), config_, ledger_.get(),
-                                              [this] { return Online(); }));
+                                              [this] { return Online(); }, std::move(numa_nodes)));
   }
   AddKubeletComponents();
   // Before publishing and reservations: a --metrics-address or --health-address that cannot be
