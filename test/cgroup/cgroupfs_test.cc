@@ -855,5 +855,76 @@ TEST(CgroupFsRealHostTest, WriteCpusPinsAProcessInTheCgroup) {
   EXPECT_TRUE(absl::IsNotFound(gone)) << gone;
 }
 
+// The reconciler's cpuset.mems path on this machine's real hierarchy: a claim's container
+// narrowed to one memory node (the kernel applies it to the process in it), then widened back.
+TEST(CgroupFsRealHostTest, ApplyNarrowsAndWidensARealContainersMems) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to create cgroups (euid " << ::geteuid() << ")";
+  absl::StatusOr<Hierarchy> h = FindHierarchy("/sys/fs/cgroup");
+  if (!h.ok()) GTEST_SKIP() << "no cpuset controller on this machine: " << h.status();
+  if (h->version != Version::kV1) GTEST_SKIP() << "the v1 hierarchy is what this test covers";
+  absl::StatusOr<CpuSet> all = RootMems(*h);
+  ASSERT_TRUE(all.ok()) << all.status();
+  const std::string root_cpus = ReadFile(h->root + "/cpuset.cpus");
+  // A kubelet-like tree of our own: kubepods/pod<uid>/<container>, removed whatever happens.
+  const std::string kubepods = h->root + "/kubepods";
+  if (fs::exists(kubepods)) GTEST_SKIP() << kubepods << " exists: a real kubelet's, not ours";
+  const std::vector<std::string> dirs = {"kubepods", kFsPodG, kFsCtrG};
+  struct RemoveCgroups {
+    std::string root;
+    std::vector<std::string> dirs;
+    ~RemoveCgroups() {
+      for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+        for (int i = 0; i < 100 && ::rmdir((root + "/" + *it).c_str()) != 0 && errno == EBUSY;
+             ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      }
+    }
+  } remove{h->root, {}};
+  for (const std::string& dir : dirs) {
+    if (::mkdir((h->root + "/" + dir).c_str(), 0755) != 0) {
+      GTEST_SKIP() << "cannot create a cgroup in " << h->root << ": " << std::strerror(errno);
+    }
+    remove.dirs.push_back(dir);
+    ASSERT_TRUE(WriteSmall(h->root + "/" + dir + "/cpuset.mems", all->ToString()));
+    ASSERT_TRUE(WriteSmall(h->root + "/" + dir + "/cpuset.cpus", root_cpus));
+  }
+  ChildProcess child;
+  ASSERT_GT(child.pid(), 0);
+  ASSERT_TRUE(WriteSmall(h->root + "/" + kFsCtrG + "/cgroup.procs", std::to_string(child.pid())));
+
+  absl::StatusOr<CpuSet> online = CpuSet::Parse(root_cpus);
+  ASSERT_TRUE(online.ok());
+  Target target;
+  target.online = *online;
+  target.shared = *online;
+  target.exclusive[kIdG] = *online;
+  target.all_mems = *all;
+  const int node = *all->Last();
+  target.exclusive_mems[kIdG] = CpuSet{node};
+  Reconciler r(NewCgroupFs(*h), "");
+  EXPECT_EQ(r.Apply(target).failed, 0);
+  EXPECT_EQ(ReadFile(h->root + "/" + kFsCtrG + "/cpuset.mems"), absl::StrCat(node, "\n"));
+  EXPECT_EQ(ReadFile(h->root + "/" + kFsPodG + "/cpuset.mems"), all->ToString() + "\n");
+  EXPECT_THAT(ReadFile(absl::StrCat("/proc/", child.pid(), "/status")),
+              HasSubstr(absl::StrCat("Mems_allowed_list:\t", node, "\n")));
+  // A node outside the root: the kernel refuses, the error names the file and the nodes.
+  if (*all->Last() < CpuSet::kMaxCpuId) {
+    const CpuSet outside{*all->Last() + 1};
+    std::unique_ptr<CgroupFs> cg = NewCgroupFs(*h);
+    const absl::Status st = cg->WriteMems(kFsCtrG, outside);
+    EXPECT_FALSE(st.ok());
+    EXPECT_THAT(st.message(), HasSubstr(kFsCtrG + "/cpuset.mems"));
+    EXPECT_THAT(st.message(), HasSubstr("write mems \"" + outside.ToString() + "\""));
+  }
+  // Unprepared: every node again.
+  target.exclusive.clear();
+  target.exclusive_mems.clear();
+  EXPECT_EQ(r.Apply(target).failed, 0);
+  EXPECT_EQ(ReadFile(h->root + "/" + kFsCtrG + "/cpuset.mems"), all->ToString() + "\n");
+  EXPECT_THAT(ReadFile(absl::StrCat("/proc/", child.pid(), "/status")),
+              HasSubstr("Mems_allowed_list:\t" + all->ToString() + "\n"));
+}
+
 }  // namespace
 }  // namespace topodra::cgroup
