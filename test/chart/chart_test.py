@@ -389,7 +389,8 @@ class ChartTest(unittest.TestCase):
         "--gpus": "publish.gpus", "--slice-mixins": "publish.sliceMixins",
         "--topology-refresh": "publish.topologyRefresh", "--device-plugin": "devicePlugin.mode",
         "--device-plugin-reclaim-interval": "devicePlugin.reclaimInterval",
-        "--enforce": "cpuPinning.enforce", "--reservations": None,
+        "--enforce": "cpuPinning.enforce", "--numa-memory": "cpuPinning.numaMemory",
+        "--reservations": None,
         "--reservation-taints": "reservations.taints", "--log-format": "logging.format",
     }
 
