@@ -684,6 +684,7 @@ class Node:
         """Runs busybox sh in pod <pod_uid>'s cgroup with the CDI devices; the script reports
         what the container sees. Returns the parsed report."""
         script = ("echo \"affinity=$(grep Cpus_allowed_list /proc/1/status | cut -f2)\"; "
+                  "echo \"mems=$(grep Mems_allowed_list /proc/1/status | cut -f2)\"; "
                   "echo '--- pid1'; tr '\\000' '\\n' < /proc/1/environ; "
                   "echo '--- sh'; env; "
                   "echo '--- dev'; for d in $(ls /dev/dri/* /dev/nvidia* 2>/dev/null); do "
@@ -711,11 +712,13 @@ class Node:
 
     @staticmethod
     def parse_report(text):
-        rep = {"affinity": None, "pid1": {}, "sh": {}, "dev": {}}
+        rep = {"affinity": None, "mems": None, "pid1": {}, "sh": {}, "dev": {}}
         section = None
         for line in text.splitlines():
             if line.startswith("affinity="):
                 rep["affinity"] = line[len("affinity="):]
+            elif line.startswith("mems="):
+                rep["mems"] = line[len("mems="):]
             elif line.startswith("--- "):
                 section = line[4:]
             elif section in ("pid1", "sh") and "=" in line:
@@ -874,6 +877,16 @@ def scenario(node, work):
     rep = node.run_container("grouped claim", grouped_pod, [g_id], detach=True, name="grouped")
     names = node.check_env("grouped claim", g_spec, g_dev, rep)
     node.check_affinity("grouped claim", rep, g_cpus)
+    # --numa-memory=claim (the default): the hook gets the claim's NUMA nodes and the container
+    # allocates memory only there.
+    node.check("--mems" in hook["args"], "grouped: the hook has no --mems: %s" % hook["args"])
+    if "--mems" in hook["args"]:
+        g_mems = read_cpu_list(hook["args"][hook["args"].index("--mems") + 1])
+        node.check(rep["mems"] is not None and read_cpu_list(rep["mems"]) == g_mems,
+                   "grouped claim: Mems_allowed_list in the container is %r, want the hook's "
+                   "--mems %s" % (rep["mems"], fmt_cpus(g_mems)))
+        log("grouped claim: container allocates on NUMA nodes %s (the hook's --mems)"
+            % rep["mems"])
     lost = sorted(k for k in names if not SAFE_NAME.match(k) and k in rep["sh"])
     log("grouped claim: container on CPUs %s (the claim's); env %s; names busybox sh kept "
         "although not shell-safe: %s" % (rep["affinity"], sorted(names), lost))
