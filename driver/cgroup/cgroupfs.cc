@@ -71,9 +71,8 @@ class RealCgroupFs : public CgroupFs {
     const char* what = which == CpusetFile::kMems ? "mems" : "cpus";
     if (relative_path.empty() || relative_path.front() == '/' ||
         absl::StrContains(relative_path, "..")) {
-      return absl::InvalidArgumentError(absl::StrCat("write ", what, " \"", text,
-                                                     "\": invalid cgroup path \"", relative_path,
-                                                     "\""));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "write ", what, " \"", text, "\": invalid cgroup path \"", relative_path, "\""));
     }
     const std::string file = absl::StrCat(h_.root, "/", relative_path, "/", FileName(which));
     const std::string op = absl::StrCat("write ", what, " \"", text, "\" to");
@@ -211,8 +210,9 @@ absl::StatusOr<Hierarchy> FindHierarchy(const std::string& cgroup_root) {
 }
 
 absl::StatusOr<CpuSet> RootMems(const Hierarchy& hierarchy) {
-  const std::string file = absl::StrCat(
-      hierarchy.root, hierarchy.version == Version::kV2 ? "/cpuset.mems.effective" : "/cpuset.mems");
+  const std::string file =
+      absl::StrCat(hierarchy.root,
+                   hierarchy.version == Version::kV2 ? "/cpuset.mems.effective" : "/cpuset.mems");
   absl::StatusOr<std::string> text =
       files::ReadFileBounded(file, kMaxCpusFileBytes, files::Links::kFollow);
   if (!text.ok()) return text.status();

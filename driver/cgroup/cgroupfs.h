@@ -1,6 +1,6 @@
 // cgroupfs I/O for the cpuset controller: find the hierarchy, list the kubelet's pod cgroups,
-// read and write cpuset.cpus and cpuset.mems. Plain file I/O (no libcgroup needed for this little), behind an
-// interface so the reconciler is tested on fake trees in temporary directories.
+// read and write cpuset.cpus and cpuset.mems. Plain file I/O (no libcgroup needed for this little),
+// behind an interface so the reconciler is tested on fake trees in temporary directories.
 #pragma once
 
 #include <memory>

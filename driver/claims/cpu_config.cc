@@ -194,8 +194,8 @@ absl::StatusOr<NumaMemory> ParseNumaMemory(const json& value) {
     }
     for (const json& item : value) items.push_back(&item);
   } else {
-    return Invalid(kField,
-                   absl::StrCat(": expected a string or a list of strings, got ", value.type_name()));
+    return Invalid(
+        kField, absl::StrCat(": expected a string or a list of strings, got ", value.type_name()));
   }
   NumaMemory out;
   out.local = false;
@@ -215,8 +215,8 @@ absl::StatusOr<NumaMemory> ParseNumaMemory(const json& value) {
       continue;
     }
     const bool list_chars = text.find_first_not_of("0123456789,-") == std::string::npos;
-    absl::StatusOr<CpuSet> nodes = list_chars ? CpuSet::Parse(text)
-                                              : absl::InvalidArgumentError("not a list");
+    absl::StatusOr<CpuSet> nodes =
+        list_chars ? CpuSet::Parse(text) : absl::InvalidArgumentError("not a list");
     if (!nodes.ok() || nodes->Empty()) {
       return Invalid(at, absl::StrCat(": ", Quote(text),
                                       " is not \"local\", \"all\" or a list of NUMA node ids "
@@ -253,11 +253,10 @@ absl::StatusOr<CpuSet> MemoryNodes(const NumaMemory& policy, const CpuSet& cpus,
   }
   if (policy.all) return with_memory.Empty() ? known : with_memory;
   if (const CpuSet missing = policy.nodes - known; !missing.Empty()) {
-    return Invalid(absl::StrCat("numaMemory: NUMA node", missing.Size() == 1 ? " " : "s ",
-                                missing.ToString(), missing.Size() == 1 ? " is" : " are",
-                                " not on this node"),
-                   absl::StrCat(" (its NUMA nodes: ", known.Empty() ? "none" : known.ToString(),
-                                ")"));
+    return Invalid(
+        absl::StrCat("numaMemory: NUMA node", missing.Size() == 1 ? " " : "s ", missing.ToString(),
+                     missing.Size() == 1 ? " is" : " are", " not on this node"),
+        absl::StrCat(" (its NUMA nodes: ", known.Empty() ? "none" : known.ToString(), ")"));
   }
   return policy.local ? policy.nodes | local : policy.nodes;
 }

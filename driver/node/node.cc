@@ -111,8 +111,9 @@ void Node::Assemble(topology::Topology topo, std::optional<PinningSetup> pinning
     metrics_ = std::make_unique<metrics::Metrics>(mo);
   }
   if (pinning) {
-    components_.Add(std::make_unique<Pinning>(*std::move(pinning), config_, ledger_.get(),
-                                              [this] { return Online(); }, std::move(numa_nodes)));
+    components_.Add(std::make_unique<Pinning>(
+        *std::move(pinning), config_, ledger_.get(), [this] { return Online(); },
+        std::move(numa_nodes)));
   }
   AddKubeletComponents();
   // Before publishing and reservations: a --metrics-address or --health-address that cannot be

@@ -199,7 +199,8 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
                           taken.ToString());
   // Whatever device of the claim a container gets, it runs on all of the claim's CPUs.
   if (setup.cpuset_hook) {
-    plan.cdi_spec.container_edits.hooks.push_back(CpusetHookFor(*setup.cpuset_hook, uid, taken, mems));
+    plan.cdi_spec.container_edits.hooks.push_back(
+        CpusetHookFor(*setup.cpuset_hook, uid, taken, mems));
   }
   std::set<std::string> names;
   for (const ResultCpus& r : chosen) {

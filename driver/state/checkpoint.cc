@@ -257,8 +257,7 @@ json AllocationToJson(const Allocation& a) {
 
 absl::StatusOr<Allocation> AllocationFromJson(const json& value) {
   Allocation a;
-  if (absl::Status st = ReadAllocation(value, "allocation", kCheckpointVersion, &a);
-      !st.ok()) {
+  if (absl::Status st = ReadAllocation(value, "allocation", kCheckpointVersion, &a); !st.ok()) {
     return st;
   }
   return a;

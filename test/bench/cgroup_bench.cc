@@ -110,8 +110,9 @@ void BuildTree(const std::string& root, std::vector<std::string>& containers,
 
 // One run of every measurement for targets `a` and `b` (b: a after one prepare); `mems` says
 // whether they manage cpuset.mems (then the floors read and write mems too).
-void Measure(const topodra::cgroup::Hierarchy& hierarchy, const std::vector<std::string>& containers,
-             const Target& a, const Target& b, int rounds, bool mems, const char* tag) {
+void Measure(const topodra::cgroup::Hierarchy& hierarchy,
+             const std::vector<std::string>& containers, const Target& a, const Target& b,
+             int rounds, bool mems, const char* tag) {
   topodra::cgroup::Reconciler reconciler(topodra::cgroup::NewCgroupFs(hierarchy), "");
   auto start = Clock::now();
   ApplyResult first = reconciler.Apply(a);

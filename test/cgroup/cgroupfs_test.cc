@@ -602,9 +602,15 @@ void AddMems(FakeTree& t, const std::string& prefix, const std::vector<std::stri
   for (const std::string& path : paths) t.SetMems(prefix + path, mems);
 }
 
-const std::vector<std::string> kFsPaths = {"kubepods",          "kubepods/burstable",
-                                           "kubepods/besteffort", kFsPodG, kFsCtrG, kFsPodB,
-                                           kFsCtrB,             kFsPodE, kFsCtrE};
+const std::vector<std::string> kFsPaths = {"kubepods",
+                                           "kubepods/burstable",
+                                           "kubepods/besteffort",
+                                           kFsPodG,
+                                           kFsCtrG,
+                                           kFsPodB,
+                                           kFsCtrB,
+                                           kFsPodE,
+                                           kFsCtrE};
 
 TEST(CgroupFsMemsTest, ScanReadsMemsOnlyWhenAsked) {
   FakeTree t;

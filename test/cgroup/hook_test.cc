@@ -241,8 +241,8 @@ TEST(HookBinaryRealHostTest, SetsTheContainersMemoryNodes) {
   cleanup.child = child;
   ASSERT_TRUE(Put(root + "/" + ctr + "/cgroup.procs", std::to_string(child)));
 
-  const std::string base = "--cpus " + std::to_string(cpu) + " --claim uid-m --records " +
-                           records + " --cgroup-root /sys/fs/cgroup";
+  const std::string base = "--cpus " + std::to_string(cpu) + " --claim uid-m --records " + records +
+                           " --cgroup-root /sys/fs/cgroup";
   auto [rc, out] = RunHook(base + " --mems " + std::to_string(missing), child);
   EXPECT_EQ(rc, 1) << out;
   EXPECT_THAT(out, ::testing::HasSubstr("NUMA node " + std::to_string(missing) +
@@ -366,8 +366,9 @@ TEST_F(HookRootCpusetTest, MemsNotInTheRootAreNamed) {
   EXPECT_EQ(rc, 1) << out;
   EXPECT_THAT(out, ::testing::HasSubstr("topodra-cpuset-hook: --mems \"1-3\": NUMA node 2-3 is not "
                                         "in the root cpuset (" +
-                                        dir_ + "/cgroup/cpuset/cpuset.mems has 0-1): no memory "
-                                               "there, or offline\n"));
+                                        dir_ +
+                                        "/cgroup/cpuset/cpuset.mems has 0-1): no memory "
+                                        "there, or offline\n"));
   EXPECT_FALSE(fs::exists(dir_ + "/records"));
   EXPECT_EQ(Slurp(dir_ + "/cgroup/cpuset/cpuset.mems"), "0-1\n");
 

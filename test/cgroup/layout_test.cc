@@ -464,7 +464,6 @@ TEST(PlanTest, CgroupfsTree) {
   EXPECT_THAT(Plan(tree, target), ElementsAre(Write{ctr, Set("0")}, Write{sandbox, Set("1-7")}));
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // cpuset.mems: the same two phases after the cpus, over the cgroups whose mems were observed
 
@@ -489,16 +488,14 @@ TEST(PlanMemsTest, DesiredMemsPerLevel) {
 }
 
 TEST(PlanMemsTest, V1ClaimNarrowsItsContainerOnly) {
-  const std::vector<Observed> tree = {
-      ObsMems(kKp, "0-7", "0-1"), ObsMems(kPodP, "0-7", "0-1"), ObsMems(kA, "0-7", "0-1"),
-      ObsMems(kC, "0-7", "0-1")};
+  const std::vector<Observed> tree = {ObsMems(kKp, "0-7", "0-1"), ObsMems(kPodP, "0-7", "0-1"),
+                                      ObsMems(kA, "0-7", "0-1"), ObsMems(kC, "0-7", "0-1")};
   Target target = MakeTarget("0-7", "0-3,6-7", {{"aaaa", Set("4-5")}});
   target.all_mems = Set("0-1");
   target.exclusive_mems = {{"aaaa", Set("1")}};
   // The cpus first (A narrowed, C to the shared pool), then A's memory.
-  EXPECT_THAT(Plan(tree, target),
-              ElementsAre(Write{kA, Set("4-5")}, Write{kC, Set("0-3,6-7")},
-                          Write{kA, Set("1"), kMems}));
+  EXPECT_THAT(Plan(tree, target), ElementsAre(Write{kA, Set("4-5")}, Write{kC, Set("0-3,6-7")},
+                                              Write{kA, Set("1"), kMems}));
 }
 
 TEST(PlanMemsTest, V1UnprepareWidensParentFirst) {
@@ -528,9 +525,9 @@ TEST(PlanMemsTest, V2EmptyMemsAreWrittenTopDown) {
   Target target = MakeTarget("0-7", "0-3,6-7", {{"aaaa", Set("4-5")}});
   target.all_mems = Set("0-1");
   target.exclusive_mems = {{"aaaa", Set("1")}};
-  EXPECT_THAT(Plan(tree, target), ElementsAre(Write{kKp, Set("0-1"), kMems},
-                                              Write{kPodP, Set("0-1"), kMems},
-                                              Write{kA, Set("1"), kMems}));
+  EXPECT_THAT(Plan(tree, target),
+              ElementsAre(Write{kKp, Set("0-1"), kMems}, Write{kPodP, Set("0-1"), kMems},
+                          Write{kA, Set("1"), kMems}));
 }
 
 TEST(PlanMemsTest, NotManagedOrNotObservedIsNotWritten) {

@@ -175,7 +175,6 @@ TEST(GoneContainerRecordsTest, CrashLoopingContainerKeepsTheRecordCountBounded) 
   std::filesystem::remove_all(base);
 }
 
-
 // ---- NUMA memory (--numa-memory=claim)
 
 // Which nodes are local to which CPUs, over the fixture machines: one node, two nodes, and
@@ -206,7 +205,7 @@ TEST(NumaNodesOfTest, OverFixtureTopologies) {
 TEST(ClaimMemsTest, RecordedOrLocalWithinTheRoot) {
   const topology::Topology knl = testing::LoadTopology("64intel64-fakeKNL-SNC4-hybrid.xml");
   const NumaMemory m{Cpus("0-7"), knl.numa_nodes};
-  EXPECT_EQ(ClaimMems(Cpus("4-5"), {}, m), Cpus("1"));          // local
+  EXPECT_EQ(ClaimMems(Cpus("4-5"), {}, m), Cpus("1"));             // local
   EXPECT_EQ(ClaimMems(Cpus("4-5"), Cpus("1,5"), m), Cpus("1,5"));  // prepare chose HBM too
   // Nodes the root cpuset does not have are dropped; nothing left is "not narrowed".
   const NumaMemory small{Cpus("0-1"), knl.numa_nodes};

@@ -545,9 +545,9 @@ constexpr char kKnl[] = "64intel64-fakeKNL-SNC4-hybrid.xml";
 
 struct NumaCase {
   std::string name;
-  std::string json;    // the numaMemory value
-  std::string error;   // the whole message; empty: accepted
-  NumaMemory want{};   // when accepted
+  std::string json;   // the numaMemory value
+  std::string error;  // the whole message; empty: accepted
+  NumaMemory want{};  // when accepted
 };
 
 void PrintTo(const NumaCase& c, std::ostream* os) { *os << c.name << ": " << c.json; }
@@ -586,30 +586,41 @@ INSTANTIATE_TEST_SUITE_P(
         {"EmptyList", "[]", "cpuConfig.numaMemory is empty", {}},
         {"EmptyString", R"("")", "cpuConfig.numaMemory is empty", {}},
         {"EmptyEntry", R"(["local", ""])", "cpuConfig.numaMemory[1] is empty", {}},
-        {"NumberEntry", R"(["local", 2])", "cpuConfig.numaMemory[1]: expected a string, got number",
+        {"NumberEntry",
+         R"(["local", 2])",
+         "cpuConfig.numaMemory[1]: expected a string, got number",
          {}},
         {"ListInList", R"([["2"]])", "cpuConfig.numaMemory[0]: expected a string, got array", {}},
         {"UnknownWord", R"("remote")", "cpuConfig.numaMemory: \"remote\"" + kBadNodes, {}},
-        {"UnknownWordInList", R"(["local", "Local"])",
-         "cpuConfig.numaMemory[1]: \"Local\"" + kBadNodes, {}},
+        {"UnknownWordInList",
+         R"(["local", "Local"])",
+         "cpuConfig.numaMemory[1]: \"Local\"" + kBadNodes,
+         {}},
         {"Spaces", R"(["2, 3"])", "cpuConfig.numaMemory[0]: \"2, 3\"" + kBadNodes, {}},
         {"Negative", R"(["-1"])", "cpuConfig.numaMemory[0]: \"-1\"" + kBadNodes, {}},
         {"Backwards", R"(["3-2"])", "cpuConfig.numaMemory[0]: \"3-2\"" + kBadNodes, {}},
         {"Newline", R"(["2\n"])", "cpuConfig.numaMemory[0]: \"2\n\"" + kBadNodes, {}},
-        {"TooLarge", R"(["1000-1024"])",
+        {"TooLarge",
+         R"(["1000-1024"])",
          "cpuConfig.numaMemory[0]: NUMA node 1024 in \"1000-1024\" is above 1023, the largest "
          "Linux has",
          {}},
-        {"LocalTwice", R"(["local", "2", "local"])",
-         "cpuConfig.numaMemory[2]: \"local\" is named twice", {}},
-        {"NodeTwice", R"(["2-4", "4"])",
-         "cpuConfig.numaMemory[1]: NUMA node 4 in \"4\" is named twice", {}},
+        {"LocalTwice",
+         R"(["local", "2", "local"])",
+         "cpuConfig.numaMemory[2]: \"local\" is named twice",
+         {}},
+        {"NodeTwice",
+         R"(["2-4", "4"])",
+         "cpuConfig.numaMemory[1]: NUMA node 4 in \"4\" is named twice",
+         {}},
         {"AllTwice", R"(["all", "all"])", "cpuConfig.numaMemory[1]: \"all\" is named twice", {}},
-        {"AllWithLocal", R"(["all", "local"])",
+        {"AllWithLocal",
+         R"(["all", "local"])",
          "cpuConfig.numaMemory: \"all\" cannot be combined with other entries "
          "(\"[\"all\",\"local\"]\")",
          {}},
-        {"AllWithNodes", R"(["4", "all"])",
+        {"AllWithNodes",
+         R"(["4", "all"])",
          "cpuConfig.numaMemory: \"all\" cannot be combined with other entries "
          "(\"[\"4\",\"all\"]\")",
          {}},
@@ -618,14 +629,18 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The non-string, non-list values: the message names the JSON type.
 TEST(NumaMemoryParseTypesTest, NamesTheType) {
-  for (const auto& [text, type] : std::vector<std::pair<std::string, std::string>>{
-           {"2", "number"}, {R"({"local": true})", "object"}, {"null", "null"}, {"true", "boolean"}}) {
+  for (const auto& [text, type] :
+       std::vector<std::pair<std::string, std::string>>{{"2", "number"},
+                                                        {R"({"local": true})", "object"},
+                                                        {"null", "null"},
+                                                        {"true", "boolean"}}) {
     EXPECT_EQ(ParseNumaMemory(json::parse(text)).status().message(),
               "cpuConfig.numaMemory: expected a string or a list of strings, got " + type)
         << text;
   }
   json many = json::array();
-  for (int i = 0; i <= static_cast<int>(kMaxNumaMemoryEntries); ++i) many.push_back(std::to_string(i));
+  for (int i = 0; i <= static_cast<int>(kMaxNumaMemoryEntries); ++i)
+    many.push_back(std::to_string(i));
   EXPECT_EQ(ParseNumaMemory(many).status().message(),
             "cpuConfig.numaMemory has 65 entries (at most 64)");
 }
@@ -643,10 +658,11 @@ TEST(ParseCpuConfigParametersTest, NumaMemoryBesideOrInsteadOfTheCpuset) {
   EXPECT_FALSE(alone->cpuset.has_value());
   EXPECT_TRUE(alone->numa_memory->all);
   // A config that must name CPUs still needs its cpuset.
-  EXPECT_EQ(ParseCpuConfig(json::parse(R"({"apiVersion":"v1alpha1","cpuConfig":{"numaMemory":"all"}})"))
-                .status()
-                .message(),
-            "cpuConfig.cpuset is missing");
+  EXPECT_EQ(
+      ParseCpuConfig(json::parse(R"({"apiVersion":"v1alpha1","cpuConfig":{"numaMemory":"all"}})"))
+          .status()
+          .message(),
+      "cpuConfig.cpuset is missing");
   // The field's errors come through, and its name is exact.
   EXPECT_EQ(ParseCpuConfigParameters(
                 json::parse(R"({"apiVersion":"v1alpha1","cpuConfig":{"numaMemory":["near"]}})"))
@@ -681,8 +697,9 @@ TEST(MemoryNodesTest, LocalNamedAndAllOnFixtures) {
                 .message(),
             "numaMemory: NUMA nodes 8-9 are not on this node (its NUMA nodes: 0-7)");
   // One node, no memory size in the export: "all" is every node.
-  EXPECT_EQ(MemoryNodes({.local = false, .all = true, .nodes = {}}, CpuSet{}, Load(kFull))->ToString(),
-            "0");
+  EXPECT_EQ(
+      MemoryNodes({.local = false, .all = true, .nodes = {}}, CpuSet{}, Load(kFull))->ToString(),
+      "0");
   EXPECT_EQ(MemoryNodes({.local = false, .all = false, .nodes = {1}}, CpuSet{}, Load(kFull))
                 .status()
                 .message(),
@@ -712,10 +729,11 @@ TEST_F(PoolRulesTest, NumaMemoryConfigs) {
   EXPECT_EQ((*got)[0].explicit_cpus->ToString(), "9");
   EXPECT_TRUE((*got)[0].numa_memory->all);
   // The machine device still needs its CPUs named.
-  EXPECT_THAT(Resolve(R("node1", "cpudevmachine", "2"), {Config("FromClaim", "[]", numa(R"("local")"))})
-                  .status()
-                  .message(),
-              ::testing::HasSubstr("spans the whole machine"));
+  EXPECT_THAT(
+      Resolve(R("node1", "cpudevmachine", "2"), {Config("FromClaim", "[]", numa(R"("local")"))})
+          .status()
+          .message(),
+      ::testing::HasSubstr("spans the whole machine"));
   // A node this machine lacks (16em64t-4s2c2t has node 0 only).
   EXPECT_EQ(Resolve(R("node1", "cpudevsocket001", "2"), {Config("FromClaim", "[]", numa(R"("3")"))})
                 .status()

@@ -128,11 +128,10 @@ TEST_F(PinningTest, SharedPoolFollowsClaimsAndHookRecordsKeepContainersOnTheirCp
   ASSERT_EQ(hooks.size(), 1u) << spec.dump();
   EXPECT_EQ(hooks[0]["hookName"], "createRuntime");
   EXPECT_EQ(hooks[0]["path"], hook);
-  EXPECT_THAT(
-      hooks[0]["args"].get<std::vector<std::string>>(),
-      ::testing::ElementsAre("topodra-cpuset-hook", "--cpus", "4-7", "--mems", "0", "--claim",
-                             claim.uid, "--records", dirs_.state + "/containers", "--cgroup-root",
-                             cgroups_));
+  EXPECT_THAT(hooks[0]["args"].get<std::vector<std::string>>(),
+              ::testing::ElementsAre("topodra-cpuset-hook", "--cpus", "4-7", "--mems", "0",
+                                     "--claim", claim.uid, "--records", dirs_.state + "/containers",
+                                     "--cgroup-root", cgroups_));
 
   // What the hook records when the runtime creates the claim's container (aaaa1): the daemon
   // keeps it on the claim's CPUs and its pod on the shared pool plus those.
@@ -316,7 +315,8 @@ TEST_F(PinningTest, NumaMemoryFollowsTheClaimsCpus) {
   // A node the machine lacks is refused at prepare, named.
   const json bad = {{"apiVersion", "v1alpha1"}, {"cpuConfig", {{"numaMemory", {"local", "5"}}}}};
   const std::string error = PrepareOne(CpuClaim("bad", "cpudevnuma000", "1", bad)).error;
-  EXPECT_THAT(error, HasSubstr("numaMemory: NUMA node 5 is not on this node (its NUMA nodes: 0-1)"));
+  EXPECT_THAT(error,
+              HasSubstr("numaMemory: NUMA node 5 is not on this node (its NUMA nodes: 0-1)"));
 
   ASSERT_EQ(UnprepareOne(local), "");
   EXPECT_TRUE(WaitMems(a1, "0-1")) << Mems(a1);

@@ -697,9 +697,8 @@ TEST(PlanClaimTest, NumaMemoryRecordsTheClaimsNodesAndPassesThemToTheHook) {
   ASSERT_TRUE(local.ok()) << local.status();
   EXPECT_EQ(local->allocation.mems.ToString(), "1-2");
   EXPECT_THAT(args(*local), ::testing::ElementsAre("topodra-cpuset-hook", "--cpus", "8-9,16",
-                                                   "--mems", "1-2", "--claim", "uid-m",
-                                                   "--records", "/records", "--cgroup-root",
-                                                   "/sys/fs/cgroup"));
+                                                   "--mems", "1-2", "--claim", "uid-m", "--records",
+                                                   "/records", "--cgroup-root", "/sys/fs/cgroup"));
   absl::StatusOr<Plan> more = plan(with({"local", "5"}), true);
   ASSERT_TRUE(more.ok()) << more.status();
   EXPECT_EQ(more->allocation.mems.ToString(), "1-2,5");
