@@ -103,6 +103,9 @@ struct RunCommand {
   // --strict-cpu-reservation: --reserved-cpus are kept out of the shared pool too (the kubelet's
   // strict-cpu-reservation option); off, they stay in it, as the kubelet's static policy has it.
   bool strict_cpu_reservation = false;
+  // --numa-memory: "claim" (with cgroup enforcement, containers of CPU claims get the claims' NUMA
+  // nodes as cpuset.mems) or "none" (cpuset.mems is left alone).
+  std::string numa_memory = "claim";
   // Where the hook binary is installed on the host (the same path inside the daemon's pod).
   std::string hook_dir = "/opt/topodra/bin";
   // /metrics, /healthz and /readyz: ":port", "host:port", or "" / "none" for no endpoints.

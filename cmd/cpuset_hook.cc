@@ -4,7 +4,11 @@
 // keeps it on its CPUs and every other container off them) and puts the container's cgroup on
 // the claim's CPUs, widening the pod's cgroups first where cgroup rules need it.
 //
-// usage: topodra-cpuset-hook --cpus LIST --claim ID --records DIR [--cgroup-root DIR]
+// With --mems (--numa-memory=claim), it also puts the container's memory on the claim's NUMA
+// nodes (cpuset.mems), the union over the container's claims.
+//
+// usage: topodra-cpuset-hook --cpus LIST [--mems LIST] --claim ID --records DIR
+//                            [--cgroup-root DIR]
 // stdin: the OCI container state (JSON with "id" and "pid").
 // Built statically: the host may have none of the daemon's libraries.
 #include <dirent.h>
@@ -153,10 +157,50 @@ void CheckRootCpuset(const std::string& hierarchy, bool v2, const std::set<int>&
   }
 }
 
+// The same for --mems: a memory node the root cpuset does not have (a CPU-less node named in a
+// claim's numaMemory that this machine lacks, or one offline) fails the hook before anything
+// is written. Only the root's own list is looked at: /sys's node lists do not say which nodes
+// a cpuset may use.
+void CheckRootMems(const std::string& hierarchy, bool v2, const std::set<int>& mems,
+                   const std::string& mems_arg) {
+  const std::string root_file = hierarchy + (v2 ? "/cpuset.mems.effective" : "/cpuset.mems");
+  bool root_ok = false;
+  const std::string root_text = Read(root_file, &root_ok);
+  const std::optional<std::set<int>> usable = root_ok ? hook::ParseList(root_text) : std::nullopt;
+  if (!usable || usable->empty()) return;
+  std::set<int> missing;
+  for (int n : mems) {
+    if (!usable->contains(n)) missing.insert(n);
+  }
+  if (!missing.empty()) {
+    Fail("--mems \"" + mems_arg + "\": NUMA node " + hook::FormatList(missing) +
+         " is not in the root cpuset (" + root_file + " has " + hook::FormatList(*usable) +
+         "): no memory there, or offline");
+  }
+}
+
+// Widens `file` ("cpuset.cpus", "cpuset.mems") of every ancestor in `chain` (the container
+// last, not touched) to hold `want`, parents first, as cgroup v1 requires of a child's list.
+void WidenAncestors(const std::string& hierarchy, const std::vector<std::string>& chain,
+                    const std::string& file_name, const std::set<int>& want) {
+  for (size_t i = 0; i + 1 < chain.size(); ++i) {
+    const std::string file = hierarchy + "/" + chain[i] + "/" + file_name;
+    bool read_ok = false;
+    const std::string now = Read(file, &read_ok);
+    if (!read_ok) continue;  // v2: cpuset not enabled at this level
+    std::optional<std::set<int>> have = hook::ParseList(now);
+    if (!have || have->empty()) continue;  // v2: empty inherits the parent's
+    std::set<int> wider = *have;
+    wider.insert(want.begin(), want.end());
+    if (wider != *have) WriteCgroupFile(file, hook::FormatList(wider));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string cpus_arg, claim, records, cgroup_root = "/sys/fs/cgroup";
+  std::string cpus_arg, mems_arg, claim, records, cgroup_root = "/sys/fs/cgroup";
+  bool have_mems = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -165,6 +209,9 @@ int main(int argc, char** argv) {
     };
     if (a == "--cpus") {
       cpus_arg = value();
+    } else if (a == "--mems") {
+      mems_arg = value();
+      have_mems = true;
     } else if (a == "--claim") {
       claim = value();
     } else if (a == "--records") {
@@ -177,6 +224,11 @@ int main(int argc, char** argv) {
   }
   const std::optional<std::set<int>> cpus = hook::ParseList(cpus_arg);
   if (!cpus || cpus->empty()) Fail("--cpus \"" + cpus_arg + "\" is not a CPU list");
+  const std::optional<std::set<int>> mems =
+      have_mems ? hook::ParseList(mems_arg) : std::optional<std::set<int>>();
+  if (have_mems && (!mems || mems->empty())) {
+    Fail("--mems \"" + mems_arg + "\" is not a list of NUMA nodes");
+  }
   if (!SafeName(claim)) Fail("--claim \"" + claim + "\" is not a claim id");
   if (records.empty()) Fail("--records is required");
 
@@ -195,6 +247,7 @@ int main(int argc, char** argv) {
       !IsDir(cgroup_root + "/cpuset") && std::ifstream(cgroup_root + "/cgroup.controllers").good();
   const std::string hierarchy = v2 ? cgroup_root : cgroup_root + "/cpuset";
   CheckRootCpuset(hierarchy, v2, *cpus, cpus_arg);
+  if (mems) CheckRootMems(hierarchy, v2, *mems, mems_arg);
   bool ok = false;
   const std::string proc = Read("/proc/" + std::to_string(pid) + "/cgroup", &ok);
   if (!ok) Fail("cannot read /proc/" + std::to_string(pid) + "/cgroup");
@@ -203,10 +256,13 @@ int main(int argc, char** argv) {
 
   // The record first: a reconcile that runs from now on keeps the container on its CPUs.
   WriteRecord(records, id + "_" + claim + ".json",
-              hook::RecordJson(id, claim, hook::FormatList(*cpus), *relative));
+              hook::RecordJson(id, claim, hook::FormatList(*cpus), *relative,
+                               mems ? hook::FormatList(*mems) : ""));
 
-  // The container's CPUs: every CPU claim of it (a container may hold several).
+  // The container's CPUs: every CPU claim of it (a container may hold several); its memory
+  // nodes likewise, when every one of those claims names them.
   std::set<int> want = *cpus;
+  std::vector<std::optional<std::set<int>>> record_mems;
   {
     const std::string prefix = id + "_";
     DIR* d = ::opendir(records.c_str());
@@ -221,6 +277,9 @@ int main(int argc, char** argv) {
         if (auto more = hook::ParseList(r["cpus"].get<std::string>())) {
           want.insert(more->begin(), more->end());
         }
+        record_mems.push_back(r.contains("mems") && r["mems"].is_string()
+                                  ? hook::ParseList(r["mems"].get<std::string>())
+                                  : std::nullopt);
       }
       ::closedir(d);
     }
@@ -228,17 +287,15 @@ int main(int argc, char** argv) {
   const std::string want_text = hook::FormatList(want);
 
   const std::vector<std::string> chain = hook::Chain(*relative);
-  for (size_t i = 0; i + 1 < chain.size(); ++i) {
-    const std::string file = hierarchy + "/" + chain[i] + "/cpuset.cpus";
-    bool read_ok = false;
-    const std::string now = Read(file, &read_ok);
-    if (!read_ok) continue;  // v2: cpuset not enabled at this level
-    std::optional<std::set<int>> have = hook::ParseList(now);
-    if (!have || have->empty()) continue;  // v2: empty inherits the parent's
-    std::set<int> wider = *have;
-    wider.insert(want.begin(), want.end());
-    if (wider != *have) WriteCgroupFile(file, hook::FormatList(wider));
-  }
+  WidenAncestors(hierarchy, chain, "cpuset.cpus", want);
+  // Memory nodes only when this claim names them: a claim prepared with --numa-memory=none
+  // leaves cpuset.mems to the reconciler.
+  const std::optional<std::set<int>> want_mems =
+      mems ? hook::UnionMems(record_mems) : std::optional<std::set<int>>();
+  if (want_mems) WidenAncestors(hierarchy, chain, "cpuset.mems", *want_mems);
   WriteCgroupFile(hierarchy + "/" + *relative + "/cpuset.cpus", want_text);
+  if (want_mems) {
+    WriteCgroupFile(hierarchy + "/" + *relative + "/cpuset.mems", hook::FormatList(*want_mems));
+  }
   return 0;
 }

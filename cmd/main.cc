@@ -209,6 +209,12 @@ void AddRunFlags(CLI::App* run, topodra::cmd::RunCommand* cmd, std::string* conf
                 "Keep --reserved-cpus out of the shared pool too (the kubelet's "
                 "strict-cpu-reservation); by default they are never handed out exclusively but "
                 "containers without a CPU claim run on them");
+  run->add_option("--numa-memory", cmd->numa_memory,
+                  "With --enforce=cgroup: claim (containers of CPU claims allocate memory only on "
+                  "the NUMA nodes of their CPUs, plus what the claim's numaMemory config names; "
+                  "everyone else on all nodes) or none (cpuset.mems is left alone)")
+      ->check(CLI::IsMember({"claim", "none"}))
+      ->capture_default_str();
   run->add_option("--hook-dir", cmd->hook_dir,
                   "Host directory the CPU pinning hook is installed in (same path in the pod)")
       ->capture_default_str();

@@ -92,6 +92,11 @@ absl::StatusOr<node::NodeConfig> NodeConfigFromFlags(const RunCommand& cmd,
   c.enforce = *enforce;
   c.enforce_note = enforcement->note;
   c.strict_cpu_reservation = cmd.strict_cpu_reservation;
+  if (cmd.numa_memory != "claim" && cmd.numa_memory != "none") {
+    return absl::InvalidArgumentError(absl::StrCat("--numa-memory: invalid value \"",
+                                                   cmd.numa_memory, "\" (want claim or none)"));
+  }
+  c.numa_memory = cmd.numa_memory == "claim";
   c.topology_refresh = absl::Seconds(std::max(1, cmd.topology_refresh_seconds));
   c.version = TOPODRA_VERSION_STRING;
   if (absl::Status st = FillPaths(cmd, &c); !st.ok()) return st;

@@ -57,23 +57,25 @@ class RealCgroupFs : public CgroupFs {
  public:
   explicit RealCgroupFs(Hierarchy hierarchy) : h_(std::move(hierarchy)) {}
 
-  absl::StatusOr<std::vector<Observed>> Scan() override {
+  absl::StatusOr<std::vector<Observed>> Scan(bool mems) override {
     std::vector<Observed> out;
     for (const char* root : kKubepodsRoots) {
-      if (absl::Status st = Walk(root, out); !st.ok()) return st;
+      if (absl::Status st = Walk(root, mems, out); !st.ok()) return st;
     }
     return out;
   }
 
-  absl::Status WriteCpus(const std::string& relative_path, const CpuSet& cpus) override {
-    const std::string text = cpus.ToString();
+  absl::Status Write(const std::string& relative_path, CpusetFile which,
+                     const CpuSet& ids) override {
+    const std::string text = ids.ToString();
+    const char* what = which == CpusetFile::kMems ? "mems" : "cpus";
     if (relative_path.empty() || relative_path.front() == '/' ||
         absl::StrContains(relative_path, "..")) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("write cpus \"", text, "\": invalid cgroup path \"", relative_path, "\""));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "write ", what, " \"", text, "\": invalid cgroup path \"", relative_path, "\""));
     }
-    const std::string file = absl::StrCat(h_.root, "/", relative_path, "/cpuset.cpus");
-    const std::string op = absl::StrCat("write cpus \"", text, "\" to");
+    const std::string file = absl::StrCat(h_.root, "/", relative_path, "/", FileName(which));
+    const std::string op = absl::StrCat("write ", what, " \"", text, "\" to");
     // No O_CREAT: a cgroup's files exist exactly as long as the cgroup, so a missing file is a
     // cgroup removed meanwhile (NotFound), never something to create.
     const int fd = ::open(file.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
@@ -99,8 +101,21 @@ class RealCgroupFs : public CgroupFs {
  private:
   static constexpr const char* kKubepodsRoots[] = {"kubepods.slice", "kubepods"};
 
+  // A cgroup's cpuset.mems, or nullopt when it cannot be read or parsed: Plan then leaves its
+  // mems alone (a v2 cgroup without the cpuset controller has no cpuset.cpus either and is not
+  // scanned at all).
+  std::optional<CpuSet> ReadMems(const std::string& relative) {
+    const std::string file = absl::StrCat(h_.root, "/", relative, "/cpuset.mems");
+    absl::StatusOr<std::string> text =
+        files::ReadFileBounded(file, kMaxCpusFileBytes, files::Links::kFollow);
+    if (!text.ok() || text->size() > kMaxCpusFileBytes) return std::nullopt;
+    absl::StatusOr<CpuSet> mems = CpuSet::Parse(*text);
+    if (!mems.ok()) return std::nullopt;
+    return *std::move(mems);
+  }
+
   // Pre-order, children by name: parents come before their children and the order is stable.
-  absl::Status Walk(const std::string& relative, std::vector<Observed>& out) {
+  absl::Status Walk(const std::string& relative, bool mems, std::vector<Observed>& out) {
     if (std::optional<Node> node = Classify(relative)) {
       const std::string file = absl::StrCat(h_.root, "/", relative, "/cpuset.cpus");
       absl::StatusOr<std::string> text =
@@ -120,7 +135,8 @@ class RealCgroupFs : public CgroupFs {
           return absl::Status(cpus.status().code(),
                               absl::StrCat("\"", file, "\": ", cpus.status().message()));
         }
-        out.push_back({*std::move(node), *std::move(cpus)});
+        out.push_back({*std::move(node), *std::move(cpus),
+                       mems ? ReadMems(relative) : std::optional<CpuSet>()});
       }
     }
     if (!DescendsInto(relative)) return absl::OkStatus();
@@ -136,7 +152,7 @@ class RealCgroupFs : public CgroupFs {
     }
     std::sort(children.begin(), children.end());
     for (const std::string& child : children) {
-      if (absl::Status st = Walk(child, out); !st.ok()) return st;
+      if (absl::Status st = Walk(child, mems, out); !st.ok()) return st;
     }
     return absl::OkStatus();
   }
@@ -191,6 +207,22 @@ absl::StatusOr<Hierarchy> FindHierarchy(const std::string& cgroup_root) {
                        : absl::StrCat("cannot be read (", controllers.status().message(), ")"),
       ", and there is no \"cpuset\" directory (or one named like \"cpu,cpuset\") holding "
       "cpuset.cpus"));
+}
+
+absl::StatusOr<CpuSet> RootMems(const Hierarchy& hierarchy) {
+  const std::string file =
+      absl::StrCat(hierarchy.root,
+                   hierarchy.version == Version::kV2 ? "/cpuset.mems.effective" : "/cpuset.mems");
+  absl::StatusOr<std::string> text =
+      files::ReadFileBounded(file, kMaxCpusFileBytes, files::Links::kFollow);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<CpuSet> mems = CpuSet::Parse(*text);
+  if (!mems.ok()) {
+    return absl::Status(mems.status().code(),
+                        absl::StrCat("\"", file, "\": ", mems.status().message()));
+  }
+  if (mems->Empty()) return absl::FailedPreconditionError(absl::StrCat("\"", file, "\" is empty"));
+  return mems;
 }
 
 std::unique_ptr<CgroupFs> NewCgroupFs(Hierarchy hierarchy) {

@@ -1,6 +1,6 @@
 // cgroupfs I/O for the cpuset controller: find the hierarchy, list the kubelet's pod cgroups,
-// read and write cpuset.cpus. Plain file I/O (no libcgroup needed for this little), behind an
-// interface so the reconciler is tested on fake trees in temporary directories.
+// read and write cpuset.cpus and cpuset.mems. Plain file I/O (no libcgroup needed for this little),
+// behind an interface so the reconciler is tested on fake trees in temporary directories.
 #pragma once
 
 #include <memory>
@@ -25,13 +25,26 @@ struct Hierarchy {
 };
 absl::StatusOr<Hierarchy> FindHierarchy(const std::string& cgroup_root);
 
+// The memory nodes the hierarchy's root cpuset gives its children: v1 the root's cpuset.mems,
+// v2 cpuset.mems.effective (the root cgroup has no cpuset.mems). The error names the file.
+absl::StatusOr<CpuSet> RootMems(const Hierarchy& hierarchy);
+
 class CgroupFs {
  public:
   virtual ~CgroupFs() = default;
-  // Every cgroup of the pod hierarchy (Classify accepts) with its cpuset.cpus, parents first.
-  virtual absl::StatusOr<std::vector<Observed>> Scan() = 0;
-  // Writes cpuset.cpus of `relative_path`; the error names the path and the CPUs.
-  virtual absl::Status WriteCpus(const std::string& relative_path, const CpuSet& cpus) = 0;
+  // Every cgroup of the pod hierarchy (Classify accepts) with its cpuset.cpus, parents first;
+  // with `mems`, also each one's cpuset.mems (Observed::mems, nullopt where it cannot be read).
+  virtual absl::StatusOr<std::vector<Observed>> Scan(bool mems) = 0;
+  absl::StatusOr<std::vector<Observed>> Scan() { return Scan(false); }
+  // Writes `file` of `relative_path`; the error names the path and the ids.
+  virtual absl::Status Write(const std::string& relative_path, CpusetFile file,
+                             const CpuSet& ids) = 0;
+  absl::Status WriteCpus(const std::string& relative_path, const CpuSet& cpus) {
+    return Write(relative_path, CpusetFile::kCpus, cpus);
+  }
+  absl::Status WriteMems(const std::string& relative_path, const CpuSet& nodes) {
+    return Write(relative_path, CpusetFile::kMems, nodes);
+  }
 };
 
 // Whether Scan (and the reconciler's inotify watches) look inside the directory at

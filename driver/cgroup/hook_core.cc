@@ -109,9 +109,21 @@ std::vector<std::string> Chain(const std::string& relative) {
 }
 
 std::string RecordJson(const std::string& container_id, const std::string& claim_uid,
-                       const std::string& cpus, const std::string& cgroup) {
+                       const std::string& cpus, const std::string& cgroup,
+                       const std::string& mems) {
   return "{\"container\":\"" + Escaped(container_id) + "\",\"claim\":\"" + Escaped(claim_uid) +
-         "\",\"cpus\":\"" + Escaped(cpus) + "\",\"cgroup\":\"" + Escaped(cgroup) + "\"}\n";
+         "\",\"cpus\":\"" + Escaped(cpus) + "\",\"cgroup\":\"" + Escaped(cgroup) + "\"" +
+         (mems.empty() ? std::string() : ",\"mems\":\"" + Escaped(mems) + "\"") + "}\n";
+}
+
+std::optional<std::set<int>> UnionMems(const std::vector<std::optional<std::set<int>>>& records) {
+  std::set<int> out;
+  for (const std::optional<std::set<int>>& r : records) {
+    if (!r || r->empty()) return std::nullopt;
+    out.insert(r->begin(), r->end());
+  }
+  if (out.empty()) return std::nullopt;
+  return out;
 }
 
 }  // namespace topodra::cgroup::hook

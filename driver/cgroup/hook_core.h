@@ -24,8 +24,15 @@ std::optional<std::string> CpusetCgroupOf(std::string_view proc_cgroup, bool v2)
 // ("kubepods.slice", "kubepods.slice/kubepods-pod...slice"), the container itself last.
 std::vector<std::string> Chain(const std::string& relative);
 
-// The record the daemon reads to keep the container on its CPUs (one JSON object per file).
+// The record the daemon reads to keep the container on its CPUs (one JSON object per file);
+// "mems" (the claim's memory nodes) only when not empty.
 std::string RecordJson(const std::string& container_id, const std::string& claim_uid,
-                       const std::string& cpus, const std::string& cgroup);
+                       const std::string& cpus, const std::string& cgroup,
+                       const std::string& mems = "");
+
+// The memory nodes a container gets from the records of its claims: the union of their
+// "mems", or nullopt when any record has none (a claim prepared without --numa-memory=claim, or
+// by an older daemon): then the container's cpuset.mems is left as it is.
+std::optional<std::set<int>> UnionMems(const std::vector<std::optional<std::set<int>>>& records);
 
 }  // namespace topodra::cgroup::hook

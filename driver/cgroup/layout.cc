@@ -194,7 +194,7 @@ std::size_t Depth(std::string_view path) {
 // taken to, so that cgroup v1's "a child within its parent" holds at the end. For a Target whose
 // shared and exclusive CPUs are within `online`, and a non-empty shared pool, this is Desired.
 struct Goal {
-  std::size_t index;  // into the tree
+  std::size_t index;  // into the planner's entries
   std::size_t depth;
   CpuSet cpus;
 };
@@ -233,6 +233,96 @@ CpuSet Desired(const Node& node, const Target& target,
   return target.shared;  // unreachable: every Level is handled above
 }
 
+namespace {
+
+// One cgroup as the two-phase planner sees it, for one file.
+struct Entry {
+  std::string_view path;
+  CpuSet now;
+  CpuSet desired;  // empty: keep what it has (never written empty)
+};
+
+// The grow-then-shrink writes of one file (layout.h: Plan) for cgroups listed once each.
+void PlanFile(const std::vector<Entry>& entries, CpusetFile file, std::vector<Write>* writes) {
+  std::vector<Goal> goals;
+  goals.reserve(entries.size());
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    goals.push_back(Goal{i, Depth(e.path), e.desired.Empty() ? e.now : e.desired});
+  }
+  // Children before parents (deepest first), then by path: the bottom-up order, and also the
+  // order in which descendants' goals are folded into their ancestors'.
+  std::sort(goals.begin(), goals.end(), [&](const Goal& a, const Goal& b) {
+    if (a.depth != b.depth) return a.depth > b.depth;
+    return entries[a.index].path < entries[b.index].path;
+  });
+  std::unordered_map<std::string_view, std::size_t> goal_of;  // path -> index into goals
+  for (std::size_t g = 0; g < goals.size(); ++g) goal_of[entries[goals[g].index].path] = g;
+  for (Goal& goal : goals) {
+    // The nearest observed ancestor: a cgroup missing from the scan (removed meanwhile) must not
+    // cut its descendants off from the ones above it.
+    std::string_view path = entries[goal.index].path;
+    while (true) {
+      const std::size_t slash = path.rfind('/');
+      if (slash == std::string_view::npos) break;
+      path = path.substr(0, slash);
+      auto it = goal_of.find(path);
+      if (it != goal_of.end()) {
+        goals[it->second].cpus |= goal.cpus;
+        break;
+      }
+    }
+  }
+
+  std::vector<CpuSet> now(goals.size());
+  for (std::size_t g = 0; g < goals.size(); ++g) now[g] = entries[goals[g].index].now;
+
+  // Phase 1, top-down: grow. Every cgroup then holds at least its goal, and its parent was
+  // grown first, so each write stays within the parent (v1) and never takes ids from a child.
+  // An empty current value (v2: "the parent's") is not a superset of anything, so it is
+  // written here.
+  std::vector<std::size_t> top_down(goals.size());
+  for (std::size_t g = 0; g < goals.size(); ++g) top_down[g] = g;
+  std::sort(top_down.begin(), top_down.end(), [&](std::size_t a, std::size_t b) {
+    if (goals[a].depth != goals[b].depth) return goals[a].depth < goals[b].depth;
+    return entries[goals[a].index].path < entries[goals[b].index].path;
+  });
+  for (std::size_t g : top_down) {
+    if (goals[g].cpus.IsSubsetOf(now[g])) continue;
+    now[g] |= goals[g].cpus;
+    writes->push_back(Write{std::string(entries[goals[g].index].path), now[g], file});
+  }
+  // Phase 2, bottom-up: shrink. Children are already at their goals, which lie within this
+  // cgroup's goal, and the parent still holds at least its own goal.
+  for (std::size_t g = 0; g < goals.size(); ++g) {
+    if (now[g] == goals[g].cpus || goals[g].cpus.Empty()) continue;
+    now[g] = goals[g].cpus;
+    writes->push_back(Write{std::string(entries[goals[g].index].path), now[g], file});
+  }
+}
+
+}  // namespace
+
+const char* FileName(CpusetFile file) {
+  return file == CpusetFile::kMems ? "cpuset.mems" : "cpuset.cpus";
+}
+
+CpuSet NumaNodesOf(const std::vector<topology::NumaNode>& nodes, const CpuSet& cpus) {
+  CpuSet out;
+  for (const topology::NumaNode& n : nodes) {
+    if (n.id >= 0 && n.id <= CpuSet::kMaxCpuId && n.cpus.Intersects(cpus)) out.Add(n.id);
+  }
+  return out;
+}
+
+CpuSet DesiredMems(const Node& node, const Target& target) {
+  if (node.level == Level::kContainer) {
+    auto it = target.exclusive_mems.find(node.container_id);
+    if (it != target.exclusive_mems.end()) return it->second;
+  }
+  return target.all_mems;
+}
+
 std::vector<Write> Plan(const std::vector<Observed>& tree, const Target& target) {
   // A path listed twice keeps its first entry, so the answer does not depend on which copy a
   // later step would have seen.
@@ -250,63 +340,21 @@ std::vector<Write> Plan(const std::vector<Observed>& tree, const Target& target)
     if (it != target.exclusive.end()) exclusive_by_pod[node.pod_uid] |= it->second;
   }
 
-  std::vector<Goal> goals;
-  goals.reserve(unique.size());
-  for (std::size_t i : unique) {
-    CpuSet desired = Desired(tree[i].node, target, exclusive_by_pod);
-    goals.push_back(
-        Goal{i, Depth(tree[i].node.path), desired.Empty() ? tree[i].cpus : std::move(desired)});
-  }
-  // Children before parents (deepest first), then by path: the bottom-up order, and also the
-  // order in which descendants' goals are folded into their ancestors'.
-  std::sort(goals.begin(), goals.end(), [&](const Goal& a, const Goal& b) {
-    if (a.depth != b.depth) return a.depth > b.depth;
-    return tree[a.index].node.path < tree[b.index].node.path;
-  });
-  std::unordered_map<std::string_view, std::size_t> goal_of;  // path -> index into goals
-  for (std::size_t g = 0; g < goals.size(); ++g) goal_of[tree[goals[g].index].node.path] = g;
-  for (Goal& goal : goals) {
-    // The nearest observed ancestor: a cgroup missing from the scan (removed meanwhile) must not
-    // cut its descendants off from the ones above it.
-    std::string_view path = tree[goal.index].node.path;
-    while (true) {
-      const std::size_t slash = path.rfind('/');
-      if (slash == std::string_view::npos) break;
-      path = path.substr(0, slash);
-      auto it = goal_of.find(path);
-      if (it != goal_of.end()) {
-        goals[it->second].cpus |= goal.cpus;
-        break;
-      }
-    }
-  }
-
-  std::vector<CpuSet> now(goals.size());
-  for (std::size_t g = 0; g < goals.size(); ++g) now[g] = tree[goals[g].index].cpus;
-
   std::vector<Write> writes;
-  // Phase 1, top-down: grow. Every cgroup then holds at least its goal, and its parent was
-  // grown first, so each write stays within the parent (v1) and never takes CPUs from a child.
-  // An empty current value (v2: "the parent's") is not a superset of anything, so it is
-  // written here.
-  std::vector<std::size_t> top_down(goals.size());
-  for (std::size_t g = 0; g < goals.size(); ++g) top_down[g] = g;
-  std::sort(top_down.begin(), top_down.end(), [&](std::size_t a, std::size_t b) {
-    if (goals[a].depth != goals[b].depth) return goals[a].depth < goals[b].depth;
-    return tree[goals[a].index].node.path < tree[goals[b].index].node.path;
-  });
-  for (std::size_t g : top_down) {
-    if (goals[g].cpus.IsSubsetOf(now[g])) continue;
-    now[g] |= goals[g].cpus;
-    writes.push_back(Write{tree[goals[g].index].node.path, now[g]});
+  std::vector<Entry> entries;
+  entries.reserve(unique.size());
+  for (std::size_t i : unique) {
+    entries.push_back(
+        Entry{tree[i].node.path, tree[i].cpus, Desired(tree[i].node, target, exclusive_by_pod)});
   }
-  // Phase 2, bottom-up: shrink. Children are already at their goals, which lie within this
-  // cgroup's goal, and the parent still holds at least its own goal.
-  for (std::size_t g = 0; g < goals.size(); ++g) {
-    if (now[g] == goals[g].cpus || goals[g].cpus.Empty()) continue;
-    now[g] = goals[g].cpus;
-    writes.push_back(Write{tree[goals[g].index].node.path, now[g]});
+  PlanFile(entries, CpusetFile::kCpus, &writes);
+  if (target.all_mems.Empty()) return writes;
+  entries.clear();
+  for (std::size_t i : unique) {
+    if (!tree[i].mems) continue;
+    entries.push_back(Entry{tree[i].node.path, *tree[i].mems, DesiredMems(tree[i].node, target)});
   }
+  PlanFile(entries, CpusetFile::kMems, &writes);
   return writes;
 }
 

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "topology/cpuset.h"
+#include "topology/topology.h"
 
 namespace topodra::cgroup {
 
@@ -59,11 +60,20 @@ std::optional<Node> Classify(std::string_view relative_path);
 struct Observed {
   Node node;
   CpuSet cpus;  // its cpuset.cpus now (v2: may be empty, meaning "the parent's")
+  // Its cpuset.mems now (v2: may be empty, "the parent's"); nullopt when not read (no file, or
+  // the scan was not asked for it): then Plan never writes its mems.
+  std::optional<CpuSet> mems;
 };
+
+// The cpuset file a write goes to. Both are lists of ids (CPUs, NUMA nodes) under the same
+// parent/child rules, so one CpuSet type carries either.
+enum class CpusetFile { kCpus, kMems };
+const char* FileName(CpusetFile file);  // "cpuset.cpus", "cpuset.mems"
 
 struct Write {
   std::string path;  // relative
-  CpuSet cpus;
+  CpuSet cpus;       // the ids written: CPUs for kCpus, NUMA nodes for kMems
+  CpusetFile file = CpusetFile::kCpus;
   bool operator==(const Write&) const = default;
 };
 
@@ -74,7 +84,22 @@ struct Target {
   CpuSet shared;
   // Containers that hold a claim, by container id: exactly these CPUs.
   std::map<std::string, CpuSet> exclusive;
+  // --numa-memory=claim: the machine's memory nodes (the cpuset root's mems), which every
+  // cgroup gets except the containers in exclusive_mems. Empty: cpuset.mems is not managed (no
+  // mems writes at all, --numa-memory=none).
+  CpuSet all_mems;
+  // Containers whose claims name their NUMA nodes, by container id: exactly these nodes (the
+  // union over the container's claims, within all_mems).
+  std::map<std::string, CpuSet> exclusive_mems;
 };
+
+// Pure. The NUMA nodes whose CPUs include any of `cpus` (the nodes "local" to them); CPUs on no
+// node (a topology without NUMA information) add nothing.
+CpuSet NumaNodesOf(const std::vector<topology::NumaNode>& nodes, const CpuSet& cpus);
+
+// The cpuset.mems each observed cgroup must have: a container in exclusive_mems its nodes,
+// every other cgroup (kubepods, QoS, pods, containers without claims) all_mems.
+CpuSet DesiredMems(const Node& node, const Target& target);
 
 // The cpuset.cpus each observed cgroup must have:
 //   kubepods, QoS:  online
@@ -93,6 +118,11 @@ CpuSet Desired(const Node& node, const Target& target,
 // exclusive CPUs come from the containers in `tree`; claims of containers not in it are
 // ignored. Paths listed twice count once (the first). Deterministic for a given set of
 // cgroups, whatever their order in `tree`. Expects shared and exclusive CPUs within online.
+//
+// With target.all_mems set, the same two phases for cpuset.mems (DesiredMems) follow the
+// cpus writes, over the cgroups whose mems were observed: v1 holds a child's mems within its
+// parent's as it does CPUs, widening goes parent-first and narrowing child-first, and nothing
+// is ever written empty, so no cgroup is left with neither CPUs nor memory nodes in between.
 std::vector<Write> Plan(const std::vector<Observed>& tree, const Target& target);
 
 }  // namespace topodra::cgroup

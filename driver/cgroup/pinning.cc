@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "common/file_io.h"
@@ -89,22 +90,31 @@ std::vector<HookRecord> ReadLiveRecords(const std::string& dir, const std::strin
   return records;
 }
 
+CpuSet ClaimMems(const CpuSet& cpus, const CpuSet& recorded, const NumaMemory& memory) {
+  const CpuSet want = recorded.Empty() ? NumaNodesOf(memory.nodes, cpus) : recorded;
+  return want & memory.all;
+}
+
 Target BuildTarget(const CpuSet& online, const CpuSet& reserved, bool strict_reservation,
                    const state::State& held, const std::vector<HookRecord>& records,
-                   std::vector<std::string>* stale) {
+                   std::vector<std::string>* stale, const NumaMemory* memory) {
   Target t;
   t.online = online;
   t.shared = online - held.HeldCpus();
   if (strict_reservation) t.shared -= reserved;
-  // Claim id -> the CPUs it holds now.
+  if (memory != nullptr) t.all_mems = memory->all;
+  // Claim id -> the CPUs it holds now, and its memory nodes.
   std::map<std::string, CpuSet> claims;
+  std::map<std::string, std::vector<const state::Allocation*>> allocations;
   for (const auto& [owner, a] : held.allocations()) {
     if (a.cpus.Empty()) continue;
     const std::string id = a.kind == state::AllocationKind::kDraClaim
                                ? state::ClaimUid(a)
                                : owner.substr(owner.rfind('/') + 1);
     claims[id] |= a.cpus;
+    allocations[id].push_back(&a);
   }
+  std::set<std::string> unbounded;  // containers with a claim whose memory nodes are unknown
   for (const HookRecord& r : records) {
     auto it = claims.find(r.claim);
     if (it == claims.end()) {
@@ -112,7 +122,17 @@ Target BuildTarget(const CpuSet& online, const CpuSet& reserved, bool strict_res
       continue;
     }
     t.exclusive[r.container] |= it->second;
+    if (memory == nullptr || t.all_mems.Empty()) continue;
+    for (const state::Allocation* a : allocations[r.claim]) {
+      const CpuSet mems = ClaimMems(a->cpus, a->mems, *memory);
+      if (mems.Empty()) {
+        unbounded.insert(r.container);
+      } else {
+        t.exclusive_mems[r.container] |= mems;
+      }
+    }
   }
+  for (const std::string& container : unbounded) t.exclusive_mems.erase(container);
   return t;
 }
 

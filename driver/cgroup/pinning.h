@@ -56,14 +56,29 @@ std::vector<std::string> GoneContainerRecords(
 std::vector<HookRecord> ReadLiveRecords(const std::string& dir, const std::string& hierarchy_root,
                                         absl::Time now);
 
+// --numa-memory=claim: what BuildTarget needs to give the containers of claims their NUMA nodes.
+struct NumaMemory {
+  CpuSet all;                             // the machine's memory nodes (RootMems)
+  std::vector<topology::NumaNode> nodes;  // which CPUs are local to which node
+};
+
+// Pure. The memory nodes of the containers of a claim holding `cpus`: `recorded`
+// (Allocation::mems, what prepare chose) when set, else the nodes local to `cpus`; always within
+// memory.all (a node the root cpuset does not give would fail every write up the tree). Empty:
+// nothing known, the containers are not narrowed.
+CpuSet ClaimMems(const CpuSet& cpus, const CpuSet& recorded, const NumaMemory& memory);
+
 // Pure. shared = online - every allocation's CPUs, and - reserved only when `strict_reservation`
 // (--strict-cpu-reservation; as prepare::SharedPool, which the fail-closed check uses: the
 // kubelet's static CPU manager keeps reserved CPUs shared). A record counts while its claim
 // holds CPUs (a prepared DRA claim with that UID, or a device-plugin allocation with that id),
 // with the CPUs the claim holds now; the files of the others are returned in `stale` (their
 // claim was unprepared: the container is gone or about to be).
+// With `memory` (--numa-memory=claim): all_mems = memory->all, and each container holding
+// claims gets the union of its claims' ClaimMems, unless one of them has none (then it keeps
+// every node: memory the kernel may place anywhere is the safe side of an unknown).
 Target BuildTarget(const CpuSet& online, const CpuSet& reserved, bool strict_reservation,
                    const state::State& held, const std::vector<HookRecord>& records,
-                   std::vector<std::string>* stale);
+                   std::vector<std::string>* stale, const NumaMemory* memory = nullptr);
 
 }  // namespace topodra::cgroup

@@ -50,7 +50,7 @@ ApplyResult Reconciler::Apply(const Target& target) {
 
 ApplyResult Reconciler::ApplyLocked(const Target& target) {
   ApplyResult result;
-  absl::StatusOr<std::vector<Observed>> tree = fs_->Scan();
+  absl::StatusOr<std::vector<Observed>> tree = fs_->Scan(/*mems=*/!target.all_mems.Empty());
   if (!tree.ok()) {
     result.failed = 1;
     applies_.fetch_add(1);
@@ -62,23 +62,23 @@ ApplyResult Reconciler::ApplyLocked(const Target& target) {
   const std::vector<Write> writes = Plan(*tree, target);
   int gone = 0;
   for (const Write& w : writes) {
-    const absl::Status st = fs_->WriteCpus(w.path, w.cpus);
+    const absl::Status st = fs_->Write(w.path, w.file, w.cpus);
     if (st.ok()) {
       ++result.writes;
     } else if (absl::IsNotFound(st)) {
       ++gone;  // removed since the scan: nothing left to set
     } else {
       ++result.failed;
-      spdlog::warn("cgroup {}: setting cpuset.cpus to \"{}\" failed: {}", w.path, w.cpus.ToString(),
-                   Message(st));
+      spdlog::warn("cgroup {}: setting {} to \"{}\" failed: {}", w.path, FileName(w.file),
+                   w.cpus.ToString(), Message(st));
     }
   }
   applies_.fetch_add(1);
   spdlog::debug(
       "cgroup apply: {} cgroups, {} writes planned, {} written, {} cgroups gone, {} failed "
-      "(shared {}, {} exclusive containers)",
+      "(shared {}, {} exclusive containers, {} with their own memory nodes)",
       result.cgroups, writes.size(), result.writes, gone, result.failed, target.shared.ToString(),
-      target.exclusive.size());
+      target.exclusive.size(), target.exclusive_mems.size());
   return result;
 }
 

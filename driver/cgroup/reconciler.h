@@ -20,7 +20,7 @@ namespace topodra::cgroup {
 
 struct ApplyResult {
   int cgroups = 0;  // pod-hierarchy cgroups seen
-  int writes = 0;   // cpuset.cpus files written
+  int writes = 0;   // cpuset.cpus and cpuset.mems files written
   int failed = 0;   // writes that failed (a cgroup removed meanwhile is not a failure); a scan
                     // that failed counts as one (then nothing is written)
 };

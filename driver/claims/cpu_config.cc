@@ -126,7 +126,7 @@ absl::Status CheckAgainstNode(const CpuSet& cpus, const topology::Topology& topo
 
 }  // namespace
 
-absl::StatusOr<CpuSet> ParseCpuConfig(const json& parameters) {
+absl::StatusOr<CpuConfig> ParseCpuConfigParameters(const json& parameters) {
   if (!parameters.is_object()) {
     return Invalid("parameters: expected an object, got ", parameters.type_name());
   }
@@ -148,9 +148,20 @@ absl::StatusOr<CpuSet> ParseCpuConfig(const json& parameters) {
   if (!config->is_object()) {
     return Invalid("cpuConfig: expected an object, got ", config->type_name());
   }
-  if (absl::Status s = CheckOnlyFields(*config, "cpuConfig.", {"cpuset"}); !s.ok()) return s;
+  if (absl::Status s = CheckOnlyFields(*config, "cpuConfig.", {"cpuset", "numaMemory"}); !s.ok()) {
+    return s;
+  }
+  CpuConfig out;
+  if (auto numa = config->find("numaMemory"); numa != config->end()) {
+    absl::StatusOr<NumaMemory> m = ParseNumaMemory(*numa);
+    if (!m.ok()) return m.status();
+    out.numa_memory = *std::move(m);
+  }
   auto cpuset = config->find("cpuset");
-  if (cpuset == config->end()) return Invalid("cpuConfig.cpuset is missing", "");
+  if (cpuset == config->end()) {
+    if (out.numa_memory) return out;
+    return Invalid("cpuConfig.cpuset is missing", "");
+  }
   if (!cpuset->is_string()) {
     return Invalid("cpuConfig.cpuset: expected a string, got ", cpuset->type_name());
   }
@@ -159,7 +170,95 @@ absl::StatusOr<CpuSet> ParseCpuConfig(const json& parameters) {
   absl::StatusOr<CpuSet> set = CpuSet::Parse(text);
   if (!set.ok()) return Invalid("cpuConfig.cpuset: ", Message(set.status()));
   if (set->Empty()) return Invalid("cpuConfig.cpuset is empty: ", Quote(text));
-  return set;
+  out.cpuset = *std::move(set);
+  return out;
+}
+
+absl::StatusOr<CpuSet> ParseCpuConfig(const json& parameters) {
+  absl::StatusOr<CpuConfig> config = ParseCpuConfigParameters(parameters);
+  if (!config.ok()) return config.status();
+  if (!config->cpuset) return Invalid("cpuConfig.cpuset is missing", "");
+  return *config->cpuset;
+}
+
+absl::StatusOr<NumaMemory> ParseNumaMemory(const json& value) {
+  constexpr char kField[] = "cpuConfig.numaMemory";
+  std::vector<const json*> items;
+  if (value.is_string()) {
+    items.push_back(&value);
+  } else if (value.is_array()) {
+    if (value.empty()) return Invalid(kField, " is empty");
+    if (value.size() > kMaxNumaMemoryEntries) {
+      return Invalid(kField, absl::StrCat(" has ", value.size(), " entries (at most ",
+                                          kMaxNumaMemoryEntries, ")"));
+    }
+    for (const json& item : value) items.push_back(&item);
+  } else {
+    return Invalid(
+        kField, absl::StrCat(": expected a string or a list of strings, got ", value.type_name()));
+  }
+  NumaMemory out;
+  out.local = false;
+  bool all = false;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::string where = value.is_array() ? absl::StrCat(kField, "[", i, "]") : "";
+    const std::string at = where.empty() ? std::string(kField) : where;
+    if (!items[i]->is_string()) {
+      return Invalid(at, absl::StrCat(": expected a string, got ", items[i]->type_name()));
+    }
+    const std::string& text = items[i]->get_ref<const std::string&>();
+    if (text.empty()) return Invalid(at, " is empty");
+    if (text == "local" || text == "all") {
+      bool& flag = text == "local" ? out.local : all;
+      if (flag) return Invalid(at, absl::StrCat(": ", Quote(text), " is named twice"));
+      flag = true;
+      continue;
+    }
+    const bool list_chars = text.find_first_not_of("0123456789,-") == std::string::npos;
+    absl::StatusOr<CpuSet> nodes =
+        list_chars ? CpuSet::Parse(text) : absl::InvalidArgumentError("not a list");
+    if (!nodes.ok() || nodes->Empty()) {
+      return Invalid(at, absl::StrCat(": ", Quote(text),
+                                      " is not \"local\", \"all\" or a list of NUMA node ids "
+                                      "such as \"2\" or \"2-3\""));
+    }
+    if (*nodes->Last() > kMaxNumaNodeId) {
+      return Invalid(at, absl::StrCat(": NUMA node ", *nodes->Last(), " in ", Quote(text),
+                                      " is above ", kMaxNumaNodeId, ", the largest Linux has"));
+    }
+    if (const CpuSet twice = out.nodes & *nodes; !twice.Empty()) {
+      return Invalid(at, absl::StrCat(": NUMA node ", twice.ToString(), " in ", Quote(text),
+                                      " is named twice"));
+    }
+    out.nodes |= *nodes;
+  }
+  if (all) {
+    if (items.size() > 1) {
+      return Invalid(kField, absl::StrCat(": \"all\" cannot be combined with other entries (",
+                                          Quote(value.dump()), ")"));
+    }
+    return NumaMemory{.local = false, .all = true, .nodes = {}};
+  }
+  return out;
+}
+
+absl::StatusOr<CpuSet> MemoryNodes(const NumaMemory& policy, const CpuSet& cpus,
+                                   const topology::Topology& topo) {
+  CpuSet known, with_memory, local;
+  for (const topology::NumaNode& n : topo.numa_nodes) {
+    if (n.id < 0 || n.id > kMaxNumaNodeId) continue;
+    known.Add(n.id);
+    if (n.memory_bytes > 0) with_memory.Add(n.id);
+    if (n.cpus.Intersects(cpus)) local.Add(n.id);
+  }
+  if (policy.all) return with_memory.Empty() ? known : with_memory;
+  if (const CpuSet missing = policy.nodes - known; !missing.Empty()) {
+    return Invalid(
+        absl::StrCat("numaMemory: NUMA node", missing.Size() == 1 ? " " : "s ", missing.ToString(),
+                     missing.Size() == 1 ? " is" : " are", " not on this node"),
+        absl::StrCat(" (its NUMA nodes: ", known.Empty() ? "none" : known.ToString(), ")"));
+  }
+  return policy.local ? policy.nodes | local : policy.nodes;
 }
 
 absl::StatusOr<std::vector<CpuAssignment>> ResolveCpuAssignments(
@@ -211,14 +310,31 @@ absl::StatusOr<std::vector<CpuAssignment>> ResolveCpuAssignments(
                                             " ", absl::StrJoin(names, ", "), ")"));
       }
     }
-    if (individual && !configs.empty()) {
+    // Claim configs come after class configs: the last one wins.
+    std::optional<CpuConfig> parsed;
+    std::string where;
+    if (!configs.empty()) {
+      const DeviceConfig& config = *configs.back();
+      where = absl::StrCat("config[", &config - claim.configs.data(), "] (",
+                           ConfigSourceName(config.source), "): ");
+      absl::StatusOr<CpuConfig> c = ParseCpuConfigParameters(config.parameters);
+      if (!c.ok()) return Invalid(prefix, absl::StrCat(where, Message(c.status())));
+      if (c->numa_memory) {
+        if (absl::StatusOr<CpuSet> m = MemoryNodes(*c->numa_memory, CpuSet{}, topo); !m.ok()) {
+          return Invalid(prefix, absl::StrCat(where, Message(m.status())));
+        }
+        a.numa_memory = c->numa_memory;
+      }
+      parsed = *std::move(c);
+    }
+    if (individual && parsed && parsed->cpuset) {
       const DeviceConfig& config = *configs.back();
       return Invalid(prefix, absl::StrCat("config[", &config - claim.configs.data(), "]: device ",
                                           Quote(result.device),
                                           " is one CPU (individual mode); a cpuset config is not "
                                           "accepted for it"));
     }
-    if (device->second.kind == CpuDeviceKind::kMachine && configs.empty()) {
+    if (device->second.kind == CpuDeviceKind::kMachine && !(parsed && parsed->cpuset)) {
       return Invalid(prefix, absl::StrCat("device ", Quote(result.device),
                                           " spans the whole machine: an opaque config ",
                                           "{\"apiVersion\":\"v1alpha1\",\"cpuConfig\":{\"cpuset\":",
@@ -237,13 +353,8 @@ absl::StatusOr<std::vector<CpuAssignment>> ResolveCpuAssignments(
         }
       }
       a.explicit_cpus = cpus;
-    } else if (!configs.empty()) {
-      // Claim configs come after class configs: the last one wins.
-      const DeviceConfig& config = *configs.back();
-      const std::string where = absl::StrCat("config[", &config - claim.configs.data(), "] (",
-                                             ConfigSourceName(config.source), "): ");
-      absl::StatusOr<CpuSet> cpus = ParseCpuConfig(config.parameters);
-      if (!cpus.ok()) return Invalid(prefix, absl::StrCat(where, Message(cpus.status())));
+    } else if (parsed && parsed->cpuset) {
+      std::optional<CpuSet> cpus = parsed->cpuset;
       const std::string quoted = Quote(cpus->ToString());
       if (cpus->Size() != a.count) {
         return Invalid(prefix, absl::StrCat("cpuset ", quoted, " has ", cpus->Size(),

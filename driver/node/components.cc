@@ -17,12 +17,14 @@ namespace topodra::node {
 // ---- Pinning
 
 Pinning::Pinning(PinningSetup setup, const NodeConfig& config, state::Ledger* ledger,
-                 std::function<CpuSet()> online)
+                 std::function<CpuSet()> online, std::vector<topology::NumaNode> numa_nodes)
     : setup_(std::move(setup)),
       reserved_(config.publish.reserved_cpus),
       strict_(config.strict_cpu_reservation),
       ledger_(ledger),
-      online_(std::move(online)) {}
+      online_(std::move(online)),
+      numa_memory_(config.numa_memory),
+      numa_nodes_(std::move(numa_nodes)) {}
 
 cgroup::Target Pinning::TargetNow() {
   const std::vector<cgroup::HookRecord> records =
@@ -30,8 +32,20 @@ cgroup::Target Pinning::TargetNow() {
   std::vector<std::string> stale;
   cgroup::Target t;
   const CpuSet online = online_();
+  // The root's memory nodes are read each time: memory hotplug changes them.
+  std::optional<cgroup::NumaMemory> memory;
+  if (numa_memory_) {
+    absl::StatusOr<CpuSet> all = cgroup::RootMems(setup_.hierarchy);
+    if (all.ok()) {
+      memory = cgroup::NumaMemory{*all, numa_nodes_};
+    } else if (!root_mems_warned_.exchange(true)) {
+      spdlog::warn("--numa-memory=claim: cpuset.mems is left alone: {}",
+                   std::string(all.status().message()));
+    }
+  }
   ledger_->Read([&](const state::State& st) {
-    t = cgroup::BuildTarget(online, reserved_, strict_, st, records, &stale);
+    t = cgroup::BuildTarget(online, reserved_, strict_, st, records, &stale,
+                            memory ? &*memory : nullptr);
   });
   for (const std::string& f : stale) ::unlink((setup_.records_dir + "/" + f).c_str());
   return t;

@@ -38,8 +38,10 @@ namespace topodra::node {
 // appears. Start fixes the containers created while the daemon was down, before anything serves.
 class Pinning : public Component {
  public:
+  // `numa_nodes`: the machine's NUMA nodes, for the memory nodes local to a claim's CPUs
+  // (--numa-memory=claim).
   Pinning(PinningSetup setup, const NodeConfig& config, state::Ledger* ledger,
-          std::function<CpuSet()> online);
+          std::function<CpuSet()> online, std::vector<topology::NumaNode> numa_nodes = {});
   const char* name() const override { return "pinning"; }
   absl::Status Start() override;
   void Stop() override;
@@ -54,6 +56,9 @@ class Pinning : public Component {
   const bool strict_;
   state::Ledger* const ledger_;
   const std::function<CpuSet()> online_;
+  const bool numa_memory_;
+  const std::vector<topology::NumaNode> numa_nodes_;
+  std::atomic<bool> root_mems_warned_{false};
   std::unique_ptr<cgroup::Reconciler> reconciler_;
   std::atomic<bool> stop_{false};
   std::thread follow_, records_;

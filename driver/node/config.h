@@ -74,6 +74,8 @@ struct NodeConfig {
   std::string cgroup_root = "/sys/fs/cgroup";
   std::string hook_dir = "/opt/topodra/bin";
   bool strict_cpu_reservation = false;
+  // --numa-memory=claim (only with Enforce::kCgroup): cpuset.mems follows the claims' CPUs.
+  bool numa_memory = true;
 
   // --metrics-address and --health-address as given (for logs), and what to listen on
   // (metrics::ListeningPortsFor; nullopt: not served).

@@ -100,6 +100,7 @@ void Node::Assemble(topology::Topology topo, std::optional<PinningSetup> pinning
   device_health_ = std::make_unique<DeviceHealth>(config_);
   gpu_verdicts_ = device_health_->Assess(topo);
   inventory_options_.publish.unhealthy_gpus = DeviceHealth::Unhealthy(gpu_verdicts_);
+  std::vector<topology::NumaNode> numa_nodes = topo.numa_nodes;
   inventory_ = Inventory::Build(inventory_options_, std::move(topo), std::move(held));
   device_health_->Publish(inventory_, gpu_verdicts_);
   if (config_.metrics_listen) {
@@ -116,8 +117,9 @@ void Node::Assemble(topology::Topology topo, std::optional<PinningSetup> pinning
     metrics_ = std::make_unique<metrics::Metrics>(mo);
   }
   if (pinning) {
-    components_.Add(std::make_unique<Pinning>(*std::move(pinning), config_, ledger_.get(),
-                                              [this] { return Online(); }));
+    components_.Add(std::make_unique<Pinning>(
+        *std::move(pinning), config_, ledger_.get(), [this] { return Online(); },
+        std::move(numa_nodes)));
   }
   AddKubeletComponents();
   // Before publishing and reservations: a --metrics-address or --health-address that cannot be

@@ -157,12 +157,14 @@ absl::StatusOr<std::optional<PinningSetup>> PreparePinning(const NodeConfig& con
     return absl::Status(st.code(), absl::StrCat("--enforce=cgroup: ", st.message()));
   }
   WarnAboutCpuManager(config.kubelet_root_dir);
-  spdlog::info("CPU pinning: cgroup {} at {}, hook {}; reserved CPUs {} the shared pool",
+  spdlog::info("CPU pinning: cgroup {} at {}, hook {}; reserved CPUs {} the shared pool; memory {}",
                h->version == cgroup::Version::kV2 ? "v2" : "v1", h->root, *hook,
-               config.strict_cpu_reservation ? "kept out of (--strict-cpu-reservation)" : "in");
-  return PinningSetup{
-      *h, records_dir,
-      prepare::CpusetHook{*hook, records_dir, config.cgroup_root, config.strict_cpu_reservation}};
+               config.strict_cpu_reservation ? "kept out of (--strict-cpu-reservation)" : "in",
+               config.numa_memory ? "on the claims' NUMA nodes (--numa-memory=claim)"
+                                  : "left alone (--numa-memory=none)");
+  return PinningSetup{*h, records_dir,
+                      prepare::CpusetHook{*hook, records_dir, config.cgroup_root,
+                                          config.strict_cpu_reservation, config.numa_memory}};
 }
 
 }  // namespace topodra::node

@@ -186,9 +186,25 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
     }
   }
 
+  // --numa-memory=claim: the memory nodes of every result's CPUs under its numaMemory config.
+  CpuSet mems;
+  if (setup.cpuset_hook && setup.cpuset_hook->numa_memory) {
+    for (const ResultCpus& r : chosen) {
+      absl::StatusOr<CpuSet> m = claims::MemoryNodes(
+          r.assignment->numa_memory.value_or(claims::NumaMemory{}), r.cpus, topo);
+      if (!m.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("claim ", claim.Ref(), " request ",
+                                                       Quote(r.assignment->request), ": ",
+                                                       m.status().message()));
+      }
+      mems |= *m;
+    }
+  }
+
   Plan plan;
   state::Allocation& alloc = plan.allocation;
   alloc.cpus = taken;
+  alloc.mems = mems;
   absl::StatusOr<std::string> from = OneReservation(claim, held, taken, {});
   if (!from.ok()) return from.status();
   alloc.reservation = *from;
@@ -207,7 +223,8 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
                           taken.ToString());
   // Whatever device of the claim a container gets, it runs on all of the claim's CPUs.
   if (setup.cpuset_hook) {
-    plan.cdi_spec.container_edits.hooks.push_back(CpusetHookFor(*setup.cpuset_hook, uid, taken));
+    plan.cdi_spec.container_edits.hooks.push_back(
+        CpusetHookFor(*setup.cpuset_hook, uid, taken, mems));
   }
   std::set<std::string> names;
   for (const ResultCpus& r : chosen) {
@@ -328,12 +345,16 @@ absl::StatusOr<Plan> PlanGpu(const claims::Claim& claim, const DriverSetup& setu
 
 }  // namespace
 
-cdi::Hook CpusetHookFor(const CpusetHook& hook, const std::string& claim_id, const CpuSet& cpus) {
+cdi::Hook CpusetHookFor(const CpusetHook& hook, const std::string& claim_id, const CpuSet& cpus,
+                        const CpuSet& mems) {
   cdi::Hook h;
   h.hook_name = "createRuntime";
   h.path = hook.path;
   h.args = {"topodra-cpuset-hook", "--cpus",         cpus.ToString(), "--claim",       claim_id,
             "--records",           hook.records_dir, "--cgroup-root", hook.cgroup_root};
+  if (!mems.Empty()) {
+    h.args.insert(h.args.begin() + 3, {"--mems", mems.ToString()});
+  }
   h.timeout = 10;
   return h;
 }

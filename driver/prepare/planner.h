@@ -38,11 +38,14 @@ struct CpusetHook {
   // --strict-cpu-reservation: the reserved CPUs are kept out of the shared pool too. Off (the
   // kubelet's default), they stay in it: never handed out exclusively, but shared.
   bool strict_cpu_reservation = false;
+  // --numa-memory=claim: claims record their memory nodes and the hook sets cpuset.mems.
+  bool numa_memory = false;
   bool operator==(const CpusetHook&) const = default;
 };
 // The createRuntime hook for the containers of `claim_id` (a claim UID, or a device-plugin
-// allocation id) holding `cpus`.
-cdi::Hook CpusetHookFor(const CpusetHook& hook, const std::string& claim_id, const CpuSet& cpus);
+// allocation id) holding `cpus`, and with `mems` not empty, their memory on those NUMA nodes.
+cdi::Hook CpusetHookFor(const CpusetHook& hook, const std::string& claim_id, const CpuSet& cpus,
+                        const CpuSet& mems = {});
 // The CPUs every container without a CPU claim runs on: online - every prepared claim and
 // device-plugin allocation, and - reserved only with `strict` (--strict-cpu-reservation). As
 // with the kubelet's static CPU manager, reserved CPUs are never handed out exclusively but stay

@@ -96,14 +96,14 @@ absl::Status ReadGpus(const json& v, absl::string_view where, std::set<std::stri
   return absl::OkStatus();
 }
 
-// `with_reservation`: the optional field "reservation" (checkpoint version 2 and the journal).
-absl::Status ReadAllocation(const json& v, absl::string_view where, bool with_reservation,
-                            Allocation* a) {
+// `version`: of the checkpoint (the journal's records are always this build's): the optional
+// fields "reservation" (from version 2) and "mems" (from version 3).
+absl::Status ReadAllocation(const json& v, absl::string_view where, int version, Allocation* a) {
   static const std::set<std::string> kKeys = {"owner", "kind", "namespace", "name",  "driver",
                                               "cpus",  "gpus", "answer",    "phase", "cdi"};
-  static const std::set<std::string> kOptional = {"reservation"};
-  static const std::set<std::string> kNone;
-  const std::set<std::string>& optional = with_reservation ? kOptional : kNone;
+  std::set<std::string> optional;
+  if (version >= 2) optional.insert("reservation");
+  if (version >= 3) optional.insert("mems");
   return ReadObject(v, where, kKeys, optional, [&](const std::string& key, const json& value) {
     const std::string at = absl::StrCat(where, " field \"", key, "\"");
     std::string text;
@@ -146,6 +146,12 @@ absl::Status ReadAllocation(const json& v, absl::string_view where, bool with_re
       return absl::OkStatus();
     }
     if (key == "cpus") return ReadCpus(value, at, &a->cpus);
+    if (key == "mems") {
+      // Written only when set, so never empty.
+      if (absl::Status st = ReadCpus(value, at, &a->mems); !st.ok()) return st;
+      if (a->mems.Empty()) return Corrupt(absl::StrCat(at, ": empty"));
+      return absl::OkStatus();
+    }
     return ReadGpus(value, at, &a->gpus);
   });
 }
@@ -209,7 +215,7 @@ absl::StatusOr<State> ReadPayload(const json& payload, int version, uint64_t* se
   for (size_t i = 0; i < allocations->size(); ++i) {
     Allocation a;
     const std::string where = absl::StrCat("allocation ", i);
-    if (absl::Status st = ReadAllocation((*allocations)[i], where, version >= 2, &a); !st.ok()) {
+    if (absl::Status st = ReadAllocation((*allocations)[i], where, version, &a); !st.ok()) {
       return st;
     }
     if (state.Find(a.owner) != nullptr) {
@@ -245,13 +251,13 @@ json AllocationToJson(const Allocation& a) {
       {"answer", a.answer.Parse()}, {"phase", PhaseName(a.phase)}, {"driver", a.driver},
       {"cdi", a.cdi.Parse()}};
   if (!a.reservation.empty()) out["reservation"] = a.reservation;
+  if (!a.mems.Empty()) out["mems"] = a.mems.ToString();
   return out;
 }
 
 absl::StatusOr<Allocation> AllocationFromJson(const json& value) {
   Allocation a;
-  if (absl::Status st = ReadAllocation(value, "allocation", /*with_reservation=*/true, &a);
-      !st.ok()) {
+  if (absl::Status st = ReadAllocation(value, "allocation", kCheckpointVersion, &a); !st.ok()) {
     return st;
   }
   return a;

@@ -12,9 +12,10 @@
 
 namespace topodra::state {
 
-// Version of the checkpoint format this build writes. It reads this one and version 1 (before
-// reservations: no "reservations", no allocation "reservation").
-inline constexpr int kCheckpointVersion = 2;
+// Version of the checkpoint format this build writes. It reads this one, version 2 (before
+// NUMA memory: no allocation "mems") and version 1 (before reservations: no "reservations", no
+// allocation "reservation").
+inline constexpr int kCheckpointVersion = 3;
 inline constexpr int kOldestCheckpointVersion = 1;
 // A node holds at most a few thousand allocations; anything far larger is not ours.
 inline constexpr std::size_t kMaxCheckpointBytes = 64 << 20;
@@ -28,12 +29,12 @@ std::string CanonicalText(const nlohmann::json& payload);
 // 8 lowercase hex digits of Crc32c(CanonicalText(payload)).
 std::string ChecksumOf(const nlohmann::json& payload);
 
-// The file format, pure: {"version": 2, "checksum": "<hex>", "payload": {"allocations": [...],
+// The file format, pure: {"version": 3, "checksum": "<hex>", "payload": {"allocations": [...],
 // "reservations": [...], "seq": N}}. `seq` (written when not 0) records the last journal record a
 // StateStore snapshot covers; prepared_only leaves out allocations still being prepared
 // (reservations are always written).
 std::string EncodeCheckpoint(const State& state, uint64_t seq = 0, bool prepared_only = false);
-// Strict inverse of EncodeCheckpoint, for version 1 and 2 files. DataLoss for anything corrupt
+// Strict inverse of EncodeCheckpoint, for version 1 to 3 files. DataLoss for anything corrupt
 // (bad JSON, checksum mismatch, bad field, duplicate owner or holder, duplicate reservation uid,
 // overlapping reservations), FailedPrecondition for an unknown version.
 // Messages do not name a file; Checkpoint::Load adds that.

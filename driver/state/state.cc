@@ -71,7 +71,7 @@ bool Allocation::operator==(const Allocation& other) const {
   return kind == other.kind && owner == other.owner && claim_namespace == other.claim_namespace &&
          claim_name == other.claim_name && cpus == other.cpus && gpus == other.gpus &&
          driver == other.driver && answer == other.answer && cdi == other.cdi &&
-         phase == other.phase && reservation == other.reservation;
+         phase == other.phase && reservation == other.reservation && mems == other.mems;
 }
 
 std::string DraOwner(const std::string& driver, const std::string& claim_uid) {

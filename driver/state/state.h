@@ -68,6 +68,10 @@ struct Allocation {
   Phase phase = Phase::kPreparing;
   // uid of the Reservation whose devices it uses; "" for none.
   std::string reservation;
+  // The NUMA nodes its containers allocate memory on (--numa-memory=claim), as prepare chose
+  // them from the CPUs and the claim's numaMemory config. Empty: not recorded (older state,
+  // --numa-memory=none, device-plugin allocations): the nodes local to `cpus`.
+  CpuSet mems;
 
   bool operator==(const Allocation& other) const;
 };

@@ -3,6 +3,9 @@
 // cgroup v2 tree (systemd driver) in tmpfs. The floor, measured in the same run: one Scan of the
 // tree, and writing 500 cpuset.cpus files with nothing else. tmpfs is the file I/O floor; on a
 // real cgroupfs each write also moves the cgroup's tasks, which this does not measure.
+// The same again with --numa-memory=claim: every cgroup's cpuset.mems read as well, the claim's
+// container moved to one of 4 NUMA nodes (its pod and everyone else keep all), beside its own
+// floor (Scan with mems, 500 cpuset.mems writes).
 //
 // usage: cgroup_bench [ROUNDS]
 #include <stdlib.h>
@@ -73,6 +76,7 @@ void BuildTree(const std::string& root, std::vector<std::string>& containers,
   auto add = [&](const std::string& relative) {
     fs::create_directories(root + "/" + relative);
     Write(root + "/" + relative + "/cpuset.cpus", "\n");
+    Write(root + "/" + relative + "/cpuset.mems", "\n");
   };
   add("kubepods.slice");
   add("kubepods.slice/kubepods-burstable.slice");
@@ -104,6 +108,73 @@ void BuildTree(const std::string& root, std::vector<std::string>& containers,
   }
 }
 
+// One run of every measurement for targets `a` and `b` (b: a after one prepare); `mems` says
+// whether they manage cpuset.mems (then the floors read and write mems too).
+void Measure(const topodra::cgroup::Hierarchy& hierarchy,
+             const std::vector<std::string>& containers, const Target& a, const Target& b,
+             int rounds, bool mems, const char* tag) {
+  topodra::cgroup::Reconciler reconciler(topodra::cgroup::NewCgroupFs(hierarchy), "");
+  auto start = Clock::now();
+  ApplyResult first = reconciler.Apply(a);
+  std::printf("%-44s %7.3f ms  (%d cgroups, %d writes, %d failed)\n",
+              absl::StrCat("first apply (every file)", tag).c_str(), MsSince(start), first.cgroups,
+              first.writes, first.failed);
+
+  std::vector<double> apply_ms;
+  int writes_min = 1 << 30, writes_max = 0, failed = 0;
+  for (int i = 0; i < rounds; ++i) {
+    start = Clock::now();
+    const ApplyResult r = reconciler.Apply(i % 2 == 0 ? b : a);
+    apply_ms.push_back(MsSince(start));
+    writes_min = std::min(writes_min, r.writes);
+    writes_max = std::max(writes_max, r.writes);
+    failed += r.failed;
+  }
+  std::vector<double> noop_ms;
+  for (int i = 0; i < rounds; ++i) {
+    start = Clock::now();
+    reconciler.Apply(a);
+    noop_ms.push_back(MsSince(start));
+  }
+
+  std::unique_ptr<topodra::cgroup::CgroupFs> cg = topodra::cgroup::NewCgroupFs(hierarchy);
+  std::vector<double> scan_ms;
+  size_t scanned = 0;
+  for (int i = 0; i < rounds; ++i) {
+    start = Clock::now();
+    auto tree = cg->Scan(mems);
+    scan_ms.push_back(MsSince(start));
+    scanned = tree.ok() ? tree->size() : 0;
+  }
+  std::vector<double> write_ms;
+  for (int i = 0; i < rounds; ++i) {
+    const CpuSet cpus = i % 2 == 0 ? b.shared : a.shared;
+    start = Clock::now();
+    for (const std::string& c : containers) {
+      if (!cg->WriteCpus(c, cpus).ok()) ++failed;
+    }
+    write_ms.push_back(MsSince(start));
+  }
+  std::vector<double> write_mems_ms;
+  for (int i = 0; mems && i < rounds; ++i) {
+    const CpuSet nodes = i % 2 == 0 ? CpuSet{1} : a.all_mems;
+    start = Clock::now();
+    for (const std::string& c : containers) {
+      if (!cg->WriteMems(c, nodes).ok()) ++failed;
+    }
+    write_mems_ms.push_back(MsSince(start));
+  }
+
+  Print(absl::StrCat("re-apply after one prepare (A<->B)", tag).c_str(), Summarize(apply_ms),
+        absl::StrCat("  (", writes_min, "-", writes_max, " writes)"));
+  Print(absl::StrCat("re-apply, nothing changed", tag).c_str(), Summarize(noop_ms));
+  Print(absl::StrCat("floor: Scan only", tag).c_str(), Summarize(scan_ms),
+        absl::StrCat("  (", scanned, " cgroups)"));
+  Print("floor: write 500 cpuset.cpus files", Summarize(write_ms));
+  if (mems) Print("floor: write 500 cpuset.mems files", Summarize(write_mems_ms));
+  if (failed > 0) std::printf("FAILED writes: %d\n", failed);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -128,57 +199,19 @@ int main(int argc, char** argv) {
   b.shared = CpuSet::Range(4, 63);
   b.exclusive[ids[ids.size() / 2]] = CpuSet{2, 3};
 
-  topodra::cgroup::Reconciler reconciler(topodra::cgroup::NewCgroupFs(hierarchy), "");
   std::printf("cgroup re-apply, fake cgroup v2 tree in %s: %d pods x %d containers, %d rounds\n",
               tmp.c_str(), kPods, kContainersPerPod, rounds);
-  auto start = Clock::now();
-  ApplyResult first = reconciler.Apply(a);
-  std::printf("%-44s %7.3f ms  (%d cgroups, %d writes, %d failed)\n", "first apply (every file)",
-              MsSince(start), first.cgroups, first.writes, first.failed);
+  Measure(hierarchy, containers, a, b, rounds, /*mems=*/false, "");
 
-  std::vector<double> apply_ms;
-  int writes_min = 1 << 30, writes_max = 0, failed = 0;
-  for (int i = 0; i < rounds; ++i) {
-    start = Clock::now();
-    const ApplyResult r = reconciler.Apply(i % 2 == 0 ? b : a);
-    apply_ms.push_back(MsSince(start));
-    writes_min = std::min(writes_min, r.writes);
-    writes_max = std::max(writes_max, r.writes);
-    failed += r.failed;
-  }
-  std::vector<double> noop_ms;
-  for (int i = 0; i < rounds; ++i) {
-    start = Clock::now();
-    reconciler.Apply(a);
-    noop_ms.push_back(MsSince(start));
-  }
-
-  std::unique_ptr<topodra::cgroup::CgroupFs> cg = topodra::cgroup::NewCgroupFs(hierarchy);
-  std::vector<double> scan_ms;
-  size_t scanned = 0;
-  for (int i = 0; i < rounds; ++i) {
-    start = Clock::now();
-    auto tree = cg->Scan();
-    scan_ms.push_back(MsSince(start));
-    scanned = tree.ok() ? tree->size() : 0;
-  }
-  std::vector<double> write_ms;
-  for (int i = 0; i < rounds; ++i) {
-    const CpuSet cpus = i % 2 == 0 ? b.shared : a.shared;
-    start = Clock::now();
-    for (const std::string& c : containers) {
-      if (!cg->WriteCpus(c, cpus).ok()) ++failed;
-    }
-    write_ms.push_back(MsSince(start));
-  }
-
-  Print("re-apply after one prepare (A<->B)", Summarize(apply_ms),
-        absl::StrCat("  (", writes_min, "-", writes_max, " writes)"));
-  Print("re-apply, nothing changed (scan + plan)", Summarize(noop_ms));
-  Print("floor: Scan only", Summarize(scan_ms), absl::StrCat("  (", scanned, " cgroups)"));
-  Print("floor: write 500 cpuset.cpus files", Summarize(write_ms));
-  if (failed > 0) std::printf("FAILED writes: %d\n", failed);
-  std::printf("\ntarget: re-apply to 500 containers < 50 ms\n");
+  // --numa-memory=claim: 4 memory nodes; the claim's container on node 1 (its CPUs' node).
+  Target am = a;
+  am.all_mems = CpuSet::Range(0, 3);
+  Target bm = b;
+  bm.all_mems = am.all_mems;
+  bm.exclusive_mems[ids[ids.size() / 2]] = CpuSet{1};
+  std::printf("\nwith --numa-memory=claim (cpuset.mems too, 4 NUMA nodes)\n");
+  Measure(hierarchy, containers, am, bm, rounds, /*mems=*/true, " +mems");
+  std::printf("\ntarget: re-apply to 500 containers < 50 ms, with or without mems\n");
 
   std::error_code ec;
   fs::remove_all(root, ec);

@@ -83,6 +83,12 @@ class FakeTree {
   std::string Cpus(const std::string& relative) const {
     return ReadFile(Path(relative) + "/cpuset.cpus");
   }
+  std::string Mems(const std::string& relative) const {
+    return ReadFile(Path(relative) + "/cpuset.mems");
+  }
+  void SetMems(const std::string& relative, const std::string& mems) {
+    WriteFile(Path(relative) + "/cpuset.mems", mems);
+  }
   void SetControllers(const std::string& text) { WriteFile(root_ + "/cgroup.controllers", text); }
 
  private:
@@ -466,11 +472,11 @@ class ScriptedFs : public CgroupFs {
  public:
   ScriptedFs(std::vector<Observed> tree, std::map<std::string, absl::Status> errors)
       : tree_(std::move(tree)), errors_(std::move(errors)) {}
-  absl::StatusOr<std::vector<Observed>> Scan() override {
+  absl::StatusOr<std::vector<Observed>> Scan(bool) override {
     if (!scan_error_.ok()) return scan_error_;
     return tree_;
   }
-  absl::Status WriteCpus(const std::string& path, const CpuSet&) override {
+  absl::Status Write(const std::string& path, CpusetFile, const CpuSet&) override {
     auto it = errors_.find(path);
     return it == errors_.end() ? absl::OkStatus() : it->second;
   }
@@ -585,6 +591,146 @@ TEST(ReconcilerTest, WithoutWatchRootSetTargetStillApplies) {
   EXPECT_TRUE(WaitFor([&] { return t.Cpus(kFsCtrE) == "2-7\n"; })) << t.Cpus(kFsCtrE);
   EXPECT_EQ(t.Cpus(kFsCtrG), "0-1\n");
   EXPECT_FALSE(r.Start().ok());  // already running
+}
+
+// ---- cpuset.mems (--numa-memory=claim)
+
+// Every cgroup of a tree gets `mems` as its cpuset.mems (v1: the kubelet copies the parent's;
+// v2: "\n", the parent's, as the kernel starts them).
+void AddMems(FakeTree& t, const std::string& prefix, const std::vector<std::string>& paths,
+             const std::string& mems) {
+  for (const std::string& path : paths) t.SetMems(prefix + path, mems);
+}
+
+const std::vector<std::string> kFsPaths = {"kubepods",
+                                           "kubepods/burstable",
+                                           "kubepods/besteffort",
+                                           kFsPodG,
+                                           kFsCtrG,
+                                           kFsPodB,
+                                           kFsCtrB,
+                                           kFsPodE,
+                                           kFsCtrE};
+
+TEST(CgroupFsMemsTest, ScanReadsMemsOnlyWhenAsked) {
+  FakeTree t;
+  BuildV1(t);
+  AddMems(t, "cpuset/", kFsPaths, "0-1\n");
+  t.SetMems("cpuset/" + kFsCtrE, "garbage\n");
+  std::remove(t.Path("cpuset/" + kFsCtrB + "/cpuset.mems").c_str());
+  std::unique_ptr<CgroupFs> cg = NewCgroupFs({Version::kV1, t.root() + "/cpuset"});
+  absl::StatusOr<std::vector<Observed>> without = cg->Scan();
+  ASSERT_TRUE(without.ok()) << without.status();
+  for (const Observed& o : *without) EXPECT_FALSE(o.mems.has_value()) << o.node.path;
+  absl::StatusOr<std::vector<Observed>> with = cg->Scan(/*mems=*/true);
+  ASSERT_TRUE(with.ok()) << with.status();
+  ASSERT_EQ(with->size(), 9u);
+  for (const Observed& o : *with) {
+    if (o.node.path == kFsCtrE || o.node.path == kFsCtrB) {
+      // Unreadable or missing: nullopt, and the scan goes on.
+      EXPECT_FALSE(o.mems.has_value()) << o.node.path;
+    } else {
+      EXPECT_EQ(o.mems, (CpuSet{0, 1})) << o.node.path;
+    }
+  }
+}
+
+TEST(CgroupFsMemsTest, WriteMemsAndRootMems) {
+  FakeTree t;
+  BuildV1(t);
+  t.SetMems("cpuset", "0-3\n");
+  AddMems(t, "cpuset/", kFsPaths, "0-3\n");
+  const Hierarchy v1{Version::kV1, t.root() + "/cpuset"};
+  std::unique_ptr<CgroupFs> cg = NewCgroupFs(v1);
+  ASSERT_TRUE(cg->WriteMems(kFsCtrB, CpuSet{1, 3}).ok());
+  EXPECT_EQ(t.Mems("cpuset/" + kFsCtrB), "1,3\n");
+  EXPECT_EQ(t.Cpus("cpuset/" + kFsCtrB), "0-7\n");  // the other file untouched
+  const absl::Status bad = cg->WriteMems("../etc", CpuSet{1});
+  EXPECT_EQ(bad.message(), "write mems \"1\": invalid cgroup path \"../etc\"");
+  fs::remove_all(t.Path("cpuset/" + kFsCtrE));
+  EXPECT_TRUE(absl::IsNotFound(cg->WriteMems(kFsCtrE, CpuSet{0})));
+
+  absl::StatusOr<CpuSet> root = RootMems(v1);
+  ASSERT_TRUE(root.ok()) << root.status();
+  EXPECT_EQ(*root, CpuSet::Range(0, 3));
+  t.SetMems("cpuset", "\n");
+  EXPECT_THAT(RootMems(v1).status().message(), HasSubstr("cpuset/cpuset.mems\" is empty"));
+  t.SetMems("cpuset", "x\n");
+  EXPECT_THAT(RootMems(v1).status().message(), HasSubstr("cpuset/cpuset.mems\": "));
+
+  // v2: the root cgroup has only the effective list.
+  FakeTree t2;
+  BuildV2Systemd(t2);
+  WriteFile(t2.root() + "/cpuset.mems.effective", "0-1\n");
+  EXPECT_EQ(RootMems({Version::kV2, t2.root()}).value_or(CpuSet{}), (CpuSet{0, 1}));
+  EXPECT_TRUE(absl::IsNotFound(RootMems({Version::kV2, t2.root() + "/nothing"}).status()));
+}
+
+Target MemsTarget() {
+  Target target = SampleTarget();  // kIdG exclusive on 0-1, shared 2-7
+  target.all_mems = CpuSet{0, 1};
+  target.exclusive_mems[kIdG] = CpuSet{0};
+  return target;
+}
+
+TEST(ReconcilerMemsTest, ApplyV1NarrowsClaimContainersOnlyThenNothing) {
+  FakeTree t;
+  BuildV1(t);
+  AddMems(t, "cpuset/", kFsPaths, "0-1\n");
+  t.SetMems("cpuset/system.slice", "0-1\n");
+  Reconciler r(NewCgroupFs({Version::kV1, t.root() + "/cpuset"}), "");
+  const ApplyResult first = r.Apply(MemsTarget());
+  EXPECT_EQ(first.failed, 0);
+  const std::string p = "cpuset/";
+  EXPECT_EQ(t.Mems(p + kFsCtrG), "0\n");
+  for (const std::string& path : kFsPaths) {
+    if (path != kFsCtrG) {
+      EXPECT_EQ(t.Mems(p + path), "0-1\n") << path;
+    }
+  }
+  EXPECT_EQ(t.Cpus(p + kFsCtrG), "0-1\n");
+  EXPECT_EQ(r.Apply(MemsTarget()).writes, 0);
+
+  // The claim is unprepared: its container gets every node back, its cpus the shared pool.
+  Target after = SampleTarget();
+  after.exclusive.clear();
+  after.shared = CpuSet::Range(0, 7);
+  after.all_mems = CpuSet{0, 1};
+  EXPECT_EQ(r.Apply(after).failed, 0);
+  EXPECT_EQ(t.Mems(p + kFsCtrG), "0-1\n");
+  EXPECT_EQ(t.Cpus(p + kFsCtrG), "0-7\n");
+
+  // --numa-memory=none: mems are left as they are, whatever they are.
+  t.SetMems(p + kFsCtrE, "1\n");
+  EXPECT_EQ(r.Apply(SampleTarget()).failed, 0);
+  EXPECT_EQ(t.Mems(p + kFsCtrE), "1\n");
+  EXPECT_EQ(t.Mems(p + kFsCtrG), "0-1\n");
+}
+
+TEST(ReconcilerMemsTest, ApplyV2WritesEmptyMemsTopDown) {
+  FakeTree t;
+  BuildV2Systemd(t);
+  const std::vector<std::string> paths = {"kubepods.slice",
+                                          "kubepods.slice/kubepods-burstable.slice",
+                                          "kubepods.slice/kubepods-besteffort.slice",
+                                          kSysPodG,
+                                          kSysCtrG,
+                                          kSysCtrG + "/container",
+                                          kSysPodB,
+                                          kSysCtrB,
+                                          kSysConmonB,
+                                          kSysPodE,
+                                          kSysCtrE};
+  AddMems(t, "", paths, "\n");
+  Reconciler r(NewCgroupFs({Version::kV2, t.root()}), "");
+  const ApplyResult first = r.Apply(MemsTarget());
+  EXPECT_EQ(first.failed, 0);
+  EXPECT_EQ(first.writes, 22);  // every cpus and every mems file was empty
+  for (const std::string& path : paths) {
+    const bool claim = path == kSysCtrG || path == kSysCtrG + "/container";
+    EXPECT_EQ(t.Mems(path), claim ? "0\n" : "0-1\n") << path;
+  }
+  EXPECT_EQ(r.Apply(MemsTarget()).writes, 0);
 }
 
 // ---- The real cpuset controller of this machine
@@ -713,6 +859,77 @@ TEST(CgroupFsRealHostTest, WriteCpusPinsAProcessInTheCgroup) {
   EXPECT_EQ(::rmdir(dir.c_str()), 0) << std::strerror(errno);
   const absl::Status gone = cg->WriteCpus(name, last);
   EXPECT_TRUE(absl::IsNotFound(gone)) << gone;
+}
+
+// The reconciler's cpuset.mems path on this machine's real hierarchy: a claim's container
+// narrowed to one memory node (the kernel applies it to the process in it), then widened back.
+TEST(CgroupFsRealHostTest, ApplyNarrowsAndWidensARealContainersMems) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to create cgroups (euid " << ::geteuid() << ")";
+  absl::StatusOr<Hierarchy> h = FindHierarchy("/sys/fs/cgroup");
+  if (!h.ok()) GTEST_SKIP() << "no cpuset controller on this machine: " << h.status();
+  if (h->version != Version::kV1) GTEST_SKIP() << "the v1 hierarchy is what this test covers";
+  absl::StatusOr<CpuSet> all = RootMems(*h);
+  ASSERT_TRUE(all.ok()) << all.status();
+  const std::string root_cpus = ReadFile(h->root + "/cpuset.cpus");
+  // A kubelet-like tree of our own: kubepods/pod<uid>/<container>, removed whatever happens.
+  const std::string kubepods = h->root + "/kubepods";
+  if (fs::exists(kubepods)) GTEST_SKIP() << kubepods << " exists: a real kubelet's, not ours";
+  const std::vector<std::string> dirs = {"kubepods", kFsPodG, kFsCtrG};
+  struct RemoveCgroups {
+    std::string root;
+    std::vector<std::string> dirs;
+    ~RemoveCgroups() {
+      for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+        for (int i = 0; i < 100 && ::rmdir((root + "/" + *it).c_str()) != 0 && errno == EBUSY;
+             ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      }
+    }
+  } remove{h->root, {}};
+  for (const std::string& dir : dirs) {
+    if (::mkdir((h->root + "/" + dir).c_str(), 0755) != 0) {
+      GTEST_SKIP() << "cannot create a cgroup in " << h->root << ": " << std::strerror(errno);
+    }
+    remove.dirs.push_back(dir);
+    ASSERT_TRUE(WriteSmall(h->root + "/" + dir + "/cpuset.mems", all->ToString()));
+    ASSERT_TRUE(WriteSmall(h->root + "/" + dir + "/cpuset.cpus", root_cpus));
+  }
+  ChildProcess child;
+  ASSERT_GT(child.pid(), 0);
+  ASSERT_TRUE(WriteSmall(h->root + "/" + kFsCtrG + "/cgroup.procs", std::to_string(child.pid())));
+
+  absl::StatusOr<CpuSet> online = CpuSet::Parse(root_cpus);
+  ASSERT_TRUE(online.ok());
+  Target target;
+  target.online = *online;
+  target.shared = *online;
+  target.exclusive[kIdG] = *online;
+  target.all_mems = *all;
+  const int node = *all->Last();
+  target.exclusive_mems[kIdG] = CpuSet{node};
+  Reconciler r(NewCgroupFs(*h), "");
+  EXPECT_EQ(r.Apply(target).failed, 0);
+  EXPECT_EQ(ReadFile(h->root + "/" + kFsCtrG + "/cpuset.mems"), absl::StrCat(node, "\n"));
+  EXPECT_EQ(ReadFile(h->root + "/" + kFsPodG + "/cpuset.mems"), all->ToString() + "\n");
+  EXPECT_THAT(ReadFile(absl::StrCat("/proc/", child.pid(), "/status")),
+              HasSubstr(absl::StrCat("Mems_allowed_list:\t", node, "\n")));
+  // A node outside the root: the kernel refuses, the error names the file and the nodes.
+  if (*all->Last() < CpuSet::kMaxCpuId) {
+    const CpuSet outside{*all->Last() + 1};
+    std::unique_ptr<CgroupFs> cg = NewCgroupFs(*h);
+    const absl::Status st = cg->WriteMems(kFsCtrG, outside);
+    EXPECT_FALSE(st.ok());
+    EXPECT_THAT(st.message(), HasSubstr(kFsCtrG + "/cpuset.mems"));
+    EXPECT_THAT(st.message(), HasSubstr("write mems \"" + outside.ToString() + "\""));
+  }
+  // Unprepared: every node again.
+  target.exclusive.clear();
+  target.exclusive_mems.clear();
+  EXPECT_EQ(r.Apply(target).failed, 0);
+  EXPECT_EQ(ReadFile(h->root + "/" + kFsCtrG + "/cpuset.mems"), all->ToString() + "\n");
+  EXPECT_THAT(ReadFile(absl::StrCat("/proc/", child.pid(), "/status")),
+              HasSubstr("Mems_allowed_list:\t" + all->ToString() + "\n"));
 }
 
 }  // namespace

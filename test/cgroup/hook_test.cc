@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -62,6 +63,22 @@ TEST(HookCoreTest, ChainGoesFromTheTopDown) {
 TEST(HookCoreTest, RecordIsJsonWithTheValuesEscaped) {
   EXPECT_EQ(RecordJson("c1", "u\"1", "0-1", "k/p"),
             "{\"container\":\"c1\",\"claim\":\"u\\\"1\",\"cpus\":\"0-1\",\"cgroup\":\"k/p\"}\n");
+  // "mems" only when there are some.
+  EXPECT_EQ(RecordJson("c1", "u1", "0-1", "k/p", "0,2"),
+            "{\"container\":\"c1\",\"claim\":\"u1\",\"cpus\":\"0-1\",\"cgroup\":\"k/p\","
+            "\"mems\":\"0,2\"}\n");
+  EXPECT_EQ(RecordJson("c1", "u1", "0-1", "k/p", ""), RecordJson("c1", "u1", "0-1", "k/p"));
+}
+
+// A container's memory nodes are the union over its claims' records, or nothing when one of
+// them does not name its nodes (a claim prepared with --numa-memory=none).
+TEST(HookCoreTest, UnionMemsOverTheContainersClaims) {
+  using Mems = std::optional<std::set<int>>;
+  EXPECT_EQ(UnionMems({Mems({0})}), Mems({0}));
+  EXPECT_EQ(UnionMems({Mems({0}), Mems({1, 4})}), Mems({0, 1, 4}));
+  EXPECT_EQ(UnionMems({Mems({0}), std::nullopt}), std::nullopt);
+  EXPECT_EQ(UnionMems({Mems({0}), Mems(std::set<int>{})}), std::nullopt);
+  EXPECT_EQ(UnionMems({}), std::nullopt);
 }
 
 std::string Slurp(const std::string& path) {
@@ -172,6 +189,78 @@ TEST(HookBinaryRealHostTest, PinsARealProcessAndWidensItsParents) {
   EXPECT_FALSE(fs::exists(records + "/abc123_uid-2.json"));
 }
 
+// --mems on the real v1 hierarchy: the container's cpuset.mems becomes the claim's node and the
+// kernel applies it to the process (Mems_allowed_list), the record names it, and a node the root
+// lacks fails the hook before anything is written.
+std::pair<int, std::string> RunHook(const std::string& args, long pid);
+
+TEST(HookBinaryRealHostTest, SetsTheContainersMemoryNodes) {
+  const std::string root = "/sys/fs/cgroup/cpuset";
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to write cgroups";
+  if (!fs::exists(root + "/cpuset.mems")) {
+    GTEST_SKIP() << "no cgroup v1 cpuset hierarchy at " << root;
+  }
+  const std::optional<std::set<int>> cpus = ParseList(Slurp(root + "/cpuset.cpus"));
+  const std::optional<std::set<int>> mems = ParseList(Slurp(root + "/cpuset.mems"));
+  if (!cpus || cpus->empty() || !mems || mems->empty()) GTEST_SKIP() << "empty root cpuset";
+  const int cpu = *cpus->begin();
+  const int node = *mems->rbegin();  // the last node: on a NUMA machine, a narrowing
+  const int missing = *mems->rbegin() + 1;
+
+  const std::string top = "topodra-hook-mems-test-" + std::to_string(::getpid());
+  const std::string pod = top + "/pod";
+  const std::string ctr = pod + "/ctr";
+  const std::string records =
+      ::testing::TempDir() + "/hook-mems-records-" + std::to_string(getpid());
+  struct Cleanup {
+    std::string root, records;
+    std::vector<std::string> dirs;
+    pid_t child = -1;
+    ~Cleanup() {
+      if (child > 0) {
+        ::kill(child, SIGKILL);
+        ::waitpid(child, nullptr, 0);
+      }
+      for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) ::rmdir((root + "/" + *it).c_str());
+      fs::remove_all(records);
+    }
+  } cleanup{root, records, {top, pod, ctr}};
+  for (const std::string& dir : {top, pod, ctr}) {
+    if (::mkdir((root + "/" + dir).c_str(), 0755) != 0) {
+      GTEST_SKIP() << "cannot create cgroups under " << root << ": " << std::strerror(errno);
+    }
+    // v1 refuses tasks until both lists are set: mems first, as the kubelet's runtimes do.
+    ASSERT_TRUE(Put(root + "/" + dir + "/cpuset.mems", FormatList(*mems)));
+    ASSERT_TRUE(Put(root + "/" + dir + "/cpuset.cpus", FormatList(*cpus)));
+  }
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::pause();
+    _exit(0);
+  }
+  cleanup.child = child;
+  ASSERT_TRUE(Put(root + "/" + ctr + "/cgroup.procs", std::to_string(child)));
+
+  const std::string base = "--cpus " + std::to_string(cpu) + " --claim uid-m --records " + records +
+                           " --cgroup-root /sys/fs/cgroup";
+  auto [rc, out] = RunHook(base + " --mems " + std::to_string(missing), child);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("NUMA node " + std::to_string(missing) +
+                                        " is not in the root cpuset"));
+  EXPECT_FALSE(fs::exists(records + "/abc123_uid-m.json"));
+  EXPECT_EQ(ParseList(Slurp(root + "/" + ctr + "/cpuset.mems")), mems);
+
+  std::tie(rc, out) = RunHook(base + " --mems " + std::to_string(node), child);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(ParseList(Slurp(root + "/" + ctr + "/cpuset.mems")), (std::set<int>{node}));
+  EXPECT_EQ(ParseList(Slurp(root + "/" + ctr + "/cpuset.cpus")), (std::set<int>{cpu}));
+  EXPECT_EQ(ParseList(Slurp(root + "/" + pod + "/cpuset.mems")), mems);  // parents keep all
+  EXPECT_THAT(Slurp("/proc/" + std::to_string(child) + "/status"),
+              ::testing::HasSubstr("Mems_allowed_list:\t" + std::to_string(node) + "\n"));
+  EXPECT_THAT(Slurp(records + "/abc123_uid-m.json"),
+              ::testing::HasSubstr("\"mems\":\"" + std::to_string(node) + "\""));
+}
+
 // Runs the hook binary with an OCI state naming `pid`; its exit code and stderr.
 std::pair<int, std::string> RunHook(const std::string& args, long pid) {
   const std::string cmd = "echo '{\"id\": \"abc123\", \"pid\": " + std::to_string(pid) + "}' | " +
@@ -265,6 +354,41 @@ TEST_F(HookRootCpusetTest, V2WithoutTheRootFileWritesAsBefore) {
   EXPECT_EQ(rc, 0) << out;
   EXPECT_EQ(Slurp(dir_ + "/cgroup/" + *mine + "/cpuset.cpus"), "9000");
   EXPECT_THAT(Slurp(dir_ + "/records/abc123_u.json"), ::testing::HasSubstr("\"cpus\":\"9000\""));
+}
+
+// --mems: a memory node the root cpuset lacks fails the hook with the node named, before the
+// record or any cgroup is written, on v1 (the root's cpuset.mems) and v2 (cpuset.mems.effective).
+TEST_F(HookRootCpusetTest, MemsNotInTheRootAreNamed) {
+  fs::create_directories(dir_ + "/cgroup/cpuset");
+  std::ofstream(dir_ + "/cgroup/cpuset/cpuset.cpus") << PresentCpus() << "\n";
+  std::ofstream(dir_ + "/cgroup/cpuset/cpuset.mems") << "0-1\n";
+  auto [rc, out] = RunHook(Args("0") + " --mems 1-3", 1);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("topodra-cpuset-hook: --mems \"1-3\": NUMA node 2-3 is not "
+                                        "in the root cpuset (" +
+                                        dir_ +
+                                        "/cgroup/cpuset/cpuset.mems has 0-1): no memory "
+                                        "there, or offline\n"));
+  EXPECT_FALSE(fs::exists(dir_ + "/records"));
+  EXPECT_EQ(Slurp(dir_ + "/cgroup/cpuset/cpuset.mems"), "0-1\n");
+
+  fs::remove_all(dir_ + "/cgroup/cpuset");
+  std::ofstream(dir_ + "/cgroup/cgroup.controllers") << "cpuset cpu io memory pids\n";
+  std::ofstream(dir_ + "/cgroup/cpuset.cpus.effective") << PresentCpus() << "\n";
+  std::ofstream(dir_ + "/cgroup/cpuset.mems.effective") << "0\n";
+  std::tie(rc, out) = RunHook(Args("0") + " --mems 4", 1);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("--mems \"4\": NUMA node 4 is not in the root cpuset (" +
+                                        dir_ + "/cgroup/cpuset.mems.effective has 0)"));
+  EXPECT_FALSE(fs::exists(dir_ + "/records"));
+}
+
+TEST_F(HookRootCpusetTest, BadMemsFailWithAMessage) {
+  for (const std::string mems : {"x", "3-1", "\"\""}) {
+    const auto [rc, out] = RunHook(Args("0") + " --mems " + mems, 1);
+    EXPECT_EQ(rc, 1) << out;
+    EXPECT_THAT(out, ::testing::HasSubstr("is not a list of NUMA nodes")) << mems;
+  }
 }
 
 TEST(HookBinaryTest, BadInputFailsWithAMessage) {

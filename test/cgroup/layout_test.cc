@@ -18,7 +18,9 @@
 namespace topodra::cgroup {
 
 // Readable failures.
-void PrintTo(const Write& w, std::ostream* os) { *os << w.path << " <- \"" << w.cpus << "\""; }
+void PrintTo(const Write& w, std::ostream* os) {
+  *os << w.path << " " << FileName(w.file) << " <- \"" << w.cpus << "\"";
+}
 void PrintTo(const Node& n, std::ostream* os) {
   *os << "{" << n.path << " level=" << static_cast<int>(n.level)
       << " driver=" << static_cast<int>(n.driver) << " pod=" << n.pod_uid
@@ -463,6 +465,91 @@ TEST(PlanTest, CgroupfsTree) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// cpuset.mems: the same two phases after the cpus, over the cgroups whose mems were observed
+
+Observed ObsMems(const std::string& path, const char* cpus, const char* mems) {
+  Observed o = Obs(path, cpus);
+  o.mems = Set(mems);
+  return o;
+}
+
+constexpr CpusetFile kMems = CpusetFile::kMems;
+
+TEST(PlanMemsTest, DesiredMemsPerLevel) {
+  Target t = MakeTarget("0-7", "0-3");
+  t.all_mems = Set("0-3");
+  t.exclusive_mems = {{"aaaa", Set("1")}};
+  EXPECT_EQ(DesiredMems(Make("k", Level::kKubepods, Driver::kSystemd), t), Set("0-3"));
+  EXPECT_EQ(DesiredMems(Make("q", Level::kQos, Driver::kSystemd), t), Set("0-3"));
+  EXPECT_EQ(DesiredMems(Make("p", Level::kPod, Driver::kSystemd, "u"), t), Set("0-3"));
+  EXPECT_EQ(DesiredMems(Make("c", Level::kContainer, Driver::kSystemd, "u", "aaaa"), t), Set("1"));
+  EXPECT_EQ(DesiredMems(Make("c", Level::kContainer, Driver::kSystemd, "u", "cccc"), t),
+            Set("0-3"));
+}
+
+TEST(PlanMemsTest, V1ClaimNarrowsItsContainerOnly) {
+  const std::vector<Observed> tree = {ObsMems(kKp, "0-7", "0-1"), ObsMems(kPodP, "0-7", "0-1"),
+                                      ObsMems(kA, "0-7", "0-1"), ObsMems(kC, "0-7", "0-1")};
+  Target target = MakeTarget("0-7", "0-3,6-7", {{"aaaa", Set("4-5")}});
+  target.all_mems = Set("0-1");
+  target.exclusive_mems = {{"aaaa", Set("1")}};
+  // The cpus first (A narrowed, C to the shared pool), then A's memory.
+  EXPECT_THAT(Plan(tree, target), ElementsAre(Write{kA, Set("4-5")}, Write{kC, Set("0-3,6-7")},
+                                              Write{kA, Set("1"), kMems}));
+}
+
+TEST(PlanMemsTest, V1UnprepareWidensParentFirst) {
+  // A was on node 1, its pod (wrongly) too: the pod grows before A does.
+  const std::vector<Observed> tree = {ObsMems(kKp, "0-7", "0-1"), ObsMems(kPodP, "0-7", "1"),
+                                      ObsMems(kA, "0-7", "1")};
+  Target target = MakeTarget("0-7", "0-7");
+  target.all_mems = Set("0-1");
+  EXPECT_THAT(Plan(tree, target),
+              ElementsAre(Write{kPodP, Set("0-1"), kMems}, Write{kA, Set("0-1"), kMems}));
+}
+
+TEST(PlanMemsTest, ClaimMovingToAnotherNodeGrowsThenShrinks) {
+  // A moves from node 0 to node 1; on the way its pod must hold both.
+  const std::vector<Observed> tree = {ObsMems(kPodP, "0-7", "0"), ObsMems(kA, "0-7", "0")};
+  Target target = MakeTarget("0-7", "0-7");
+  target.all_mems = Set("0-1");
+  target.exclusive_mems = {{"aaaa", Set("1")}};
+  EXPECT_THAT(Plan(tree, target),
+              ElementsAre(Write{kPodP, Set("0-1"), kMems}, Write{kA, Set("0-1"), kMems},
+                          Write{kA, Set("1"), kMems}));
+}
+
+TEST(PlanMemsTest, V2EmptyMemsAreWrittenTopDown) {
+  const std::vector<Observed> tree = {ObsMems(kKp, "0-7", ""), ObsMems(kPodP, "0-7", ""),
+                                      ObsMems(kA, "4-5", "")};
+  Target target = MakeTarget("0-7", "0-3,6-7", {{"aaaa", Set("4-5")}});
+  target.all_mems = Set("0-1");
+  target.exclusive_mems = {{"aaaa", Set("1")}};
+  EXPECT_THAT(Plan(tree, target),
+              ElementsAre(Write{kKp, Set("0-1"), kMems}, Write{kPodP, Set("0-1"), kMems},
+                          Write{kA, Set("1"), kMems}));
+}
+
+TEST(PlanMemsTest, NotManagedOrNotObservedIsNotWritten) {
+  std::vector<Observed> tree = {ObsMems(kPodP, "0-7", "1"), ObsMems(kA, "0-7", "0")};
+  Target target = MakeTarget("0-7", "0-7");
+  // --numa-memory=none: no all_mems, no mems writes whatever the tree says.
+  EXPECT_THAT(Plan(tree, target), IsEmpty());
+  // Mems not read: that cgroup is left alone, the others still planned.
+  target.all_mems = Set("0-1");
+  tree[1].mems.reset();
+  EXPECT_THAT(Plan(tree, target), ElementsAre(Write{kPodP, Set("0-1"), kMems}));
+}
+
+TEST(PlanMemsTest, EmptyClaimMemsLeaveTheContainerAsItIs) {
+  const std::vector<Observed> tree = {ObsMems(kPodP, "0-7", "0-1"), ObsMems(kA, "0-7", "0")};
+  Target target = MakeTarget("0-7", "0-7");
+  target.all_mems = Set("0-1");
+  target.exclusive_mems = {{"aaaa", CpuSet()}};
+  EXPECT_THAT(Plan(tree, target), IsEmpty());
+}
+
+// ---------------------------------------------------------------------------------------------
 // Property: random trees, plans simulated write by write.
 
 struct Random {
@@ -717,6 +804,53 @@ TEST(PlanPropertyTest, V1WithEmptyDesiredLeavesThoseCgroupsAlone) {
     }
     EXPECT_THAT(Plan(ToTree(state), w.target), IsEmpty()) << "round " << round;
   }
+}
+
+// The mems half: random memory nodes for the machine and the claims, every write of each file
+// simulated under v1's rule on its own tree, both ending at what Desired and DesiredMems say.
+TEST(PlanPropertyTest, V1MemsFollowTheSameRulesAndEndAtDesiredMems) {
+  Random r{std::mt19937(424242)};
+  int mems_writes = 0;
+  for (int round = 0; round < 1000; ++round) {
+    World w = MakeWorld(r, /*allow_empty=*/false);
+    const int nodes = r.Int(1, 8);
+    w.target.all_mems = r.Subset(CpuSet::Range(0, nodes - 1), 0.8);
+    if (w.target.all_mems.Empty()) w.target.all_mems.Add(0);
+    for (const auto& [id, cpus] : w.target.exclusive) {
+      if (!r.Chance(0.7)) continue;
+      CpuSet mine = r.Subset(w.target.all_mems, 0.4);
+      if (mine.Empty()) mine.Add(*w.target.all_mems.First());
+      w.target.exclusive_mems[id] = mine;
+    }
+    std::map<std::string, CpuSet> cpus = V1State(r, w);
+    // The mems tree: a v1 tree over the memory nodes (the root has every one of them).
+    World mw = w;
+    mw.target.online = w.target.all_mems;
+    std::map<std::string, CpuSet> mems = V1State(r, mw);
+    std::vector<Observed> tree = ToTree(cpus);
+    for (Observed& o : tree) o.mems = mems.at(o.node.path);
+    const std::vector<Write> plan = Plan(tree, w.target);
+    std::vector<Write> cpu_writes, mem_writes;
+    bool mems_started = false;
+    for (const Write& write : plan) {
+      if (write.file == CpusetFile::kMems) mems_started = true;
+      // Every cpus write comes before the first mems write.
+      ASSERT_TRUE(write.file == CpusetFile::kMems || !mems_started) << "round " << round;
+      (write.file == CpusetFile::kMems ? mem_writes : cpu_writes).push_back(write);
+    }
+    mems_writes += static_cast<int>(mem_writes.size());
+    ASSERT_EQ(Simulate(cpus, cpu_writes, /*v1=*/true), "") << "round " << round;
+    ASSERT_EQ(Simulate(mems, mem_writes, /*v1=*/true), "") << "round " << round;
+    EXPECT_EQ(cpus, DesiredState(tree, w.target)) << "round " << round;
+    for (const Observed& o : tree) {
+      EXPECT_EQ(mems.at(o.node.path), DesiredMems(o.node, w.target))
+          << "round " << round << " " << o.node.path;
+    }
+    std::vector<Observed> after = ToTree(cpus);
+    for (Observed& o : after) o.mems = mems.at(o.node.path);
+    EXPECT_THAT(Plan(after, w.target), IsEmpty()) << "round " << round;
+  }
+  EXPECT_GT(mems_writes, 500);
 }
 
 TEST(PlanPropertyTest, DeterministicInAnyInputOrder) {

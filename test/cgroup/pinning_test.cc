@@ -11,6 +11,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "test/testing/fixtures.h"
 
 namespace topodra::cgroup {
 namespace {
@@ -172,6 +173,106 @@ TEST(GoneContainerRecordsTest, CrashLoopingContainerKeepsTheRecordCountBounded) 
   EXPECT_EQ(ReadLiveRecords(records, root, start + absl::Hours(1)).size(), 4u);
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(records), {}), 4);
   std::filesystem::remove_all(base);
+}
+
+// ---- NUMA memory (--numa-memory=claim)
+
+// Which nodes are local to which CPUs, over the fixture machines: one node, two nodes, and
+// KNL's four nodes with CPUs plus four CPU-less MCDRAM nodes that are never local to a CPU.
+TEST(NumaNodesOfTest, OverFixtureTopologies) {
+  struct Case {
+    std::string fixture, cpus, want;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"16em64t-4s2c2t.xml", "0-15", "0"},
+           {"16em64t-4s2c2t.xml", "", ""},
+           {"32em64t-2n8c2t-pci-normalio.xml", "0", "0"},
+           {"32em64t-2n8c2t-pci-normalio.xml", "8", "1"},
+           {"32em64t-2n8c2t-pci-normalio.xml", "7-8", "0-1"},
+           {"32em64t-2n8c2t-pci-normalio.xml", "16-23", "0"},
+           {"64intel64-fakeKNL-SNC4-hybrid.xml", "0-3", "0"},
+           {"64intel64-fakeKNL-SNC4-hybrid.xml", "4,12", "1,3"},
+           {"64intel64-fakeKNL-SNC4-hybrid.xml", "0-63", "0-3"},
+           // A CPU the machine lacks is on no node.
+           {"64intel64-fakeKNL-SNC4-hybrid.xml", "100", ""},
+       }) {
+    const topology::Topology topo = testing::LoadTopology(c.fixture);
+    EXPECT_EQ(NumaNodesOf(topo.numa_nodes, Cpus(c.cpus)), Cpus(c.want))
+        << c.fixture << " CPUs " << c.cpus;
+  }
+}
+
+TEST(ClaimMemsTest, RecordedOrLocalWithinTheRoot) {
+  const topology::Topology knl = testing::LoadTopology("64intel64-fakeKNL-SNC4-hybrid.xml");
+  const NumaMemory m{Cpus("0-7"), knl.numa_nodes};
+  EXPECT_EQ(ClaimMems(Cpus("4-5"), {}, m), Cpus("1"));             // local
+  EXPECT_EQ(ClaimMems(Cpus("4-5"), Cpus("1,5"), m), Cpus("1,5"));  // prepare chose HBM too
+  // Nodes the root cpuset does not have are dropped; nothing left is "not narrowed".
+  const NumaMemory small{Cpus("0-1"), knl.numa_nodes};
+  EXPECT_EQ(ClaimMems(Cpus("4-5"), Cpus("1,5"), small), Cpus("1"));
+  EXPECT_EQ(ClaimMems(Cpus("12"), {}, small), CpuSet{});
+  // No NUMA information: nothing known.
+  EXPECT_EQ(ClaimMems(Cpus("4-5"), {}, NumaMemory{Cpus("0"), {}}), CpuSet{});
+}
+
+// Two nodes: CPUs 0-7 on node 0, 8-15 on node 1; a CPU-less node 2 (CXL).
+NumaMemory TwoNodesAndCxl() {
+  NumaMemory m;
+  m.all = Cpus("0-2");
+  topology::NumaNode n0, n1, n2;
+  n0.id = 0;
+  n0.cpus = Cpus("0-7");
+  n1.id = 1;
+  n1.cpus = Cpus("8-15");
+  n2.id = 2;
+  m.nodes = {n0, n1, n2};
+  return m;
+}
+
+TEST(PinningMemsTest, ContainersGetTheUnionOfTheirClaimsNodesEveryoneElseAll) {
+  state::State s = Held();  // uid-1 on 4-7 (node 0), the device-plugin allocation on 10-11
+  state::Allocation hbm;
+  hbm.owner = state::DraOwner("dra.cpu", "uid-2");
+  hbm.driver = "dra.cpu";
+  hbm.claim_namespace = "ns";
+  hbm.claim_name = "hbm";
+  hbm.cpus = Cpus("12-13");
+  hbm.mems = Cpus("1-2");  // recorded at prepare: local plus the CXL node
+  hbm.phase = state::Phase::kPrepared;
+  const absl::Status added = s.Add(hbm);
+  ASSERT_TRUE(added.ok()) << added;
+  const std::vector<HookRecord> records = {
+      {"c1_uid-1.json", "c1", "uid-1", Cpus("4-7")},
+      {"c2_0123456789abcdef.json", "c2", "0123456789abcdef", Cpus("10-11")},
+      {"c3_uid-1.json", "c3", "uid-1", Cpus("4-7")},
+      {"c3_uid-2.json", "c3", "uid-2", Cpus("12-13")},
+  };
+  const NumaMemory m = TwoNodesAndCxl();
+  const Target t = BuildTarget(Cpus("0-15"), {}, false, s, records, nullptr, &m);
+  EXPECT_EQ(t.all_mems, Cpus("0-2"));
+  EXPECT_EQ(t.exclusive_mems.at("c1"), Cpus("0"));    // local, derived (nothing recorded)
+  EXPECT_EQ(t.exclusive_mems.at("c2"), Cpus("1"));    // device plugin: local
+  EXPECT_EQ(t.exclusive_mems.at("c3"), Cpus("0-2"));  // union of both claims
+  EXPECT_EQ(t.exclusive_mems.size(), 3u);
+  // Without memory: nothing about mems.
+  const Target none = BuildTarget(Cpus("0-15"), {}, false, s, records, nullptr);
+  EXPECT_TRUE(none.all_mems.Empty());
+  EXPECT_TRUE(none.exclusive_mems.empty());
+}
+
+TEST(PinningMemsTest, AClaimWithUnknownNodesLeavesItsContainerOnAll) {
+  state::State s = Held();
+  NumaMemory m = TwoNodesAndCxl();
+  m.nodes.pop_back();
+  m.nodes.pop_back();  // node 1 unknown: CPUs 10-11 are on no known node
+  const std::vector<HookRecord> records = {
+      {"c2_0123456789abcdef.json", "c2", "0123456789abcdef", Cpus("10-11")},
+      {"c2_uid-1.json", "c2", "uid-1", Cpus("4-7")},
+      {"c1_uid-1.json", "c1", "uid-1", Cpus("4-7")},
+  };
+  const Target t = BuildTarget(Cpus("0-15"), {}, false, s, records, nullptr, &m);
+  EXPECT_FALSE(t.exclusive_mems.contains("c2"));
+  EXPECT_EQ(t.exclusive_mems.at("c1"), Cpus("0"));
 }
 
 }  // namespace

@@ -534,3 +534,219 @@ TEST_F(PoolRulesTest, ResultsMustNameThisNodesDevices) {
 
 }  // namespace
 }  // namespace topodra::claims
+
+// ---- numaMemory: the memory nodes of a claim's containers (--numa-memory=claim)
+
+namespace topodra::claims {
+namespace {
+
+// 4 nodes with CPUs (0-3) and 4 CPU-less MCDRAM nodes (4-7), 1 GiB each.
+constexpr char kKnl[] = "64intel64-fakeKNL-SNC4-hybrid.xml";
+
+struct NumaCase {
+  std::string name;
+  std::string json;   // the numaMemory value
+  std::string error;  // the whole message; empty: accepted
+  NumaMemory want{};  // when accepted
+};
+
+void PrintTo(const NumaCase& c, std::ostream* os) { *os << c.name << ": " << c.json; }
+
+class NumaMemoryParseTest : public ::testing::TestWithParam<NumaCase> {};
+
+TEST_P(NumaMemoryParseTest, Parses) {
+  const NumaCase& c = GetParam();
+  absl::StatusOr<NumaMemory> got = ParseNumaMemory(json::parse(c.json));
+  if (!c.error.empty()) {
+    ASSERT_FALSE(got.ok()) << "accepted";
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(got.status().message(), c.error);
+    return;
+  }
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->local, c.want.local);
+  EXPECT_EQ(got->all, c.want.all);
+  EXPECT_EQ(got->nodes, c.want.nodes);
+}
+
+const std::string kBadNodes =
+    " is not \"local\", \"all\" or a list of NUMA node ids such as \"2\" or \"2-3\"";
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, NumaMemoryParseTest,
+    ::testing::ValuesIn(std::vector<NumaCase>{
+        {"LocalString", R"("local")", "", {.local = true, .all = false, .nodes = {}}},
+        {"LocalList", R"(["local"])", "", {.local = true, .all = false, .nodes = {}}},
+        {"LocalAndHbm", R"(["local", "4-5"])", "", {.local = true, .all = false, .nodes = {4, 5}}},
+        {"HbmOnly", R"(["4", "6-7"])", "", {.local = false, .all = false, .nodes = {4, 6, 7}}},
+        {"NodeListString", R"("0,2")", "", {.local = false, .all = false, .nodes = {0, 2}}},
+        {"All", R"("all")", "", {.local = false, .all = true, .nodes = {}}},
+        {"AllList", R"(["all"])", "", {.local = false, .all = true, .nodes = {}}},
+        {"LargestNode", R"("1023")", "", {.local = false, .all = false, .nodes = {1023}}},
+        {"EmptyList", "[]", "cpuConfig.numaMemory is empty", {}},
+        {"EmptyString", R"("")", "cpuConfig.numaMemory is empty", {}},
+        {"EmptyEntry", R"(["local", ""])", "cpuConfig.numaMemory[1] is empty", {}},
+        {"NumberEntry",
+         R"(["local", 2])",
+         "cpuConfig.numaMemory[1]: expected a string, got number",
+         {}},
+        {"ListInList", R"([["2"]])", "cpuConfig.numaMemory[0]: expected a string, got array", {}},
+        {"UnknownWord", R"("remote")", "cpuConfig.numaMemory: \"remote\"" + kBadNodes, {}},
+        {"UnknownWordInList",
+         R"(["local", "Local"])",
+         "cpuConfig.numaMemory[1]: \"Local\"" + kBadNodes,
+         {}},
+        {"Spaces", R"(["2, 3"])", "cpuConfig.numaMemory[0]: \"2, 3\"" + kBadNodes, {}},
+        {"Negative", R"(["-1"])", "cpuConfig.numaMemory[0]: \"-1\"" + kBadNodes, {}},
+        {"Backwards", R"(["3-2"])", "cpuConfig.numaMemory[0]: \"3-2\"" + kBadNodes, {}},
+        {"Newline", R"(["2\n"])", "cpuConfig.numaMemory[0]: \"2\n\"" + kBadNodes, {}},
+        {"TooLarge",
+         R"(["1000-1024"])",
+         "cpuConfig.numaMemory[0]: NUMA node 1024 in \"1000-1024\" is above 1023, the largest "
+         "Linux has",
+         {}},
+        {"LocalTwice",
+         R"(["local", "2", "local"])",
+         "cpuConfig.numaMemory[2]: \"local\" is named twice",
+         {}},
+        {"NodeTwice",
+         R"(["2-4", "4"])",
+         "cpuConfig.numaMemory[1]: NUMA node 4 in \"4\" is named twice",
+         {}},
+        {"AllTwice", R"(["all", "all"])", "cpuConfig.numaMemory[1]: \"all\" is named twice", {}},
+        {"AllWithLocal",
+         R"(["all", "local"])",
+         "cpuConfig.numaMemory: \"all\" cannot be combined with other entries "
+         "(\"[\"all\",\"local\"]\")",
+         {}},
+        {"AllWithNodes",
+         R"(["4", "all"])",
+         "cpuConfig.numaMemory: \"all\" cannot be combined with other entries "
+         "(\"[\"4\",\"all\"]\")",
+         {}},
+    }),
+    [](const ::testing::TestParamInfo<NumaCase>& info) { return info.param.name; });
+
+// The non-string, non-list values: the message names the JSON type.
+TEST(NumaMemoryParseTypesTest, NamesTheType) {
+  for (const auto& [text, type] :
+       std::vector<std::pair<std::string, std::string>>{{"2", "number"},
+                                                        {R"({"local": true})", "object"},
+                                                        {"null", "null"},
+                                                        {"true", "boolean"}}) {
+    EXPECT_EQ(ParseNumaMemory(json::parse(text)).status().message(),
+              "cpuConfig.numaMemory: expected a string or a list of strings, got " + type)
+        << text;
+  }
+  json many = json::array();
+  for (int i = 0; i <= static_cast<int>(kMaxNumaMemoryEntries); ++i)
+    many.push_back(std::to_string(i));
+  EXPECT_EQ(ParseNumaMemory(many).status().message(),
+            "cpuConfig.numaMemory has 65 entries (at most 64)");
+}
+
+TEST(ParseCpuConfigParametersTest, NumaMemoryBesideOrInsteadOfTheCpuset) {
+  absl::StatusOr<CpuConfig> both = ParseCpuConfigParameters(json::parse(
+      R"({"apiVersion":"v1alpha1","cpuConfig":{"cpuset":"4-7","numaMemory":["local","4"]}})"));
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->cpuset, CpuSet::Range(4, 7));
+  ASSERT_TRUE(both->numa_memory.has_value());
+  EXPECT_EQ(both->numa_memory->nodes, CpuSet{4});
+  absl::StatusOr<CpuConfig> alone = ParseCpuConfigParameters(
+      json::parse(R"({"apiVersion":"v1alpha1","cpuConfig":{"numaMemory":"all"}})"));
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_FALSE(alone->cpuset.has_value());
+  EXPECT_TRUE(alone->numa_memory->all);
+  // A config that must name CPUs still needs its cpuset.
+  EXPECT_EQ(
+      ParseCpuConfig(json::parse(R"({"apiVersion":"v1alpha1","cpuConfig":{"numaMemory":"all"}})"))
+          .status()
+          .message(),
+      "cpuConfig.cpuset is missing");
+  // The field's errors come through, and its name is exact.
+  EXPECT_EQ(ParseCpuConfigParameters(
+                json::parse(R"({"apiVersion":"v1alpha1","cpuConfig":{"numaMemory":["near"]}})"))
+                .status()
+                .message(),
+            "cpuConfig.numaMemory[0]: \"near\"" + kBadNodes);
+  EXPECT_EQ(ParseCpuConfigParameters(
+                json::parse(R"({"apiVersion":"v1alpha1","cpuConfig":{"numamemory":"local"}})"))
+                .status()
+                .message(),
+            "unknown field \"cpuConfig.numamemory\"");
+}
+
+TEST(MemoryNodesTest, LocalNamedAndAllOnFixtures) {
+  const topology::Topology& knl = Load(kKnl);
+  auto nodes = [&](NumaMemory m, CpuSet cpus) {
+    absl::StatusOr<CpuSet> got = MemoryNodes(m, cpus, knl);
+    EXPECT_TRUE(got.ok()) << got.status();
+    return got.ok() ? got->ToString() : std::string("error");
+  };
+  const NumaMemory local;
+  // CPUs 0-1 are on node 0, 4 on node 1, 12 on node 3.
+  EXPECT_EQ(nodes(local, CpuSet{0, 1}), "0");
+  EXPECT_EQ(nodes(local, CpuSet{0, 4, 12}), "0-1,3");
+  EXPECT_EQ(nodes(local, CpuSet{}), "");
+  EXPECT_EQ(nodes({.local = true, .all = false, .nodes = {5}}, CpuSet{4}), "1,5");
+  EXPECT_EQ(nodes({.local = false, .all = false, .nodes = {4, 5}}, CpuSet{4}), "4-5");
+  EXPECT_EQ(nodes({.local = false, .all = true, .nodes = {}}, CpuSet{4}), "0-7");
+  // A node the machine lacks is named, with the machine's nodes.
+  EXPECT_EQ(MemoryNodes({.local = true, .all = false, .nodes = {8, 9}}, CpuSet{4}, knl)
+                .status()
+                .message(),
+            "numaMemory: NUMA nodes 8-9 are not on this node (its NUMA nodes: 0-7)");
+  // One node, no memory size in the export: "all" is every node.
+  EXPECT_EQ(
+      MemoryNodes({.local = false, .all = true, .nodes = {}}, CpuSet{}, Load(kFull))->ToString(),
+      "0");
+  EXPECT_EQ(MemoryNodes({.local = false, .all = false, .nodes = {1}}, CpuSet{}, Load(kFull))
+                .status()
+                .message(),
+            "numaMemory: NUMA node 1 is not on this node (its NUMA nodes: 0)");
+}
+
+// numaMemory through ResolveCpuAssignments: accepted alone on groups and individual CPUs,
+// checked against the topology, and never a substitute for the machine device's cpuset.
+TEST_F(PoolRulesTest, NumaMemoryConfigs) {
+  auto numa = [](const std::string& value) {
+    return R"({"apiVersion": "v1alpha1", "cpuConfig": {"numaMemory": )" + value + "}}";
+  };
+  absl::StatusOr<std::vector<CpuAssignment>> got = Resolve(
+      R("node1", "cpudevsocket001", "2"), {Config("FromClaim", "[]", numa(R"(["local", "0"])"))});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_FALSE((*got)[0].explicit_cpus.has_value());
+  ASSERT_TRUE((*got)[0].numa_memory.has_value());
+  EXPECT_TRUE((*got)[0].numa_memory->local);
+  EXPECT_EQ((*got)[0].numa_memory->nodes, CpuSet{0});
+  // Without a config: no policy (local).
+  got = Resolve(R("node1", "cpudevsocket001", "2"), {});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_FALSE((*got)[0].numa_memory.has_value());
+  // An individual CPU takes a numaMemory config, not a cpuset.
+  got = Resolve(R("node1", "cpudev009", ""), {Config("FromClaim", "[]", numa(R"("all")"))});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ((*got)[0].explicit_cpus->ToString(), "9");
+  EXPECT_TRUE((*got)[0].numa_memory->all);
+  // The machine device still needs its CPUs named.
+  EXPECT_THAT(
+      Resolve(R("node1", "cpudevmachine", "2"), {Config("FromClaim", "[]", numa(R"("local")"))})
+          .status()
+          .message(),
+      ::testing::HasSubstr("spans the whole machine"));
+  // A node this machine lacks (16em64t-4s2c2t has node 0 only).
+  EXPECT_EQ(Resolve(R("node1", "cpudevsocket001", "2"), {Config("FromClaim", "[]", numa(R"("3")"))})
+                .status()
+                .message(),
+            kPrefix +
+                "config[0] (FromClaim): numaMemory: NUMA node 3 is not on this node (its NUMA "
+                "nodes: 0)");
+  // Invalid values are quoted.
+  EXPECT_EQ(Resolve(R("node1", "cpudevsocket001", "2"), {Config("FromClaim", "[]", numa(R"("x")"))})
+                .status()
+                .message(),
+            kPrefix + "config[0] (FromClaim): cpuConfig.numaMemory: \"x\"" + kBadNodes);
+}
+
+}  // namespace
+}  // namespace topodra::claims

@@ -1,5 +1,7 @@
 // Arbitrary bytes as a ResourceClaim: parsing, config resolution and the cpuset checks must return
 // a status, never crash, and every accepted assignment must satisfy the rules it was checked for.
+// The same bytes as opaque parameters and as a numaMemory value: accepted ones are well formed,
+// and a plan's memory nodes are nodes of the machine.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -38,6 +40,14 @@ const topodra::topology::Topology& Machine() {
     }
     t.online = CpuSet::Range(0, 7);
     t.offline = CpuSet{8, 9};
+    // Two nodes with CPUs and a CPU-less one (HBM), for numaMemory.
+    for (int n = 0; n < 3; ++n) {
+      topodra::topology::NumaNode node;
+      node.id = n;
+      node.cpus = n < 2 ? CpuSet::Range(4 * n, 4 * n + 3) : CpuSet{};
+      node.memory_bytes = 1 << 30;
+      t.numa_nodes.push_back(node);
+    }
     t.source = "synthetic:fuzz";
     t.Finalize();
     return t;
@@ -66,6 +76,8 @@ const prepare::DriverSetup& CpuDriver() {
     s.kind = prepare::DriverKind::kCpu;
     s.cpu_pool = Pool();
     s.reserved = CpuSet{0};
+    // --enforce=cgroup with --numa-memory=claim: plans choose memory nodes.
+    s.cpuset_hook = prepare::CpusetHook{"/hook", "/records", "/cg", false, true};
     return s;
   }();
   return setup;
@@ -90,6 +102,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const nlohmann::json j = nlohmann::json::parse(data, data + size, nullptr, false);
   if (j.is_discarded()) return 0;
   (void)claims::ParseCpuConfig(j);
+  if (absl::StatusOr<claims::CpuConfig> c = claims::ParseCpuConfigParameters(j); c.ok()) {
+    if (!c->cpuset && !c->numa_memory) std::abort();
+    if (c->cpuset && c->cpuset->Empty()) std::abort();
+  }
+  if (absl::StatusOr<claims::NumaMemory> m = claims::ParseNumaMemory(j); m.ok()) {
+    // "all" stands alone; otherwise something is named; no node above the kernel's limit.
+    if (m->all && (m->local || !m->nodes.Empty())) std::abort();
+    if (!m->all && !m->local && m->nodes.Empty()) std::abort();
+    if (!m->nodes.Empty() && *m->nodes.Last() > claims::kMaxNumaNodeId) std::abort();
+    absl::StatusOr<CpuSet> nodes = claims::MemoryNodes(*m, CpuSet{4}, Machine());
+    if (nodes.ok() && !nodes->IsSubsetOf(CpuSet::Range(0, 2))) std::abort();
+  }
   absl::StatusOr<claims::Claim> claim = claims::ParseClaim(j);
   if (!claim.ok()) return 0;
   for (const claims::DeviceResult& r : claim->results) {
@@ -141,7 +165,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!plan.ok()) continue;
     if (plan->allocation.cpus.Intersects(CpuSet{0, 1}) ||
         !plan->allocation.cpus.IsSubsetOf(Machine().online) ||
-        plan->allocation.gpus.contains("0000:01:00.0")) {
+        plan->allocation.gpus.contains("0000:01:00.0") ||
+        !plan->allocation.mems.IsSubsetOf(CpuSet::Range(0, 2))) {
       std::abort();
     }
     if (!plan->cdi_spec.devices.empty() && !cdi::Validate(plan->cdi_spec).ok()) std::abort();

@@ -54,6 +54,30 @@ class PinningTest : public NodeTest {
   void MakeCgroup(const std::string& rel, const std::string& cpus) {
     fs::create_directories(cgroups_ + "/" + rel);
     std::ofstream(cgroups_ + "/" + rel + "/cpuset.cpus") << cpus << "\n";
+    // v2 starts every cgroup's mems empty: "the parent's".
+    std::ofstream(cgroups_ + "/" + rel + "/cpuset.mems") << "\n";
+  }
+
+  std::string Mems(const std::string& rel) {
+    std::string s = ReadFile(cgroups_ + "/" + rel + "/cpuset.mems");
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    return s;
+  }
+
+  bool WaitMems(const std::string& rel, const std::string& want) {
+    for (int i = 0; i < 200; ++i) {
+      if (Mems(rel) == want) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    return false;
+  }
+
+  // What the hook records for container `id` of pod A holding `claim`.
+  void Record(const std::string& id, const std::string& claim_uid, const std::string& cpus,
+              const std::string& mems) {
+    std::ofstream(absl::StrCat(dirs_.state, "/containers/", id, "_", claim_uid, ".json"))
+        << "{\"container\":\"" << id << "\",\"claim\":\"" << claim_uid << "\",\"cpus\":\"" << cpus
+        << "\",\"cgroup\":\"" << Container(kPodA, id) << "\",\"mems\":\"" << mems << "\"}\n";
   }
 
   std::string Cpus(const std::string& rel) {
@@ -104,10 +128,10 @@ TEST_F(PinningTest, SharedPoolFollowsClaimsAndHookRecordsKeepContainersOnTheirCp
   ASSERT_EQ(hooks.size(), 1u) << spec.dump();
   EXPECT_EQ(hooks[0]["hookName"], "createRuntime");
   EXPECT_EQ(hooks[0]["path"], hook);
-  EXPECT_THAT(
-      hooks[0]["args"].get<std::vector<std::string>>(),
-      ::testing::ElementsAre("topodra-cpuset-hook", "--cpus", "4-7", "--claim", claim.uid,
-                             "--records", dirs_.state + "/containers", "--cgroup-root", cgroups_));
+  EXPECT_THAT(hooks[0]["args"].get<std::vector<std::string>>(),
+              ::testing::ElementsAre("topodra-cpuset-hook", "--cpus", "4-7", "--mems", "0",
+                                     "--claim", claim.uid, "--records", dirs_.state + "/containers",
+                                     "--cgroup-root", cgroups_));
 
   // What the hook records when the runtime creates the claim's container (aaaa1): the daemon
   // keeps it on the claim's CPUs and its pod on the shared pool plus those.
@@ -239,6 +263,80 @@ TEST_F(PinningTest, StrictReservationKeepsReservedCpusOutAndTheLastCpusCannotBeT
   // Once the big claim is given back, the same claim is fine.
   ASSERT_EQ(UnprepareOne(most), "");
   EXPECT_EQ(PrepareOne(last).error, "");
+}
+
+// --numa-memory=claim (the default) on a two-node machine whose root cpuset gives nodes 0-1:
+// a claim's container allocates on its CPUs' node (or what its numaMemory config adds), every
+// other cgroup keeps both nodes, and unprepare gives the container both back.
+TEST_F(PinningTest, NumaMemoryFollowsTheClaimsCpus) {
+  std::ofstream(cgroups_ + "/cpuset.mems.effective") << "0-1\n";
+  StartPinnedNode();
+  const std::string a1 = Container(kPodA, "aaaa1");
+  const std::string a2 = Container(kPodA, "aaaa2");
+  ASSERT_TRUE(WaitMems(a1, "0-1")) << Mems(a1) << "\n" << daemon_.Log();
+  EXPECT_EQ(Mems("kubepods.slice"), "0-1");
+  EXPECT_THAT(daemon_.Log(), HasSubstr("memory on the claims' NUMA nodes (--numa-memory=claim)"));
+
+  // CPUs 8-9 are on node 1.
+  PrepareClaim local = CpuClaim("local", "cpudevnuma001", "2", Cpuset("8-9"));
+  ASSERT_EQ(PrepareOne(local).error, "");
+  const json spec = json::parse(ReadFile(CdiPath(local.uid)), nullptr, false);
+  const std::vector<std::string> args = spec["containerEdits"]["hooks"][0]["args"];
+  ASSERT_GE(args.size(), 5u);
+  EXPECT_EQ(args[3], "--mems");
+  EXPECT_EQ(args[4], "1");
+  Record("aaaa1", local.uid, "8-9", "1");
+  EXPECT_TRUE(WaitMems(a1, "1")) << Mems(a1);
+  EXPECT_TRUE(WaitCpus(a1, "8-9")) << Cpus(a1);
+  EXPECT_EQ(Mems(PodSlice(kPodA)), "0-1");
+  EXPECT_EQ(Mems(a2), "0-1");
+
+  // A second claim of the same container whose config adds node 0 (as a CPU-less tier would be
+  // added): the container gets the union.
+  const json hbm = {{"apiVersion", "v1alpha1"},
+                    {"cpuConfig", {{"cpuset", "10"}, {"numaMemory", {"local", "0"}}}}};
+  PrepareClaim second = CpuClaim("second", "cpudevnuma001", "1", hbm);
+  ASSERT_EQ(PrepareOne(second).error, "");
+  const json spec2 = json::parse(ReadFile(CdiPath(second.uid)), nullptr, false);
+  EXPECT_EQ(spec2["containerEdits"]["hooks"][0]["args"][4], "0-1");
+  Record("aaaa1", second.uid, "10", "0-1");
+  EXPECT_TRUE(WaitCpus(a1, "8-10")) << Cpus(a1);
+  EXPECT_TRUE(WaitMems(a1, "0-1")) << Mems(a1);
+  ASSERT_EQ(UnprepareOne(second), "");
+  EXPECT_TRUE(WaitMems(a1, "1")) << Mems(a1);
+
+  // The state keeps the choice across a restart.
+  sim_.reset();
+  daemon_.Kill();
+  std::ofstream(cgroups_ + "/" + a1 + "/cpuset.mems") << "0-1\n";
+  StartPinnedNode();
+  EXPECT_TRUE(WaitMems(a1, "1")) << Mems(a1) << "\n" << daemon_.Log();
+
+  // A node the machine lacks is refused at prepare, named.
+  const json bad = {{"apiVersion", "v1alpha1"}, {"cpuConfig", {{"numaMemory", {"local", "5"}}}}};
+  const std::string error = PrepareOne(CpuClaim("bad", "cpudevnuma000", "1", bad)).error;
+  EXPECT_THAT(error,
+              HasSubstr("numaMemory: NUMA node 5 is not on this node (its NUMA nodes: 0-1)"));
+
+  ASSERT_EQ(UnprepareOne(local), "");
+  EXPECT_TRUE(WaitMems(a1, "0-1")) << Mems(a1);
+}
+
+// --numa-memory=none: no --mems for the hook, and cpuset.mems is never written.
+TEST_F(PinningTest, NumaMemoryNoneLeavesMemsAlone) {
+  std::ofstream(cgroups_ + "/cpuset.mems.effective") << "0-1\n";
+  StartPinnedNode({"--numa-memory", "none"});
+  PrepareClaim claim = CpuClaim("plain", "cpudevnuma001", "2", Cpuset("8-9"));
+  ASSERT_EQ(PrepareOne(claim).error, "");
+  const json spec = json::parse(ReadFile(CdiPath(claim.uid)), nullptr, false);
+  EXPECT_THAT(spec["containerEdits"]["hooks"][0]["args"].get<std::vector<std::string>>(),
+              ::testing::Not(::testing::Contains("--mems")));
+  const std::string a1 = Container(kPodA, "aaaa1");
+  Record("aaaa1", claim.uid, "8-9", "1");
+  EXPECT_TRUE(WaitCpus(a1, "8-9")) << Cpus(a1);
+  EXPECT_EQ(Mems(a1), "");
+  EXPECT_EQ(Mems("kubepods.slice"), "");
+  EXPECT_THAT(daemon_.Log(), HasSubstr("memory left alone (--numa-memory=none)"));
 }
 
 TEST_F(PinningTest, WithoutACpusetControllerTheDaemonRefusesToStart) {

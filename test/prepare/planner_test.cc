@@ -672,6 +672,54 @@ TEST(PlanClaimTest, SharedPoolKeepsTheReservedCpusUnlessStrict) {
   }
 }
 
+// --numa-memory=claim on the 24-node machine: the claim records the NUMA nodes of its CPUs plus
+// what its numaMemory config names, and the hook gets them as --mems; off, neither.
+TEST(PlanClaimTest, NumaMemoryRecordsTheClaimsNodesAndPassesThemToTheHook) {
+  const topology::Topology& topo = Load(k192);
+  CpusetHook hook{"/opt/topodra/bin/topodra-cpuset-hook", "/records", "/sys/fs/cgroup"};
+  hook.numa_memory = true;
+  auto plan = [&](const json& parameters, bool numa_memory) {
+    DriverSetup setup = CpuSetup(topo, Mode::kMachine);
+    setup.cpuset_hook = hook;
+    setup.cpuset_hook->numa_memory = numa_memory;
+    return PlanClaim(Parse(ClaimJson("uid-m", "ns", "m", {Result("cpus", "cpudevmachine", "3")},
+                                     {Config({"cpus"}, parameters)})),
+                     setup, topo, state::State{});
+  };
+  auto with = [](const json& numa) {
+    json p = Cpuset("8-9,16");  // CPUs of nodes 1 and 2
+    p["cpuConfig"]["numaMemory"] = numa;
+    return p;
+  };
+  auto args = [](const Plan& p) { return p.cdi_spec.container_edits.hooks.at(0).args; };
+
+  absl::StatusOr<Plan> local = plan(Cpuset("8-9,16"), true);
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_EQ(local->allocation.mems.ToString(), "1-2");
+  EXPECT_THAT(args(*local), ::testing::ElementsAre("topodra-cpuset-hook", "--cpus", "8-9,16",
+                                                   "--mems", "1-2", "--claim", "uid-m", "--records",
+                                                   "/records", "--cgroup-root", "/sys/fs/cgroup"));
+  absl::StatusOr<Plan> more = plan(with({"local", "5"}), true);
+  ASSERT_TRUE(more.ok()) << more.status();
+  EXPECT_EQ(more->allocation.mems.ToString(), "1-2,5");
+  absl::StatusOr<Plan> only = plan(with("7"), true);
+  ASSERT_TRUE(only.ok()) << only.status();
+  EXPECT_EQ(only->allocation.mems.ToString(), "7");
+  absl::StatusOr<Plan> all = plan(with("all"), true);
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->allocation.mems.ToString(), "0-23");
+  absl::StatusOr<Plan> missing = plan(with({"local", "24"}), true);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(missing.status().message(),
+              ::testing::HasSubstr("numaMemory: NUMA node 24 is not on this node (its NUMA "
+                                   "nodes: 0-23)"));
+
+  absl::StatusOr<Plan> off = plan(with({"local", "5"}), false);
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_TRUE(off->allocation.mems.Empty());
+  EXPECT_THAT(args(*off), ::testing::Not(::testing::Contains("--mems")));
+}
+
 TEST(PlanClaimTest, CdiVersionFollowsTheUid) {
   const topology::Topology& topo = Load(k16);
   const DriverSetup setup = CpuSetup(topo, Mode::kNuma);

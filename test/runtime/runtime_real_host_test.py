@@ -691,6 +691,7 @@ class Node:
         """Runs busybox sh in pod <pod_uid>'s cgroup with the CDI devices; the script reports
         what the container sees. Returns the parsed report."""
         script = ("echo \"affinity=$(grep Cpus_allowed_list /proc/1/status | cut -f2)\"; "
+                  "echo \"mems=$(grep Mems_allowed_list /proc/1/status | cut -f2)\"; "
                   "echo '--- pid1'; tr '\\000' '\\n' < /proc/1/environ; "
                   "echo '--- sh'; env; "
                   "echo '--- dev'; for d in $(ls /dev/dri/* /dev/nvidia* 2>/dev/null); do "
@@ -719,11 +720,13 @@ class Node:
 
     @staticmethod
     def parse_report(text):
-        rep = {"affinity": None, "pid1": {}, "sh": {}, "dev": {}, "meta": ""}
+        rep = {"affinity": None, "mems": None, "pid1": {}, "sh": {}, "dev": {}, "meta": ""}
         section = None
         for line in text.splitlines():
             if line.startswith("affinity="):
                 rep["affinity"] = line[len("affinity="):]
+            elif line.startswith("mems="):
+                rep["mems"] = line[len("mems="):]
             elif line.startswith("--- "):
                 section = line[4:]
             elif section in ("pid1", "sh") and "=" in line:
@@ -912,6 +915,16 @@ def scenario(node, work):
                "file in the container says dra.cpu/cpuset %r, the container runs on %s" % (
                    got, fmt_cpus(g_cpus)))
     log("grouped claim: the container read its CPU set %s from its device metadata file" % got)
+    # --numa-memory=claim (the default): the hook gets the claim's NUMA nodes and the container
+    # allocates memory only there.
+    node.check("--mems" in hook["args"], "grouped: the hook has no --mems: %s" % hook["args"])
+    if "--mems" in hook["args"]:
+        g_mems = read_cpu_list(hook["args"][hook["args"].index("--mems") + 1])
+        node.check(rep["mems"] is not None and read_cpu_list(rep["mems"]) == g_mems,
+                   "grouped claim: Mems_allowed_list in the container is %r, want the hook's "
+                   "--mems %s" % (rep["mems"], fmt_cpus(g_mems)))
+        log("grouped claim: container allocates on NUMA nodes %s (the hook's --mems)"
+            % rep["mems"])
     lost = sorted(k for k in names if not SAFE_NAME.match(k) and k in rep["sh"])
     log("grouped claim: container on CPUs %s (the claim's); env %s; names busybox sh kept "
         "although not shell-safe: %s" % (rep["affinity"], sorted(names), lost))

@@ -128,7 +128,7 @@ TEST_F(CheckpointTest, SaveThenLoadRoundTrips) {
 TEST_F(CheckpointTest, EncodingIsCanonical) {
   const std::string text = EncodeCheckpoint(Sample());
   const json doc = json::parse(text);
-  EXPECT_EQ(doc["version"], 2);
+  EXPECT_EQ(doc["version"], kCheckpointVersion);
   EXPECT_EQ(doc["checksum"], ChecksumOf(doc["payload"]));
   EXPECT_EQ(doc["payload"]["reservations"], json::array());
   EXPECT_FALSE(doc["payload"].contains("seq"));
@@ -193,10 +193,10 @@ TEST_F(CheckpointTest, CorruptFilesAreErrorsNamingTheFile) {
       {"payload edited, checksum kept",
        json{{"version", 1}, {"checksum", ChecksumOf(payload)}, {"payload", edited}}.dump(),
        absl::StatusCode::kDataLoss, "checksum mismatch"},
-      {"unknown version", WithChecksum(payload, 3), absl::StatusCode::kFailedPrecondition,
-       "unknown version 3 (this topodra reads versions 1 to 2)"},
+      {"unknown version", WithChecksum(payload, 4), absl::StatusCode::kFailedPrecondition,
+       "unknown version 4 (this topodra reads versions 1 to 3)"},
       {"version 0", WithChecksum(payload, 0), absl::StatusCode::kFailedPrecondition,
-       "unknown version 0 (this topodra reads versions 1 to 2)"},
+       "unknown version 0 (this topodra reads versions 1 to 3)"},
       {"version not integer", WithChecksum(payload, "1"), absl::StatusCode::kDataLoss,
        "field \"version\": not an integer"},
       {"missing version", json{{"checksum", "0"}, {"payload", payload}}.dump(),
@@ -470,12 +470,65 @@ TEST_F(CheckpointTest, VersionOneFilesAreStillRead) {
   EXPECT_EQ(state->Find("u1")->claim_name, "n-u1");
   EXPECT_EQ(state->Find("u1")->reservation, "");
   EXPECT_TRUE(state->reservations().empty());
-  // Written back as version 2, and read again the same.
+  // Written back as the current version, and read again the same.
   const std::string v2 = EncodeCheckpoint(*state, seq);
-  EXPECT_EQ(json::parse(v2)["version"], 2);
+  EXPECT_EQ(json::parse(v2)["version"], kCheckpointVersion);
   absl::StatusOr<State> again = DecodeCheckpoint(v2);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(*again, *state);
+}
+
+// Version 3 adds the allocation field "mems" (the claim's memory nodes, --numa-memory=claim),
+// written only when set; version 2 files (without it) still load, and one that has it is corrupt.
+TEST_F(CheckpointTest, MemsRoundTripAndVersionTwoFilesAreStillRead) {
+  State state = Sample();
+  Allocation hbm;
+  hbm.owner = "dra.cpu/hbm-uid";
+  hbm.driver = "dra.cpu";
+  hbm.claim_namespace = "default";
+  hbm.claim_name = "hbm";
+  hbm.cpus = CpuSet{4, 5};
+  hbm.mems = CpuSet{0, 4};
+  hbm.phase = Phase::kPrepared;
+  ASSERT_TRUE(state.Add(hbm).ok());
+  const std::string text = EncodeCheckpoint(state);
+  const json payload = json::parse(text)["payload"];
+  for (const json& a : payload["allocations"]) {
+    if (a["owner"] == "dra.cpu/hbm-uid") {
+      EXPECT_EQ(a["mems"], "0,4");
+    } else {
+      EXPECT_FALSE(a.contains("mems")) << a;
+    }
+  }
+  absl::StatusOr<State> back = DecodeCheckpoint(text);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, state);
+  EXPECT_EQ(back->Find("dra.cpu/hbm-uid")->mems, (CpuSet{0, 4}));
+  // The journal's spelling too.
+  absl::StatusOr<Allocation> one = AllocationFromJson(AllocationToJson(hbm));
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->mems, (CpuSet{0, 4}));
+
+  const json v2_payload = {{"allocations", {PayloadAllocation("u1", "0-3")}},
+                           {"reservations", json::array()}};
+  absl::StatusOr<State> v2 = DecodeCheckpoint(WithChecksum(v2_payload, 2));
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_TRUE(v2->Find("u1")->mems.Empty());
+
+  json with_mems = PayloadAllocation("u1", "0-3");
+  with_mems["mems"] = "0";
+  const json v2_with_mems = {{"allocations", {with_mems}}, {"reservations", json::array()}};
+  EXPECT_TRUE(absl::IsDataLoss(DecodeCheckpoint(WithChecksum(v2_with_mems, 2)).status()));
+  EXPECT_TRUE(DecodeCheckpoint(WithChecksum(v2_with_mems, 3)).ok());
+  for (const json& bad : {json(""), json("x"), json(3)}) {
+    json a = PayloadAllocation("u1", "0-3");
+    a["mems"] = bad;
+    const absl::Status st =
+        DecodeCheckpoint(WithChecksum({{"allocations", {a}}, {"reservations", json::array()}}, 3))
+            .status();
+    EXPECT_TRUE(absl::IsDataLoss(st)) << bad << ": " << st;
+    EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("allocation 0 field \"mems\""));
+  }
 }
 
 TEST_F(CheckpointTest, CorruptReservationsAreDataLossNamingTheField) {

@@ -69,6 +69,7 @@ daemon's default applies. --node-name comes from the downward API.
 {{- if .Values.cpuPinning.strictCpuReservation }}
 - --strict-cpu-reservation
 {{- end }}
+- --numa-memory={{ .Values.cpuPinning.numaMemory }}
 {{- end }}
 - --reservations={{ if .Values.reservations.enabled }}on{{ else }}off{{ end }}
 - --reservation-taints={{ .Values.reservations.taints }}
