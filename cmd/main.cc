@@ -238,6 +238,8 @@ void AddRunFlags(CLI::App* run, topodra::cmd::RunCommand* cmd, std::string* conf
   run->add_option("--dra-health", cmd->dra_health,
                   "on: stream device health to the kubelet (DRAResourceHealth v1 and v1alpha1, "
                   "the kubelet picks); off: advertise neither")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   run->add_option("--device-metadata", cmd->device_metadata,
                   "on: give each prepared claim's containers a read-only JSON file of its "
                   "devices, CPUs and NUMA nodes (Kubernetes device metadata, beta in 1.37; needs "
