@@ -258,6 +258,9 @@ absl::StatusOr<CpuSet> MemoryNodes(const NumaMemory& policy, const CpuSet& cpus,
                      missing.Size() == 1 ? " is" : " are", " not on this node"),
         absl::StrCat(" (its NUMA nodes: ", known.Empty() ? "none" : known.ToString(), ")"));
   }
+  // A NUMA node with CPUs but no memory is never in the root cpuset's mems: naming it would make
+  // the hook refuse the container. Such CPUs allocate from the nearest memory, as without us.
+  if (!with_memory.Empty()) local &= with_memory;
   return policy.local ? policy.nodes | local : policy.nodes;
 }
 

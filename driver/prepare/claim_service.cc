@@ -683,7 +683,12 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
     // was when they were written.
     const std::string request_dir =
         metadata->front().host_path.substr(0, metadata->front().host_path.rfind('/'));
-    const std::string claim_dir = request_dir.substr(0, request_dir.rfind('/'));
+    std::string claim_dir = request_dir.substr(0, request_dir.rfind('/'));
+    // remove_all of a path read back from the journal: only ever this claim's own directory.
+    if (!absl::EndsWith(claim_dir, MetadataClaimDir("", held.claim_namespace, held.claim_name))) {
+      claim_dir =
+          MetadataClaimDir(view()->setup.metadata_root, held.claim_namespace, held.claim_name);
+    }
     if (absl::Status st = RemoveMetadataFiles(*cdi_, claim_dir, CdiFilesOf(*metadata)); !st.ok()) {
       ledger_->Abort(*txn);
       return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(st)));

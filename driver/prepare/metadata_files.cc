@@ -145,15 +145,19 @@ absl::StatusOr<ReconciledMetadata> ReconcileMetadataDir(
   std::error_code ec;
   if (!fs::is_directory(fs::symlink_status(root, ec))) return out;
   // <root>/<ns>_<name>/<request>/metadata.json
-  for (const fs::directory_entry& claim : fs::directory_iterator(root, ec)) {
-    if (!claim.is_directory() || claim.is_symlink()) continue;
+  // Iterated with increment(ec): a directory that fails to read mid-way is an error value, not an
+  // exception thrown out of the start-up.
+  for (fs::directory_iterator claim(root, ec), end; !ec && claim != end; claim.increment(ec)) {
+    if (std::error_code e; !claim->is_directory(e) || claim->is_symlink(e)) continue;
     std::error_code ec2;
-    for (const fs::directory_entry& request : fs::directory_iterator(claim.path(), ec2)) {
-      if (!request.is_directory() || request.is_symlink()) continue;
+    for (fs::directory_iterator request(claim->path(), ec2); !ec2 && request != end;
+         request.increment(ec2)) {
+      if (std::error_code e; !request->is_directory(e) || request->is_symlink(e)) continue;
       std::error_code ec3;
-      for (const fs::directory_entry& file : fs::directory_iterator(request.path(), ec3)) {
-        const std::string name = file.path().filename().string();
-        const std::string path = file.path().string();
+      for (fs::directory_iterator file(request->path(), ec3); !ec3 && file != end;
+           file.increment(ec3)) {
+        const std::string name = file->path().filename().string();
+        const std::string path = file->path().string();
         const bool ours =
             name == kMetadataFileName || files::IsTempNameFor(name, kMetadataFileName);
         if (!ours || wanted.contains(path)) continue;
@@ -162,9 +166,9 @@ absl::StatusOr<ReconciledMetadata> ReconcileMetadataDir(
           ++out.removed;
         }
       }
-      ::rmdir(request.path().c_str());  // fails, as it should, while anything is left in it
+      ::rmdir(request->path().c_str());  // fails, as it should, while anything is left in it
     }
-    ::rmdir(claim.path().c_str());
+    ::rmdir(claim->path().c_str());
   }
   if (ec) {
     return absl::Status(absl::ErrnoToStatusCode(ec.value()),

@@ -243,7 +243,23 @@ bool HasTaints(const Pool& pool) {
                      [](const Device& d) { return d.extra.contains("taints"); });
 }
 
+namespace {
+
+bool TaintedUnhealthy(const Device& d) {
+  if (!d.extra.is_object()) return false;
+  auto taints = d.extra.find("taints");
+  if (taints == d.extra.end() || !taints->is_array()) return false;
+  return std::any_of(taints->begin(), taints->end(), [](const nlohmann::json& t) {
+    return t.is_object() && t.value("key", "") == kUnhealthyTaintKey;
+  });
+}
+
+}  // namespace
+
 Pool WithoutTaints(Pool pool) {
+  // The unhealthy taint is what keeps new claims off a broken GPU; where it cannot be published
+  // the GPU is left out instead, or a server without taints would hand it out.
+  std::erase_if(pool.devices, TaintedUnhealthy);
   for (Device& d : pool.devices) {
     if (d.extra.is_object()) d.extra.erase("taints");
   }

@@ -372,6 +372,7 @@ absl::StatusOr<State> StateStore::Peek(const std::string& path) {
 
 bool StateStore::ShouldCompact(int state_size) const {
   std::lock_guard<std::mutex> lock(mu_);
+  if (bytes_ >= kCompactJournalBytes) return true;
   return records_ >= kMinCompactRecords && records_ > 2 * static_cast<int64_t>(state_size);
 }
 

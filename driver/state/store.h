@@ -127,6 +127,10 @@ class StateStore : public Journal {
 // Minimum journal length before ShouldCompact says yes; beyond it, compaction happens once the
 // journal has more records than twice the state, so its cost per change stays constant.
 inline constexpr int64_t kMinCompactRecords = 1000;
+// A journal this large is compacted whatever its record count: records of big claims (device
+// metadata of a claim of many individual CPUs is ~100 KB) would otherwise reach the read limit
+// (kMaxCheckpointBytes) within 1000 records, and the next start would refuse the state.
+inline constexpr int64_t kCompactJournalBytes = 16 << 20;
 
 // The journal line of a record, and its strict parse (errors are DataLoss): a body is
 // {"seq": N} and one of "put" (object), "remove" (string), "putReservation" (object) or

@@ -706,6 +706,20 @@ TEST(MemoryNodesTest, LocalNamedAndAllOnFixtures) {
             "numaMemory: NUMA node 1 is not on this node (its NUMA nodes: 0)");
 }
 
+TEST(MemoryNodesTest, ACpuNodeWithoutMemoryIsNeverNamed) {
+  // Linux can have NUMA nodes with CPUs and no memory; they are never in the root cpuset's mems,
+  // so naming one would make the hook refuse the container.
+  topology::Topology t = Load(kKnl);
+  for (topology::NumaNode& n : t.numa_nodes) {
+    if (n.id == 1) n.memory_bytes = 0;
+  }
+  ASSERT_GT(t.numa_nodes[0].memory_bytes, 0u);
+  EXPECT_EQ(MemoryNodes(NumaMemory{}, CpuSet{0, 4}, t)->ToString(), "0");
+  EXPECT_EQ(MemoryNodes(NumaMemory{}, CpuSet{4}, t)->ToString(), "");
+  EXPECT_EQ(MemoryNodes({.local = true, .all = false, .nodes = {5}}, CpuSet{4}, t)->ToString(),
+            "5");
+}
+
 // numaMemory through ResolveCpuAssignments: accepted alone on groups and individual CPUs,
 // checked against the topology, and never a substitute for the machine device's cpuset.
 TEST_F(PoolRulesTest, NumaMemoryConfigs) {

@@ -24,6 +24,7 @@ namespace topodra::testing {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 
 // The daemon's spelling of a claim UID in a variable name: every other character becomes '_'.
@@ -148,8 +149,13 @@ TEST_F(ExtendedResourceTest, TheSchedulersClaimForAnExtendedResourceIsPreparedAn
     EXPECT_THAT(r.devices[i].request_names, ElementsAre(want_requests[i])) << i;
     EXPECT_EQ(r.devices[i].pool, kNode);
     EXPECT_EQ(r.devices[i].device, gpus[i]);
-    EXPECT_THAT(r.devices[i].cdi_device_ids,
-                ElementsAre(absl::StrCat("gpu.topodra.io/claim=", c.uid, "-", gpus[i])));
+    // The first device of each request also carries the request's device-metadata id, after
+    // the hardware id (which the kubelet shows as the device's resourceID).
+    std::vector<std::string> ids = {absl::StrCat("gpu.topodra.io/claim=", c.uid, "-", gpus[i])};
+    if (i != 1) {
+      ids.push_back(absl::StrCat("gpu.topodra.io/metadata=", c.uid, "_", want_requests[i]));
+    }
+    EXPECT_THAT(r.devices[i].cdi_device_ids, ElementsAreArray(ids)) << i;
   }
   const std::string spec_path = CdiPath(c.uid, kGpu);
   const json spec = json::parse(ReadFile(spec_path), nullptr, false);

@@ -106,6 +106,27 @@ TEST(SliceBuilderTest, SharedFieldsMoveIntoMixins) {
   EXPECT_EQ(s.mixins[0].attributes.count("dra.cpu/smtEnabled"), 1u);
 }
 
+TEST(SliceBuilderTest, WithoutTaintsLeavesOutUnhealthyGpusAndKeepsReservedDevices) {
+  Pool pool;
+  pool.driver = "gpu.topodra.io";
+  auto device = [](const std::string& name, const std::string& key) {
+    Device d;
+    d.name = name;
+    if (!key.empty()) {
+      d.extra["taints"] = json::array({{{"key", key}, {"value", "v"}, {"effect", "NoSchedule"}}});
+    }
+    return d;
+  };
+  pool.devices = {device("gpu-a", ""), device("gpu-b", kUnhealthyTaintKey),
+                  device("gpu-c", "topodra.io/reserved")};
+  // A server without taints would otherwise hand the broken GPU to the next claim.
+  const Pool stripped = WithoutTaints(pool);
+  ASSERT_EQ(stripped.devices.size(), 2u);
+  EXPECT_EQ(stripped.devices[0].name, "gpu-a");
+  EXPECT_EQ(stripped.devices[1].name, "gpu-c");
+  EXPECT_FALSE(HasTaints(stripped));
+}
+
 TEST(SliceBuilderTest, EmptyPoolStillHasOneSlice) {
   Pool pool{"dra.cpu", "n1", "n1", {}};
   const std::vector<Slice> slices = Build(pool, SliceForm::kMixins);

@@ -367,6 +367,20 @@ TEST_F(StoreTest, ShouldCompactAfterManyRecords) {
   EXPECT_FALSE(o.store->ShouldCompact(kMinCompactRecords));
 }
 
+TEST_F(StoreTest, ShouldCompactALargeJournalWhateverItsRecordCount) {
+  StateStore::Opened o = OpenOk();
+  Allocation big = Claim("a", "0");
+  big.cdi = nlohmann::json{{"file", "x.json"}, {"metadata", std::string(1 << 20, 'm')}};
+  // Records of a little over 1 MiB each: the 16th passes 16 MiB. Far fewer records than
+  // kMinCompactRecords, and no more than the state holds.
+  int records = 0;
+  while (records < 20 && !o.store->ShouldCompact(kMinCompactRecords)) {
+    ASSERT_TRUE(o.store->Put(big).ok());
+    ++records;
+  }
+  EXPECT_EQ(records, static_cast<int>(kCompactJournalBytes >> 20));
+}
+
 TEST_F(StoreTest, ConcurrentAppendsAllLand) {
   constexpr int kThreads = 8;
   constexpr int kEach = 40;
