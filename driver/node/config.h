@@ -52,7 +52,7 @@ struct NodeConfig {
   publish::TaintMode reservation_taints = publish::TaintMode::kAuto;
   publish::FeatureMode list_attributes = publish::FeatureMode::kAuto;  // --list-attributes
   publish::FeatureMode node_allocatable = publish::FeatureMode::kOff;  // --node-allocatable-mapping
-  bool reservations = true;  // --reservations=on
+  bool reservations = true;                                            // --reservations=on
   // --dra-health=on: serve the kubelet's DRAResourceHealth streams (v1 and v1alpha1) with the
   // devices' health; off: advertise neither, calls get UNIMPLEMENTED.
   bool dra_health = true;

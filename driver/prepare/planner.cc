@@ -108,6 +108,26 @@ void AddEnvWithShellSafeName(std::vector<std::string>* env, const std::string& n
   }
 }
 
+// --numa-memory=claim: the memory nodes of every result's CPUs under its numaMemory config;
+// empty (no --mems, every node) without it.
+absl::StatusOr<CpuSet> ClaimMemoryNodes(const claims::Claim& claim, const DriverSetup& setup,
+                                        const topology::Topology& topo,
+                                        const std::vector<ResultCpus>& chosen) {
+  CpuSet mems;
+  if (!setup.cpuset_hook || !setup.cpuset_hook->numa_memory) return mems;
+  for (const ResultCpus& r : chosen) {
+    absl::StatusOr<CpuSet> m =
+        claims::MemoryNodes(r.assignment->numa_memory.value_or(claims::NumaMemory{}), r.cpus, topo);
+    if (!m.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("claim ", claim.Ref(), " request ",
+                                                     Quote(r.assignment->request), ": ",
+                                                     m.status().message()));
+    }
+    mems |= *m;
+  }
+  return mems;
+}
+
 absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setup,
                              const topology::Topology& topo, const state::State& held,
                              const std::string& owner) {
@@ -186,25 +206,13 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
     }
   }
 
-  // --numa-memory=claim: the memory nodes of every result's CPUs under its numaMemory config.
-  CpuSet mems;
-  if (setup.cpuset_hook && setup.cpuset_hook->numa_memory) {
-    for (const ResultCpus& r : chosen) {
-      absl::StatusOr<CpuSet> m = claims::MemoryNodes(
-          r.assignment->numa_memory.value_or(claims::NumaMemory{}), r.cpus, topo);
-      if (!m.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("claim ", claim.Ref(), " request ",
-                                                       Quote(r.assignment->request), ": ",
-                                                       m.status().message()));
-      }
-      mems |= *m;
-    }
-  }
+  absl::StatusOr<CpuSet> mems = ClaimMemoryNodes(claim, setup, topo, chosen);
+  if (!mems.ok()) return mems.status();
 
   Plan plan;
   state::Allocation& alloc = plan.allocation;
   alloc.cpus = taken;
-  alloc.mems = mems;
+  alloc.mems = *mems;
   absl::StatusOr<std::string> from = OneReservation(claim, held, taken, {});
   if (!from.ok()) return from.status();
   alloc.reservation = *from;
@@ -224,7 +232,7 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
   // Whatever device of the claim a container gets, it runs on all of the claim's CPUs.
   if (setup.cpuset_hook) {
     plan.cdi_spec.container_edits.hooks.push_back(
-        CpusetHookFor(*setup.cpuset_hook, uid, taken, mems));
+        CpusetHookFor(*setup.cpuset_hook, uid, taken, *mems));
   }
   std::set<std::string> names;
   for (const ResultCpus& r : chosen) {

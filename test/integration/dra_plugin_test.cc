@@ -412,16 +412,16 @@ TEST_F(DraPluginTest, Kill9AtAnyMomentNeverHandsACpuOutTwice) {
       bool known = false;
       for (const PrepareClaim& c : claims) {
         const std::string metadata = absl::StrCat("dra.cpu_metadata_", c.uid, "_cpus.json");
-        known = known || ((name == fs::path(CdiPath(c.uid)).filename().string() ||
-                           name == metadata) &&
-                          (*got)[c.uid].error.empty());
+        known =
+            known || ((name == fs::path(CdiPath(c.uid)).filename().string() || name == metadata) &&
+                      (*got)[c.uid].error.empty());
       }
       EXPECT_TRUE(known || name[0] == '.') << "stray CDI file " << name;
     }
     for (const PrepareClaim& c : claims) {
-      const std::string host = absl::StrCat(dirs_.kubelet_root,
-                                            "/plugins/dra.cpu/dra-device-metadata/default_",
-                                            c.name, "/cpus/metadata.json");
+      const std::string host =
+          absl::StrCat(dirs_.kubelet_root, "/plugins/dra.cpu/dra-device-metadata/default_", c.name,
+                       "/cpus/metadata.json");
       const bool prepared = (*got)[c.uid].error.empty();
       EXPECT_EQ(fs::exists(absl::StrCat(dirs_.cdi, "/dra.cpu_metadata_", c.uid, "_cpus.json")),
                 prepared)
