@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -39,6 +40,17 @@ std::optional<std::string> BoundDriver(const std::string& dir) {
   return slash == std::string::npos ? t : t.substr(slash + 1);
 }
 
+// The lanes of the port above the device ("<dir>/.." follows the bus's symlink to the device's
+// place under its bridge): an x16 GPU in an x8 slot trains to x8 for good, which is no fault.
+// nullopt when there is no such port (the device sits on a root bus) or it says nothing.
+std::optional<int> SlotWidth(const std::string& dir) {
+  absl::StatusOr<std::string> text = files::ReadFileBounded(dir + "/../max_link_width", 64);
+  if (!text.ok()) return std::nullopt;
+  absl::StatusOr<int> width = ParseLinkWidth(*text);
+  if (!width.ok() || *width <= 0) return std::nullopt;
+  return *width;
+}
+
 }  // namespace
 
 GpuFacts PciSysfs::ReadDevice(const std::string& devices_dir, const std::string& bus_id) const {
@@ -56,7 +68,7 @@ GpuFacts PciSysfs::ReadDevice(const std::string& devices_dir, const std::string&
     absl::StatusOr<double> s = ParseLinkSpeed(*speed), ms = ParseLinkSpeed(*max_speed);
     absl::StatusOr<int> w = ParseLinkWidth(*width), mw = ParseLinkWidth(*max_width);
     if (s.ok() && ms.ok() && w.ok() && mw.ok()) {
-      f.link = PciLink{*s, *w, *ms, *mw};
+      f.link = PciLink{*s, *w, *ms, std::min(*mw, SlotWidth(dir).value_or(*mw))};
     } else {
       for (const absl::Status& st : {s.status(), ms.status(), w.status(), mw.status()}) {
         if (!st.ok()) errors.push_back(absl::StrCat(dir, ": ", Message(st)));

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "test/testing/fake_pci_sysfs.h"
 
@@ -58,6 +59,36 @@ TEST_F(PciSysfsTest, EachFaultAsTheKernelShowsIt) {
   fake.Remove(id);  // removal itself shows in the topology; here: nothing known
   EXPECT_FALSE(s.Read({id})->at(id).present);
   EXPECT_TRUE(verdict().healthy);
+}
+
+// The kernel's shape: /sys/bus/pci/devices/<id> is a symlink to the device's directory below
+// its port. An x16 GPU in an x8 slot runs x8 for good: healthy. Fewer lanes than the slot has
+// is still a degraded link.
+TEST_F(PciSysfsTest, AGpuInANarrowerSlotIsHealthy) {
+  namespace fs = std::filesystem;
+  const std::string id = "0000:01:00.0";
+  const std::string port = root_ + "/sys/devices/pci0000:00/0000:00:01.0";
+  const std::string dev = port + "/" + id;
+  fs::create_directories(dev);
+  fs::create_directories(root_ + "/sys/bus/pci/devices");
+  fs::create_directory_symlink("../../../devices/pci0000:00/0000:00:01.0/" + id,
+                               root_ + "/sys/bus/pci/devices/" + id);
+  auto write = [](const std::string& path, const std::string& text) {
+    std::ofstream(path, std::ios::trunc) << text;
+  };
+  write(port + "/max_link_width", "8\n");
+  write(dev + "/max_link_width", "16\n");
+  write(dev + "/max_link_speed", "16.0 GT/s PCIe\n");
+  write(dev + "/current_link_speed", "16.0 GT/s PCIe\n");
+  write(dev + "/current_link_width", "8\n");
+  fs::create_directories(root_ + "/sys/bus/pci/drivers/nvidia");
+  fs::create_directory_symlink(root_ + "/sys/bus/pci/drivers/nvidia", dev + "/driver");
+  PciSysfs s(root_);
+  GpuFacts f = s.Read({id})->at(id);
+  EXPECT_EQ(f.link, (PciLink{16, 8, 16, 8}));
+  EXPECT_TRUE(AssessGpu(id, f).healthy) << AssessGpu(id, f).message;
+  write(dev + "/current_link_width", "4\n");
+  EXPECT_EQ(AssessGpu(id, s.Read({id})->at(id)).problem, GpuProblem::kLinkDegraded);
 }
 
 TEST_F(PciSysfsTest, GarbledFileIsNamedNotFatal) {
