@@ -51,6 +51,9 @@ inline constexpr char kCpusetAttribute[] = "dra.cpu/cpuset";            // strin
 inline constexpr char kCpusetPartsAttribute[] = "dra.cpu/cpusetParts";  // strings, when longer
 inline constexpr char kNumaNodesAttribute[] = "dra.cpu/numaNodes";      // ints
 inline constexpr char kAllocatedCpusAttribute[] = "dra.cpu/allocatedNumCPUs";  // int
+// ints: the claim's memory nodes (cpuset.mems) under --numa-memory=claim; they differ from
+// numaNodes when the claim's numaMemory adds memory-only nodes (HBM, CXL) or says "all".
+inline constexpr char kMemoryNodesAttribute[] = "dra.cpu/memoryNodes";
 inline constexpr char kPciBusIdAttribute[] = "resource.kubernetes.io/pciBusID";
 
 // An attribute name and its DeviceAttribute JSON ({"int": 4}, {"strings": [...]}, ...).

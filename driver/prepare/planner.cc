@@ -246,6 +246,10 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
                         CpuRequestAttributes(topo, by_request[a.base_request]),
                         AttributesOf(setup, a.device)};
     meta.decided.emplace_back(kAllocatedCpusAttribute, json{{"int", r.cpus.Size()}});
+    if (!mems->Empty()) {
+      meta.decided.emplace_back(kMemoryNodesAttribute,
+                                json{{"ints", std::vector<int>(mems->begin(), mems->end())}});
+    }
     plan.metadata_devices.push_back(std::move(meta));
     PreparedDevice out;
     out.request_names = {a.base_request};

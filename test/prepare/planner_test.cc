@@ -702,6 +702,13 @@ TEST(PlanClaimTest, NumaMemoryRecordsTheClaimsNodesAndPassesThemToTheHook) {
   absl::StatusOr<Plan> more = plan(with({"local", "5"}), true);
   ASSERT_TRUE(more.ok()) << more.status();
   EXPECT_EQ(more->allocation.mems.ToString(), "1-2,5");
+  // The device metadata file tells the workload where its memory comes from.
+  ASSERT_EQ(more->metadata_devices.size(), 1u);
+  const auto& decided = more->metadata_devices[0].decided;
+  auto memory = std::find_if(decided.begin(), decided.end(),
+                             [](const auto& a) { return a.first == kMemoryNodesAttribute; });
+  ASSERT_NE(memory, decided.end());
+  EXPECT_EQ(memory->second, (json{{"ints", {1, 2, 5}}}));
   absl::StatusOr<Plan> only = plan(with("7"), true);
   ASSERT_TRUE(only.ok()) << only.status();
   EXPECT_EQ(only->allocation.mems.ToString(), "7");
