@@ -37,34 +37,43 @@ constexpr char kNode[] = "bench-node";
 constexpr char kDriver[] = "dra.cpu";
 constexpr char kResv[] = "/apis/topodra.io/v1alpha1/reservations";
 
-json Reservation(const std::string& name, int count, int numa) {
+json Reservation(const std::string& name, const json& want) {
+  json spec = want;
+  spec["nodeName"] = kNode;
+  spec["owners"] = {{{"namespace", "bench"}}};
   return {{"apiVersion", "topodra.io/v1alpha1"},
           {"kind", "Reservation"},
           {"metadata", {{"name", name}}},
-          {"spec",
-           {{"nodeName", kNode},
-            {"cpus", {{"count", count}, {"numaNode", numa}}},
-            {"owners", {{{"namespace", "bench"}}}}}}};
+          {"spec", spec}};
 }
 
-// An allocated claim consuming one CPU of NUMA device `numa`.
+struct Claim {
+  std::string driver, device;
+  bool cpu_share = false;
+};
+
+// A machine, how the daemon publishes it, what it holds, and the claim the busy run cycles.
+struct Scenario {
+  std::string label, fixture;
+  std::vector<std::string> args;
+  std::vector<json> reservations;  // created in order; the last one stays Pending
+  Claim kept, cycled;
+};
+
+// An allocated claim of one device (`driver`/`device`); one CPU of it when `cpu_share`.
 absl::StatusOr<testing::PrepareClaim> MakeClaim(testing::FakeApiServer& server,
-                                                const std::string& name, int numa) {
+                                                const std::string& name, const std::string& driver,
+                                                const std::string& device, bool cpu_share) {
   json claim = {{"metadata", {{"name", name}, {"namespace", "bench"}}},
                 {"spec",
                  {{"devices",
-                   {{"requests", json::array({{{"name", "cpus"},
-                                               {"exactly", {{"deviceClassName", kDriver}}}}})}}}}}};
+                   {{"requests", json::array({{{"name", "devs"},
+                                               {"exactly", {{"deviceClassName", driver}}}}})}}}}}};
   absl::StatusOr<json> created = server.CreateClaim(claim);
   if (!created.ok()) return created.status();
-  char device[32];
-  std::snprintf(device, sizeof(device), "cpudevnuma%03d", numa);
-  json allocation = {{"devices",
-                      {{"results", json::array({{{"request", "cpus"},
-                                                 {"driver", kDriver},
-                                                 {"pool", kNode},
-                                                 {"device", device},
-                                                 {"consumedCapacity", {{"dra.cpu/cpu", "1"}}}}})}}}};
+  json result = {{"request", "devs"}, {"driver", driver}, {"pool", kNode}, {"device", device}};
+  if (cpu_share) result["consumedCapacity"] = {{"dra.cpu/cpu", "1"}};
+  json allocation = {{"devices", {{"results", json::array({result})}}}};
   if (absl::StatusOr<json> a = server.AllocateClaim("bench", name, allocation); !a.ok()) {
     return a.status();
   }
@@ -119,6 +128,20 @@ void PrintWrites(const std::map<std::string, int>& w) {
   for (const auto& [what, count] : w) std::printf("    %4d x %s\n", count, what.c_str());
 }
 
+// Prepare through the kubelet simulator, every claim without an error.
+bool Prepared(testing::KubeletSimulator& sim, const std::string& driver,
+              const testing::PrepareClaim& claim) {
+  auto r = sim.Prepare(driver, {claim});
+  if (!r.ok()) return false;
+  for (const auto& [uid, result] : *r) {
+    if (!result.error.empty()) {
+      std::printf("prepare %s: %s\n", claim.name.c_str(), result.error.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
 bool WaitFor(const std::function<bool()>& pred, int seconds) {
   for (int i = 0; i < seconds * 20; ++i) {
     if (pred()) return true;
@@ -127,21 +150,15 @@ bool WaitFor(const std::function<bool()>& pred, int seconds) {
   return false;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const std::string dir = argc > 1 ? argv[1] : TOPODRA_TOPOLOGIES_DIR;
-  const int refreshes = argc > 2 ? std::atoi(argv[2]) : 60;
-  const int cycles = argc > 3 ? std::atoi(argv[3]) : 20;
-  const std::string fixture = dir + "/192em64t-24n8c2t.xml";
-
+// Runs one scenario; false when it could not be set up.
+bool Run(const Scenario& sc, const std::string& dir, int refreshes, int cycles) {
   testing::FakeApiServerOptions o;
   o.nodes = {{kNode, "uid-bench-node"}};
   o.crds = {TOPODRA_SOURCE_DIR "/charts/topodra/crds/reservations.topodra.io.yaml"};
   auto server = testing::FakeApiServer::Start(o);
   if (!server.ok()) {
     std::printf("fake API server: %s\n", std::string(server.status().message()).c_str());
-    return 1;
+    return false;
   }
   testing::FakeApiServer& api = **server;
   testing::DaemonDirs dirs = testing::DaemonDirs::Make();
@@ -149,41 +166,48 @@ int main(int argc, char** argv) {
   testing::KubeletSimOptions so;
   so.root_dir = dirs.kubelet_root;
   auto sim = testing::KubeletSimulator::Start(so);
-  if (!sim.ok()) return 1;
+  if (!sim.ok()) return false;
   testing::Daemon daemon;
-  std::vector<std::string> args = {"--kubeconfig",       kubeconfig, "--node-name",    kNode,
-                                   "--topology-file",    fixture,    "--reservations", "on",
+  std::vector<std::string> args = {"--kubeconfig",       kubeconfig,
+                                   "--node-name",        kNode,
+                                   "--topology-file",    dir + "/" + sc.fixture,
+                                   "--reservations",     "on",
                                    "--topology-refresh", "1"};
+  args.insert(args.end(), sc.args.begin(), sc.args.end());
   if (std::getenv("BENCH_VERBOSE") != nullptr) args.push_back("-v");
   daemon.Start(dirs, args);
   if (!(*sim)->WaitForRegistration(kDriver, 1, absl::Seconds(30)).ok()) {
     std::printf("daemon did not come up:\n%s\n", daemon.Log().c_str());
-    return 1;
+    return false;
   }
-  // NUMA node 0 has 16 CPUs: "held" takes 8 of them, "waiting" wants all 16 and stays Pending.
-  for (const json& r : {Reservation("held", 8, 0), Reservation("waiting", 16, 0)}) {
+  for (const json& r : sc.reservations) {
     if (absl::StatusOr<json> c = api.Api("POST", kResv, &r); !c.ok()) {
       std::printf("create: %s\n", std::string(c.status().message()).c_str());
-      return 1;
+      return false;
     }
+    // Creation order decides who is placed first.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   }
-  absl::StatusOr<testing::PrepareClaim> kept = MakeClaim(api, "kept", 1);
-  absl::StatusOr<testing::PrepareClaim> cycled = MakeClaim(api, "cycled", 0);
-  if (!kept.ok() || !cycled.ok() || !(*sim)->Prepare(kDriver, {*kept}).ok()) {
+  absl::StatusOr<testing::PrepareClaim> kept =
+      MakeClaim(api, "kept", sc.kept.driver, sc.kept.device, sc.kept.cpu_share);
+  absl::StatusOr<testing::PrepareClaim> cycled =
+      MakeClaim(api, "cycled", sc.cycled.driver, sc.cycled.device, sc.cycled.cpu_share);
+  if (!kept.ok() || !cycled.ok() || !Prepared(**sim, sc.kept.driver, *kept)) {
     std::printf("claims could not be made or prepared\n");
-    return 1;
+    return false;
   }
+  const std::string pending =
+      absl::StrCat(sc.reservations.back()["metadata"]["name"].get<std::string>(), "=Pending/");
   const bool settled = WaitFor(
       [&] {
         const std::string v = Visible(api);
-        return v.find("held=Available/") != std::string::npos &&
-               v.find("waiting=Pending/") != std::string::npos;
+        return v.find("=Available/") != std::string::npos && v.find(pending) != std::string::npos;
       },
       20);
   if (!settled) {
     std::printf("reservations never settled: %s\n%s\n", Visible(api).c_str(),
                 daemon.Log().c_str());
-    return 1;
+    return false;
   }
   // Let the start-up writes (slices, first statuses) finish before counting.
   std::this_thread::sleep_for(std::chrono::seconds(3));
@@ -197,10 +221,7 @@ int main(int argc, char** argv) {
   const std::map<std::string, int> idle = Writes(api);
   const std::string after_idle = Visible(api);
   const double per_hour = Total(idle) * (3600.0 / 30.0) / std::max(1, refreshes);
-  std::printf(
-      "Churn on 192em64t-24n8c2t.xml (384 CPUs, grouped by NUMA node), reservations on, one\n"
-      "Available and one Pending reservation, one prepared claim; visible state: %s\n",
-      before.c_str());
+  std::printf("%s; visible state: %s\n", sc.label.c_str(), before.c_str());
   std::printf(
       "  idle: %d refreshes (1 s apart, standing for %.0f min at 30 s) + 1 watch closure: %d "
       "writes -> %.0f per hour (floor 0, target 0)%s\n",
@@ -212,19 +233,20 @@ int main(int argc, char** argv) {
   (void)api.ClearRequests();
   int failed = 0;
   for (int i = 0; i < cycles; ++i) {
-    if (!(*sim)->Prepare(kDriver, {*cycled}).ok()) ++failed;
+    if (!Prepared(**sim, sc.cycled.driver, *cycled)) ++failed;
     // Give the reservation controller a pass over each state.
     std::this_thread::sleep_for(std::chrono::milliseconds(150));
-    if (!(*sim)->Unprepare(kDriver, {*cycled}).ok()) ++failed;
+    if (!(*sim)->Unprepare(sc.cycled.driver, {*cycled}).ok()) ++failed;
     std::this_thread::sleep_for(std::chrono::milliseconds(150));
   }
   std::this_thread::sleep_for(std::chrono::seconds(1));
   const std::map<std::string, int> busy = Writes(api);
   const std::string after_busy = Visible(api);
   std::printf(
-      "  busy: %d prepare+unprepare cycles of a claim in the Pending reservation's NUMA node: %d "
-      "writes (floor 0, target 0)%s%s\n",
-      cycles, Total(busy), Total(busy) == 0 ? "" : "  MISSES target 0",
+      "  busy: %d prepare+unprepare cycles of a claim of %s %s: %d writes (floor 0, target "
+      "0)%s%s\n",
+      cycles, sc.cycled.driver.c_str(), sc.cycled.device.c_str(), Total(busy),
+      Total(busy) == 0 ? "" : "  MISSES target 0",
       failed > 0 ? absl::StrCat(" (", failed, " calls failed)").c_str() : "");
   PrintWrites(busy);
   if (after_busy != before) std::printf("  (visible state changed: %s)\n", after_busy.c_str());
@@ -233,5 +255,38 @@ int main(int argc, char** argv) {
   daemon.Terminate();
   std::error_code ec;
   std::filesystem::remove_all(dirs.root, ec);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string dir = argc > 1 ? argv[1] : TOPODRA_TOPOLOGIES_DIR;
+  const int refreshes = argc > 2 ? std::atoi(argv[2]) : 60;
+  const int cycles = argc > 3 ? std::atoi(argv[3]) : 20;
+  // NUMA node 0 has 16 CPUs: "held" takes 8 of them, "waiting" wants all 16 and stays Pending.
+  const Scenario grouped{
+      "192em64t-24n8c2t.xml (384 CPUs, grouped by NUMA node), one Available and one Pending CPU "
+      "reservation, one prepared claim",
+      "192em64t-24n8c2t.xml",
+      {},
+      {Reservation("held", {{"cpus", {{"count", 8}, {"numaNode", 0}}}}),
+       Reservation("waiting", {{"cpus", {{"count", 16}, {"numaNode", 0}}}})},
+      {kDriver, "cpudevnuma001", true},
+      {kDriver, "cpudevnuma000", true}};
+  // 16 GPUs: "gpu-held" takes one, "gpu-waiting" wants all 16 and stays Pending.
+  const Scenario individual{
+      "nvidiaDGX2.xml (4 CPUs one device each, 16 GPUs), one Available and one Pending GPU "
+      "reservation, one prepared CPU claim",
+      "nvidiaDGX2.xml",
+      {"--cpu-device-mode", "individual"},
+      {Reservation("gpu-held", {{"gpus", {{"count", 1}}}}),
+       Reservation("gpu-waiting", {{"gpus", {{"count", 16}}}})},
+      {kDriver, "cpudev001", false},
+      {"gpu.topodra.io", "gpu-0000-e7-00-0", false}};
+  std::printf("Churn: API writes by a node with nothing new to say\n");
+  for (const Scenario* sc : {&grouped, &individual}) {
+    if (!Run(*sc, dir, refreshes, cycles)) return 1;
+  }
   return 0;
 }
