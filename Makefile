@@ -50,6 +50,7 @@ bench: deps
 	./build/bench/test/bench/device_plugin_bench test/fixtures/topologies
 	./build/bench/test/bench/cgroup_bench
 	./build/bench/test/bench/reservation_bench test/fixtures/topologies
+	./build/bench/test/bench/churn_bench test/fixtures/topologies
 	./build/bench/test/bench/shutdown_bench test/fixtures/topologies
 	./build/bench/test/bench/health_bench test/fixtures/topologies
 

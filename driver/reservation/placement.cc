@@ -54,10 +54,11 @@ absl::StatusOr<CpuSet> PlaceCpus(const CpuWant& want, bool pre_allocation,
       return absl::ResourceExhaustedError(absl::StrCat("spec.cpus.cpuset: CPUs ", r.ToString(),
                                                        " are held by another reservation"));
     }
-    if (const CpuSet b = named & node.busy_cpus; !b.Empty() && !pre_allocation) {
+    if (!(named & node.busy_cpus).Empty() && !pre_allocation) {
       return absl::ResourceExhaustedError(
-          absl::StrCat("spec.cpus.cpuset: CPUs ", b.ToString(),
-                       " are in use (set preAllocation to hold them as they are released)"));
+          // Which of them are in use changes with every claim, so they are not named (below).
+          "spec.cpus.cpuset: claims use some of these CPUs (set preAllocation to hold them as "
+          "they are released)");
     }
     return named;
   }
@@ -78,12 +79,21 @@ absl::StatusOr<CpuSet> PlaceCpus(const CpuWant& want, bool pre_allocation,
     cpus = allocation::AllocateCpus(topo, req);
     if (cpus.ok() || cpus.status().code() != absl::StatusCode::kResourceExhausted) return cpus;
   }
+  // The message names only what changes with reservations, never the free count: claims come
+  // and go all day, and a Pending status rewritten for each would be churn on the API server
+  // with no news for anyone (the phase and reason say the same).
+  const CpuSet held = usable & node.other_reservations;
+  if (pre_allocation) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "spec.cpus.count: ", want.count, " CPUs wanted in ", where, ", where ", usable.Size(),
+        " can be reserved and other reservations hold ", held.Size(), " (", Text(held),
+        "); placed when enough are released"));
+  }
   return absl::ResourceExhaustedError(absl::StrCat(
-      "spec.cpus.count: ", want.count, " CPUs wanted in ", where, " but only ", free.Size(),
-      " are free (", Text(free), ")",
-      pre_allocation
-          ? absl::StrCat(", ", (usable - node.other_reservations).Size(), " counting those in use")
-          : std::string(" (set preAllocation to hold CPUs in use as they are released)")));
+      "spec.cpus.count: ", want.count, " CPUs wanted in ", where, " and not that many are free: ",
+      usable.Size(), " can be reserved there, other reservations hold ", held.Size(), " (",
+      Text(held), ") and claims use some of the rest; placed as soon as enough are free (set "
+      "preAllocation to hold CPUs in use as they are released)"));
 }
 
 absl::StatusOr<std::set<std::string>> PlaceGpus(const GpuWant& want, bool pre_allocation,
@@ -138,11 +148,17 @@ absl::StatusOr<std::set<std::string>> PlaceGpus(const GpuWant& want, bool pre_al
   }
   if (!gpus.ok()) {
     if (gpus.status().code() != absl::StatusCode::kResourceExhausted) return gpus.status();
+    const size_t held = known.size() - usable.size();
+    if (pre_allocation) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "spec.gpus.count: ", want.count, " GPUs wanted and other reservations hold ", held,
+          " of the node's ", known.size(), "; placed when enough are released"));
+    }
     return absl::ResourceExhaustedError(absl::StrCat(
-        "spec.gpus.count: ", want.count, " GPUs wanted but only ", free.size(), " are free",
-        pre_allocation
-            ? absl::StrCat(", ", usable.size(), " counting those in use")
-            : std::string(" (set preAllocation to hold GPUs in use as they are released)")));
+        "spec.gpus.count: ", want.count, " GPUs wanted and not that many are free: other "
+        "reservations hold ", held, " of the node's ", known.size(), " and claims use some of "
+        "the rest; placed as soon as enough are free (set preAllocation to hold GPUs in use as "
+        "they are released)"));
   }
   return std::set<std::string>(gpus->begin(), gpus->end());
 }

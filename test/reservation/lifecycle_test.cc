@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "test/testing/fixtures.h"
 
 namespace topodra::reservation {
@@ -130,6 +131,38 @@ TEST(DecideTest, OlderReservationsArePlacedFirst) {
   EXPECT_EQ(o.status.at("uid-a-late")["conditions"][0]["reason"], "Insufficient");
 }
 
+// Claims come and go all day; a Pending reservation's status must not follow them, or every
+// prepare would rewrite it on the API server with nothing new for anyone (issue 19, churn).
+TEST(DecideTest, APendingStatusStaysTheSameWhileClaimsComeAndGo) {
+  auto pending = [](const std::vector<std::string>& claim_cpus, bool pre_allocation) {
+    World w(K32());
+    for (size_t i = 0; i < claim_cpus.size(); ++i) {
+      EXPECT_TRUE(w.st.Add(Claim(absl::StrCat("c", i), claim_cpus[i])).ok());
+    }
+    w.Add(MakeObject("held", CpuSpec({{"cpuset", "16-19"}})));
+    json spec = CpuSpec({{"count", 14}, {"numaNode", 0}});
+    if (pre_allocation) spec["preAllocation"] = true;
+    Object late = MakeObject("waiting", spec);
+    late.created = kCreated + absl::Seconds(5);
+    w.Add(late);
+    Outcome o = w.Run();
+    json s = o.status.at("uid-waiting");
+    EXPECT_EQ(s["phase"], "Pending");
+    return s["conditions"][0]["message"].get<std::string>();
+  };
+  const std::string one = pending({"0"}, false);
+  EXPECT_EQ(one, pending({"0-5"}, false));
+  EXPECT_EQ(one, pending({"1", "2-3"}, false));
+  EXPECT_THAT(one, ::testing::HasSubstr("other reservations hold 4 (16-19)"));
+  EXPECT_THAT(one, ::testing::Not(::testing::HasSubstr("only")));
+  // With preAllocation only the other reservations keep it waiting; claims do not matter at all.
+  const std::string pre = pending({}, true);
+  EXPECT_EQ(pre, pending({"4-11"}, true));
+  EXPECT_EQ(pre,
+            "spec.cpus.count: 14 CPUs wanted in NUMA node 0, where 16 can be reserved and other "
+            "reservations hold 4 (16-19); placed when enough are released");
+}
+
 TEST(DecideTest, PendingWhenBusyFailedWhenImpossibleOrInvalid) {
   World w(K32());
   ASSERT_TRUE(w.st.Add(Claim("busy", "0-7")).ok());
@@ -153,8 +186,10 @@ TEST(DecideTest, PendingWhenBusyFailedWhenImpossibleOrInvalid) {
             "Failed/Impossible: spec.cpus.count: 17 CPUs wanted but NUMA node 0 has only 16 that "
             "can be reserved (0-7,16-23)");
   EXPECT_EQ(reason("busy-now"),
-            "Pending/Insufficient: spec.cpus.count: 10 CPUs wanted in NUMA node 0 but only 8 are "
-            "free (16-23) (set preAllocation to hold CPUs in use as they are released)");
+            "Pending/Insufficient: spec.cpus.count: 10 CPUs wanted in NUMA node 0 and not that many "
+            "are free: 16 can be reserved there, other reservations hold 0 (none) and claims use "
+            "some of the rest; placed as soon as enough are free (set preAllocation to hold CPUs "
+            "in use as they are released)");
   EXPECT_EQ(reason("offline"),
             "Failed/Impossible: spec.cpus.cpuset: CPUs 40 are not online on this node (online "
             "0-31)");
