@@ -160,8 +160,10 @@ ElfDeps ReadElfDeps(const std::string& path) {
       if (d.d_tag != DT_NEEDED && d.d_tag != DT_SONAME) continue;
       if (d.d_un.d_val >= strtab.sh_size) continue;
       const std::string name(data.data() + strtab.sh_offset + d.d_un.d_val);
-      if (d.d_tag == DT_NEEDED) out.needed.push_back(name);
-      else out.soname = name;
+      if (d.d_tag == DT_NEEDED)
+        out.needed.push_back(name);
+      else
+        out.soname = name;
     }
   }
   return out;
@@ -219,8 +221,7 @@ std::string AnonKind(const std::vector<Mapping>& maps, size_t i) {
     return "[anon: thread stacks]";
   }
   if (i + 1 < maps.size() && IsAnon(maps[i + 1]) && maps[i + 1].start == m.end &&
-      maps[i + 1].perms.rfind("---", 0) == 0 &&
-      maps[i + 1].end - m.start == 64ul << 20) {
+      maps[i + 1].perms.rfind("---", 0) == 0 && maps[i + 1].end - m.start == 64ul << 20) {
     return "[anon: malloc arenas]";
   }
   return "[anon: other]";
@@ -434,7 +435,8 @@ int main(int argc, char** argv) {
     const auto pss = median(&Rollup::pss), uss = median(&Rollup::uss), rss = median(&Rollup::rss),
                anon = median(&Rollup::anon);
     std::printf(
-        "%-46s PSS %.1f / USS %.1f / RSS %.1f MB (median; RSS %.1f-%.1f; anonymous %.1f MB)%s%s%s\n",
+        "%-46s PSS %.1f / USS %.1f / RSS %.1f MB (median; RSS %.1f-%.1f; anonymous %.1f "
+        "MB)%s%s%s\n",
         setup.label, Mb(pss.first), Mb(uss.first), Mb(rss.first), Mb(rss.second.first),
         Mb(rss.second.second), Mb(anon.first), Verdict(Mb(pss.first), kTargetPssMb, "PSS").c_str(),
         Verdict(Mb(uss.first), kTargetUssMb, "USS").c_str(),
