@@ -53,6 +53,7 @@ bench: deps
 	./build/bench/test/bench/churn_bench test/fixtures/topologies
 	./build/bench/test/bench/shutdown_bench test/fixtures/topologies
 	./build/bench/test/bench/health_bench test/fixtures/topologies
+	./build/bench/test/bench/memory_bench test/fixtures/topologies
 
 # As root; needs debootstrap, podman and runc (scripts/build-deps.txt). The image test
 # (ctest -L image) runs it as the chart's DaemonSet does; make test-unit builds it first.
