@@ -188,9 +188,9 @@ class CpuSliceWatch {
   }
 
   bool Start() {
-    const std::string query = absl::StrCat(
-        "?fieldSelector=", kube::UrlEncode(absl::StrCat("spec.driver=dra.cpu,spec.nodeName=",
-                                                        kCpuNode)));
+    const std::string query =
+        absl::StrCat("?fieldSelector=",
+                     kube::UrlEncode(absl::StrCat("spec.driver=dra.cpu,spec.nodeName=", kCpuNode)));
     auto list = client_->Get(absl::StrCat(kSlices, query));
     if (!list.ok()) return false;
     for (const json& s : list->body["items"]) Record("ADDED", s);
