@@ -2,11 +2,13 @@
 
 #include <linux/netlink.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <array>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -63,10 +65,25 @@ absl::StatusOr<std::unique_ptr<Listener>> Listener::Open() {
     ::close(fd);
     return absl::UnavailableError(absl::StrCat("uevent bind: ", std::strerror(err)));
   }
-  return std::unique_ptr<Listener>(new Listener(fd));
+  const int wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd < 0) {
+    const int err = errno;
+    ::close(fd);
+    return absl::UnavailableError(absl::StrCat("uevent wake-up eventfd: ", std::strerror(err)));
+  }
+  return std::unique_ptr<Listener>(new Listener(fd, wake_fd));
 }
 
-Listener::~Listener() { ::close(fd_); }
+Listener::~Listener() {
+  ::close(fd_);
+  ::close(wake_fd_);
+}
+
+void Listener::Wake() {
+  const uint64_t one = 1;
+  // Only fails when the counter is full, and then a wake-up is pending anyway.
+  (void)!::write(wake_fd_, &one, sizeof(one));
+}
 
 std::optional<Uevent> Listener::Next(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
@@ -86,8 +103,12 @@ std::optional<Uevent> Listener::Next(absl::Duration timeout) {
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return std::nullopt;
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) return std::nullopt;
-    pollfd p{fd_, POLLIN, 0};
-    ::poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
+    pollfd p[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    ::poll(p, 2, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
+    uint64_t wakes = 0;
+    if ((p[1].revents & POLLIN) != 0 && ::read(wake_fd_, &wakes, sizeof(wakes)) > 0) {
+      return std::nullopt;
+    }
   }
 }
 

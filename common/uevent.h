@@ -38,12 +38,17 @@ class Listener {
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
 
-  // The next event, or nullopt after `timeout` without one.
+  // The next event, or nullopt after `timeout` without one, or at once after Wake().
   std::optional<Uevent> Next(absl::Duration timeout);
+  // Makes the Next waiting now, or else the next one to wait, return nullopt at once (one
+  // wake-up for any number of calls). Thread-safe, never blocks: for a request from another
+  // thread (SIGUSR1's rediscovery, stopping).
+  void Wake();
 
  private:
-  explicit Listener(int fd) : fd_(fd) {}
+  Listener(int fd, int wake_fd) : fd_(fd), wake_fd_(wake_fd) {}
   int fd_;
+  int wake_fd_;  // an eventfd, polled with fd_
 };
 
 }  // namespace topodra::uevent

@@ -1,7 +1,8 @@
 // RestClient over libcurl. Every call builds its own easy handle and drives it through its own
 // multi handle, polling at most kPollInterval at a time so a watch notices its stop flag promptly
-// (curl_easy_perform may sit in poll for a second between progress callbacks). Only the daemon
-// module (libtopodra_run.so) links this, so the other CLI commands never load libcurl.
+// (curl_easy_perform may sit in poll for a second between progress callbacks); WakeWatches cuts
+// that wait short with curl_multi_wakeup. Only the daemon module (libtopodra_run.so) links this,
+// so the other CLI commands never load libcurl.
 #include <curl/curl.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -376,6 +378,13 @@ class CurlRestClient : public RestClient {
     return Request("DELETE", path, &body);
   }
 
+  void WakeWatches() override {
+    std::lock_guard<std::mutex> lock(watches_mutex_);
+    // The multi handle's own wake-up pipe: its curl_multi_poll returns at once, and a wake-up
+    // that comes before the poll is kept for it, so none is lost between the flag and the poll.
+    for (CURLM* multi : watches_) curl_multi_wakeup(multi);
+  }
+
   absl::Status Watch(const std::string& path, const WatchHandler& on_event,
                      const std::atomic<bool>* stop) override {
     Transfer t;
@@ -526,6 +535,8 @@ class CurlRestClient : public RestClient {
     if (curl_multi_add_handle(multi.get(), h) != CURLM_OK) {
       return absl::InternalError(absl::StrCat(t.what, ": curl_multi_add_handle failed"));
     }
+    // Declared after `multi`, so it is gone from watches_ before the handle is cleaned up.
+    const WakeableWatch wakeable(this, watch ? multi.get() : nullptr);
     CURLcode result = CURLE_OK;
     for (int running = 1; running != 0;) {
       if (t.StopRequested()) {
@@ -630,6 +641,30 @@ class CurlRestClient : public RestClient {
     }
     return token_ != used;
   }
+
+  // A running watch's multi handle, known to WakeWatches while it lives.
+  class WakeableWatch {
+   public:
+    WakeableWatch(CurlRestClient* client, CURLM* multi) : client_(client), multi_(multi) {
+      if (multi_ == nullptr) return;
+      std::lock_guard<std::mutex> lock(client_->watches_mutex_);
+      client_->watches_.insert(multi_);
+    }
+    ~WakeableWatch() {
+      if (multi_ == nullptr) return;
+      std::lock_guard<std::mutex> lock(client_->watches_mutex_);
+      client_->watches_.erase(multi_);
+    }
+    WakeableWatch(const WakeableWatch&) = delete;
+    WakeableWatch& operator=(const WakeableWatch&) = delete;
+
+   private:
+    CurlRestClient* client_;
+    CURLM* multi_;
+  };
+
+  std::mutex watches_mutex_;
+  std::set<CURLM*> watches_;  // guarded by watches_mutex_
 
   ClusterConfig config_;
   std::string base_url_;     // server, or addressed by tls_server_name

@@ -103,8 +103,9 @@ class RestClient {
   virtual absl::Status Watch(const std::string& path, const WatchHandler& on_event,
                              const std::atomic<bool>* stop) = 0;
   // Makes every Watch of this client blocked at the moment look at its stop flag now, so one
-  // that is set ends at once rather than at the next poll. Call it after setting the flag. The
-  // libcurl client polls anyway (every 50 ms) and needs no wake-up.
+  // that is set ends at once rather than at the next poll. Call it after setting the flag: a
+  // watch between its look at the flag and its wait still wakes (the libcurl client keeps the
+  // wake-up for its next poll). The 50 ms poll of Watch stays for flags set without a wake-up.
   virtual void WakeWatches() {}
 };
 

@@ -342,6 +342,7 @@ absl::Status MachineWatch::Start() {
   if (uevents_) {
     absl::StatusOr<std::unique_ptr<uevent::Listener>> listener = uevent::Listener::Open();
     if (listener.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
       listener_ = *std::move(listener);
     } else {
       spdlog::info("no kernel uevents ({}); device changes are found by the rediscovery every {} s",
@@ -361,9 +362,11 @@ void MachineWatch::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    if (listener_ != nullptr) listener_->Wake();
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> lock(mu_);
   listener_.reset();
 }
 
@@ -371,12 +374,14 @@ void MachineWatch::Request() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     requested_ = true;
+    // The loop may be waiting on the uevent socket rather than on cv_: wake it there too.
+    if (listener_ != nullptr) listener_->Wake();
   }
   cv_.notify_all();
 }
 
-// Waits at most until `until` (and at most 500 ms, so stopping is noticed) for a device uevent
-// or a request; true when one came.
+// Waits at most until `until` (and at most 500 ms, a bound kept in case a wake-up is ever lost)
+// for a device uevent, a request or Stop; true when a rediscovery is due.
 bool MachineWatch::WaitForChange(absl::Time until) {
   const absl::Duration slice =
       std::clamp(until - absl::Now(), absl::ZeroDuration(), absl::Milliseconds(500));
@@ -384,10 +389,16 @@ bool MachineWatch::WaitForChange(absl::Time until) {
     std::optional<uevent::Uevent> e = listener_->Next(slice);
     if (e && uevent::AffectsDevices(*e)) {
       spdlog::debug("uevent {}@{} ({}): rediscovering", e->action, e->devpath, e->subsystem);
-      // One rediscovery for a burst (a CPU going offline sends several events).
-      const absl::Time burst = absl::Now() + absl::Milliseconds(10);
-      while (absl::Now() < burst && listener_->Next(burst - absl::Now())) {
+      // One rediscovery for a burst (a CPU going offline sends several events at once): the
+      // burst ends at the first quiet gap, 10 ms at most. An event that comes later only costs
+      // another rediscovery.
+      const absl::Time burst_end = absl::Now() + kBurstMax;
+      while (absl::Now() < burst_end &&
+             listener_->Next(std::min(kBurstGap, burst_end - absl::Now()))) {
       }
+      // This rediscovery answers a request made before it, too.
+      std::lock_guard<std::mutex> lock(mu_);
+      requested_ = false;
       return true;
     }
     std::lock_guard<std::mutex> lock(mu_);

@@ -178,10 +178,17 @@ class MachineWatch : public Component {
   bool WaitForChange(absl::Time until);  // true: rediscover now
   bool Stopping();
 
+  // The uevents of one change (a CPU going offline sends several) come together: a rediscovery
+  // waits for a quiet gap of kBurstGap after them, kBurstMax at most.
+  static constexpr absl::Duration kBurstGap = absl::Milliseconds(2);
+  static constexpr absl::Duration kBurstMax = absl::Milliseconds(10);
+
   const absl::Duration refresh_;
   const bool uevents_;
   const std::function<void()> changed_;
-  std::unique_ptr<uevent::Listener> listener_;  // null: no uevents
+  // null: no uevents. Set before the loop starts, reset after it ends; Request and Stop wake it
+  // under mu_.
+  std::unique_ptr<uevent::Listener> listener_;
   std::atomic<int64_t> beat_;
   std::mutex mu_;
   std::condition_variable cv_;

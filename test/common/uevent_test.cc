@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -85,6 +87,45 @@ TEST(UeventTest, ListenerHearsKernelEventsInAPrivateNetworkNamespace) {
   ASSERT_EQ(error, "");
   EXPECT_EQ(heard, (std::vector<Uevent>{{"offline", "/devices/system/cpu/cpu3", "cpu"},
                                         {"remove", "/devices/pci0000:00/0000:00:02.0", "pci"}}));
+}
+
+// Wake ends the wait of Next at once, now or (when none waits) the next one, once for any number
+// of calls, and events queued before it are still delivered. A lost wake-up hangs the test.
+TEST(UeventTest, WakeEndsOneWaitAndKeepsTheEvents) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root for a network namespace (CI runs as root)";
+  std::string error;
+  std::vector<Uevent> heard;
+  std::thread t([&] {
+    if (error = topodra::testing::EnterPrivateNetwork(); !error.empty()) return;
+    absl::StatusOr<std::unique_ptr<Listener>> l = Listener::Open();
+    if (!l.ok()) {
+      error = std::string(l.status().message());
+      return;
+    }
+    Listener& listener = **l;
+    listener.Wake();
+    listener.Wake();
+    // The host's kernel events reach every namespace too: skip them.
+    auto next_of_ours = [&](absl::Duration timeout) {
+      while (true) {
+        std::optional<Uevent> e = listener.Next(timeout);
+        if (!e || e->devpath == "/devices/system/cpu/cpu5") return e;
+      }
+    };
+    if (next_of_ours(absl::Hours(1))) error = "an event before the wake-up";
+    error += topodra::testing::SendUevent(
+        "offline@/devices/system/cpu/cpu5\0ACTION=offline\0SUBSYSTEM=cpu\0"s);
+    if (std::optional<Uevent> e = next_of_ours(absl::Seconds(10))) heard.push_back(*e);
+    std::thread waker([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      listener.Wake();
+    });
+    if (next_of_ours(absl::Hours(1))) error += "an event instead of the wake-up";
+    waker.join();
+  });
+  t.join();
+  ASSERT_EQ(error, "");
+  EXPECT_EQ(heard, (std::vector<Uevent>{{"offline", "/devices/system/cpu/cpu5", "cpu"}}));
 }
 
 }  // namespace

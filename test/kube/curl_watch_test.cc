@@ -104,6 +104,35 @@ TEST(CurlWatchTest, StopFlagEndsWatchPromptly) {
   EXPECT_LT(latency, std::chrono::seconds(10));
 }
 
+// WakeWatches makes a watch look at its flag: one whose flag is not set goes on (and gets what
+// the server sends later), one whose flag is set ends with the events it had.
+TEST(CurlWatchTest, WakeWatchesEndsOnlyAWatchWhoseStopIsSet) {
+  StubServer stub(WatchRoute({Line("ADDED", 1), json{{"sleep", 0.3}}, Line("ADDED", 2),
+                              json{{"sleep", 20}}, Line("ADDED", 3)}));
+  auto client = MustClient(stub);
+  ASSERT_NE(client, nullptr);
+  client->WakeWatches();  // none running: nothing to do
+  std::atomic<bool> stop{false};
+  std::atomic<int> seen{0};
+  std::thread waker([&] {
+    while (seen.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    for (int i = 0; i < 20; ++i) client->WakeWatches();  // flag not set: the watch goes on
+    while (seen.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    stop = true;
+    client->WakeWatches();
+  });
+  absl::Status s = client->Watch(
+      kPath,
+      [&](const json&) {
+        ++seen;
+        return true;
+      },
+      &stop);
+  waker.join();
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(seen.load(), 2);
+}
+
 TEST(CurlWatchTest, StopAlreadySetReturnsWithoutEvents) {
   StubServer stub(WatchRoute({Line("ADDED", 1)}));
   auto client = MustClient(stub);
