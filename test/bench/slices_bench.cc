@@ -163,6 +163,7 @@ double RunToPublished(const std::string& kubeconfig, const Machine& m, size_t wa
   // each create): polling with list requests would load the server the daemon is writing to.
   std::atomic<bool> stop{false};
   std::atomic<double> result{-1};
+  std::fflush(stdout);  // the child must not print what the parent has buffered
   const auto start = Clock::now();
   const pid_t pid = fork();
   if (pid == 0) {
