@@ -487,8 +487,8 @@ absl::StatusOr<bool> SlicePublisher::ProbeMixins(const Pool& pool) {
   for (const Pool* from : forms) {
     absl::StatusOr<std::vector<Slice>> mixed = BuildSlices(*from, SliceForm::kMixins, opts_.limits);
     if (!mixed.ok()) return mixed.status();
-    const bool any = std::any_of(mixed->begin(), mixed->end(),
-                                 [](const Slice& s) { return !s.mixins.empty(); });
+    const bool any =
+        std::any_of(mixed->begin(), mixed->end(), [](const Slice& s) { return !s.mixins.empty(); });
     if (any || from == &pool) return MixinsSupported(*mixed);
   }
   return false;
@@ -530,8 +530,8 @@ absl::StatusOr<kube::Response> SlicePublisher::SendWrite(json& obj, bool update)
   return api_.Create(obj);
 }
 
-std::vector<absl::StatusOr<kube::Response>> SlicePublisher::SendWrites(
-    std::vector<json>& objs, size_t begin, size_t n) {
+std::vector<absl::StatusOr<kube::Response>> SlicePublisher::SendWrites(std::vector<json>& objs,
+                                                                       size_t begin, size_t n) {
   std::vector<bool> update(n);
   for (size_t i = 0; i < n; ++i) update[i] = PrepareWrite(objs[begin + i]);
   std::vector<absl::StatusOr<kube::Response>> out(

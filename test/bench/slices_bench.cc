@@ -22,10 +22,10 @@
 #include "common/json_text.h"
 #include "driver/kube/rest_client.h"
 #include "driver/publish/device_builder.h"
-#include "driver/publish/slice_features.h"
-#include "driver/publish/slice_publisher.h"
 #include "driver/publish/slice_builder.h"
+#include "driver/publish/slice_features.h"
 #include "driver/publish/slice_json.h"
+#include "driver/publish/slice_publisher.h"
 #include "test/bench/latency.h"
 #include "test/integration/fake_apiserver.h"
 #include "topology/discoverer.h"
@@ -256,8 +256,16 @@ int main(int argc, char** argv) {
        {"--topology-file", dir + "/192em64t-24n8c2t.xml"},
        0,
        50},
-      {"synthetic 1024 PUs", topology::TopologySource::Synthetic(synth), {"--topology-synthetic", synth}, 0, 80},
-      {"synthetic 4096 PUs", topology::TopologySource::Synthetic(synth4k), {"--topology-synthetic", synth4k}, 40, 300},
+      {"synthetic 1024 PUs",
+       topology::TopologySource::Synthetic(synth),
+       {"--topology-synthetic", synth},
+       0,
+       80},
+      {"synthetic 4096 PUs",
+       topology::TopologySource::Synthetic(synth4k),
+       {"--topology-synthetic", synth4k},
+       40,
+       300},
   };
   std::printf("individual mode; JSON sizes are compact (as sent)\n");
   for (const Machine& m : machines) BuildFigures(m, iterations);
@@ -298,8 +306,8 @@ int main(int argc, char** argv) {
       dump.push_back(Ms(Clock::now() - t0));
     }
     // An empty server each time, so everything has to be published.
-    const std::vector<double> start_runs = OnEmptyServer(
-        **server, runs, [&] { return RunToPublished(kubeconfig, m, want, *client); });
+    const std::vector<double> start_runs =
+        OnEmptyServer(**server, runs, [&] { return RunToPublished(kubeconfig, m, want, *client); });
     const std::vector<double> creates =
         OnEmptyServer(**server, runs, [&] { return CreatesBackToBack(*client, objects); });
     const publish::Pool pool = publish::BuildPools(*topo, BenchOptions())[0];
