@@ -298,6 +298,9 @@ Publishing::Publishing(kube::RestClient* client, const NodeConfig& config, const
     po.taints = config.reservation_taints;
     po.list_attributes = config.list_attributes;
     po.node_allocatable = config.node_allocatable;
+    // A pool of a few dozen slices goes out in a few round trips instead of one per slice,
+    // without holding more connections to the API server than a kubelet does.
+    po.write_concurrency = 4;
     Publisher p;
     p.driver = driver;
     p.publisher = std::make_unique<publish::SlicePublisher>(client, po);

@@ -43,6 +43,9 @@ struct PublisherOptions {
   // then the 1.36 one, and publishes the one the server keeps, or none; kOn does the same but a
   // server that keeps neither is an error; kOff strips it.
   FeatureMode node_allocatable = FeatureMode::kOff;
+  // Creates and updates of one pass sent at once, each on its own connection (the first write of
+  // a pass always goes alone). 1 sends them one after another.
+  int write_concurrency = 1;
   std::chrono::milliseconds initial_backoff{200};
   std::chrono::milliseconds max_backoff{30000};
   int watch_timeout_seconds = 300;
@@ -101,12 +104,18 @@ class SlicePublisher : private kube::InformerHandler {
     NodeAllocatableField node_allocatable = NodeAllocatableField::kNone;
   };
   absl::Status Reconcile();
-  absl::StatusOr<kube::Response> Write(nlohmann::json& obj);
+  bool PrepareWrite(nlohmann::json& obj) const;
+  absl::StatusOr<kube::Response> SendWrite(nlohmann::json& obj, bool update);
+  // Writes objs[begin, begin + n), up to opts_.write_concurrency at once; the answers in order.
+  // After a failure no further write starts (those left unsent answer Cancelled).
+  std::vector<absl::StatusOr<kube::Response>> SendWrites(std::vector<nlohmann::json>& objs,
+                                                         size_t begin, size_t n);
   absl::Status CheckStored(const nlohmann::json& sent, const nlohmann::json& stored,
                            const Form& form);
   // A create, update or delete failed with st: what the next pass must do differently.
   absl::Status WriteFailed(const absl::Status& st);
   absl::StatusOr<bool> MixinsSupported(const std::vector<Slice>& mixed);
+  absl::StatusOr<bool> ProbeMixins(const Pool& pool);
   absl::StatusOr<bool> TaintsSupported(const Pool& pool);
   void LogTaintDecision(bool supported) const;
   // A dry-run create of `probe`: true when the server stores all of it, false when it drops a

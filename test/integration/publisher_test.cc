@@ -147,6 +147,30 @@ TEST(PublisherTest, EveryModeWithAndWithoutMixins) {
   }
 }
 
+// The daemon's writes go out 4 at a time over libcurl (each on its own connection): the server
+// ends up with the same pool, in either form, and a change is published whole.
+TEST(PublisherTest, ConcurrentWritesOverHttp) {
+  const topology::Topology t = Load("192em64t-24n8c2t.xml");
+  for (bool accept : {false, true}) {
+    SCOPED_TRACE(accept ? "mixins accepted" : "mixins rejected");
+    FakeApiServerOptions o;
+    o.accept_mixins = accept;
+    auto server = StartServer(o);
+    ASSERT_NE(server, nullptr);
+    auto client = ClientFor(*server);
+    PublisherOptions po = FastOptions("dra.cpu");
+    po.write_concurrency = 4;
+    SlicePublisher p(client.get(), po);
+    p.SetDesired(PoolFor(t, CpuDeviceMode::kIndividual));
+    ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+    ExpectStoredEquals(*client, PoolFor(t, CpuDeviceMode::kIndividual), accept, 1);
+    p.SetDesired(PoolFor(t, CpuDeviceMode::kGrouped));
+    ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+    ExpectStoredEquals(*client, PoolFor(t, CpuDeviceMode::kGrouped), accept, 2);
+    EXPECT_EQ(p.status().errors, 0);
+  }
+}
+
 TEST(PublisherTest, ChangesBumpGenerationAndRemoveObsoleteSlices) {
   auto server = StartServer();
   auto client = ClientFor(*server);

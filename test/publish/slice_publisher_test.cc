@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -64,6 +65,7 @@ class SlicePublisherTest : public ::testing::Test {
 
   PublisherOptions Options() {
     PublisherOptions o;
+    o.write_concurrency = write_concurrency_;
     o.driver = "dra.cpu";
     o.node_name = "node-a";
     o.watch_timeout_seconds = 9;
@@ -133,6 +135,7 @@ class SlicePublisherTest : public ::testing::Test {
   }
 
   FakeRestClient fake_;
+  int write_concurrency_ = 1;
   std::string node_uid_;
   std::vector<int64_t> waits_;
   std::function<void(size_t)> on_wait_;
@@ -338,6 +341,81 @@ TEST_F(SlicePublisherTest, UpdateOfASliceDeletedMeanwhileCreatesIt) {
     if (r.rfind("GET", 0) != 0) writes.push_back(r.substr(0, r.find(' ')) + r.substr(r.rfind(' ')));
   }
   EXPECT_THAT(writes, ElementsAre("DELETE 200", "PUT 404", "POST 201", "PUT 200", "PUT 200"));
+}
+
+// The daemon sends a pass's writes a few at a time (after the first, which goes alone): the same
+// pool ends up stored, changes and deletions follow, and the answers count as before.
+TEST_F(SlicePublisherTest, ConcurrentWritesPublishTheSamePool) {
+  write_concurrency_ = 4;
+  const Pool pool = PoolFor(k32);
+  SlicePublisher& p = Make();
+  p.SetDesired(pool);
+  fake_.ClearRequests();
+  ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+  ExpectStored(pool, 1);
+  const std::string post = absl::StrCat("POST ", kSlices, " 201");
+  EXPECT_THAT(Take(),
+              ElementsAre(kList + " 200", "GET /api/v1/nodes/node-a 200",
+                          absl::StrCat("POST ", kSlices, "?dryRun=All 201"), post, post, post));
+  EXPECT_EQ(p.status().writes, 3);
+  const Pool grouped = PoolFor(k32, CpuDeviceMode::kGrouped);
+  p.SetDesired(grouped);
+  ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+  ExpectStored(grouped, 2);
+  p.SetDesired(pool);
+  ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+  ExpectStored(pool, 3);
+  EXPECT_EQ(p.status().errors, 0);
+  // In sync: a further pass lists and writes nothing.
+  Take();
+  ASSERT_TRUE(p.SyncOnce().ok());
+  EXPECT_THAT(Take(), ElementsAre(kList + " 200"));
+}
+
+// One of the writes sent together fails: the pass fails, no further write starts, and the next
+// pass publishes the whole pool at a new generation.
+TEST_F(SlicePublisherTest, ConcurrentWriteFailureIsRetriedWithANewGeneration) {
+  write_concurrency_ = 4;
+  const Pool pool = PoolFor(k32);
+  std::atomic<int> posts{0};
+  fake_.SetBeforeRequest([&](const std::string& verb, const std::string& path) {
+    // The second real create (the first of the writes sent together) fails.
+    if (verb == "POST" && path.find("dryRun") == std::string::npos && ++posts == 2) {
+      fake_.FailNext(1, 500, "/resourceslices");
+    }
+  });
+  SlicePublisher& p = Make();
+  p.SetDesired(pool);
+  EXPECT_FALSE(p.SyncOnce().ok());
+  EXPECT_FALSE(p.status().in_sync);
+  EXPECT_EQ(p.status().errors, 1);
+  fake_.SetBeforeRequest(nullptr);
+  ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+  // Generation 1 may have been seen in the slices that were stored: the pool goes on at 2.
+  ExpectStored(pool, 2);
+  EXPECT_TRUE(p.status().in_sync);
+}
+
+// A slice of a later name appears between the list and the writes sent together: its create gets
+// 409, the cache is re-listed at once and that slice is updated, with no backoff and no error.
+TEST_F(SlicePublisherTest, ConcurrentCreateOverAStaleCacheRelistsAtOnce) {
+  write_concurrency_ = 4;
+  const Pool pool = PoolFor(k32);
+  std::atomic<bool> done{false};
+  fake_.SetBeforeRequest([&](const std::string& verb, const std::string& path) {
+    if (verb != "POST" || path.find("dryRun") != std::string::npos || done.exchange(true)) return;
+    Slice old = BuildSlices(pool, SliceForm::kFlat, Limits())->at(2);
+    old.devices.resize(1);
+    old.generation = 9;
+    ASSERT_TRUE(fake_.Post(kSlices, SliceToJson(old, "resource.k8s.io/v1")).ok());
+  });
+  SlicePublisher& p = Make();
+  p.SetDesired(pool);
+  ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+  fake_.SetBeforeRequest(nullptr);
+  ExpectStored(pool, 10);
+  EXPECT_EQ(p.status().errors, 0);
+  EXPECT_TRUE(waits_.empty());
 }
 
 TEST_F(SlicePublisherTest, StopBeforeADesiredStateReturnsAtOnce) {
