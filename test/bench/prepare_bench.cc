@@ -328,8 +328,7 @@ int main(int argc, char** argv) {
       "floors; daemon CPU <= 100 us per cycle; >= 1000 claims/s at concurrency 16\n");
   if (prepared < 10000) {
     std::printf("(more cycles, to 10,000 claims prepared and unprepared in all)\n");
-    prepared +=
-        RunLoad(n, claims, 16, 10000 - prepared, "concurrency 16", g + h + s, g + s, false);
+    prepared += RunLoad(n, claims, 16, 10000 - prepared, "concurrency 16", g + h + s, g + s, false);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   std::printf("daemon RSS after %d claims prepared and unprepared: %.1f MB (target < 40 MB)\n",
