@@ -9,6 +9,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -137,14 +138,39 @@ absl::Status StateStore::Replay(absl::string_view content, const std::string& jo
   return absl::OkStatus();
 }
 
-std::string EncodeJournalLine(const json& body) {
-  const std::string text = CanonicalText(body);
+namespace {
+
+// "<crc32c in hex> <text>\n".
+std::string JournalLineOf(absl::string_view text) {
   const uint32_t crc = Crc32c(text);
   std::string hex(8, '0');
   for (int i = 7, shift = 0; i >= 0; --i, shift += 4)
     hex[i] = "0123456789abcdef"[(crc >> shift) & 0xFu];
   return absl::StrCat(hex, " ", text, "\n");
 }
+
+// The text of {"put": AllocationToJson(a)} without its closing brace, the same bytes, without
+// parsing the JSON texts the allocation keeps (its answer and CDI spec, most of a record) only to
+// print them again: they go in as they are.
+std::string PutRecordOpen(const Allocation& a) {
+  Allocation small = a;
+  small.answer = JsonText();
+  small.cdi = JsonText();
+  const std::string rest = CanonicalText(AllocationToJson(small));
+  // Keys print sorted, and no other key sorts before these two.
+  constexpr absl::string_view kNulls = R"({"answer":null,"cdi":null,)";
+  if (!absl::StartsWith(rest, kNulls)) {  // not expected: print it the slow way
+    std::string all = CanonicalText(json{{"put", AllocationToJson(a)}});
+    all.pop_back();
+    return all;
+  }
+  return absl::StrCat(R"({"put":{"answer":)", a.answer.dump(), R"(,"cdi":)", a.cdi.dump(), ",",
+                      absl::string_view(rest).substr(kNulls.size()));
+}
+
+}  // namespace
+
+std::string EncodeJournalLine(const json& body) { return JournalLineOf(CanonicalText(body)); }
 
 absl::StatusOr<json> DecodeJournalLine(absl::string_view line) {
   if (line.size() < 10 || line[8] != ' ') return absl::DataLossError("malformed record");
@@ -258,11 +284,16 @@ absl::StatusOr<StateStore::Opened> StateStore::Open(const std::string& path,
 }
 
 absl::Status StateStore::Append(const json& body_without_seq) {
+  std::string open = CanonicalText(body_without_seq);
+  open.pop_back();  // its closing brace
+  return AppendOpen(std::move(open));
+}
+
+absl::Status StateStore::AppendOpen(std::string open) {
   std::unique_lock<std::mutex> lock(mu_);
   const uint64_t seq = ++next_seq_;
-  json body = body_without_seq;
-  body["seq"] = seq;
-  const std::string line = EncodeJournalLine(body);
+  absl::StrAppend(&open, R"(,"seq":)", seq, "}");
+  const std::string line = JournalLineOf(open);
   if (absl::Status st = WriteAll(fd_, line); !st.ok()) {
     // Cut the partial line off, or every later record would follow a corrupt one.
     (void)::ftruncate(fd_, static_cast<off_t>(bytes_));
@@ -294,7 +325,7 @@ absl::Status StateStore::Append(const json& body_without_seq) {
 }
 
 absl::Status StateStore::Put(const Allocation& allocation) {
-  return Append(json{{"put", AllocationToJson(allocation)}});
+  return AppendOpen(PutRecordOpen(allocation));
 }
 
 absl::Status StateStore::Remove(const std::string& owner) {

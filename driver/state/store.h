@@ -26,7 +26,6 @@
 
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -106,6 +105,10 @@ class StateStore : public Journal {
  private:
   StateStore(std::string path, int fd, uint64_t seq, int64_t records, int64_t bytes);
   absl::Status Append(const nlohmann::json& body);
+  // Appends the record `open` + ',"seq":N}' (the text of its JSON object, without its closing
+  // brace: "seq" sorts after every other key of a record), and waits until it is durable. The
+  // caller prints the record outside the lock.
+  absl::Status AppendOpen(std::string open);
   // Journal replay, shared by Open and Peek.
   struct Replayed;
   static absl::Status Replay(absl::string_view content, const std::string& journal,

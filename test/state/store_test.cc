@@ -117,6 +117,33 @@ TEST_F(StoreTest, PutIsAnUpsert) {
   EXPECT_EQ(o.loaded.Find(DraOwner("dra.cpu", "a"))->phase, Phase::kPrepared);
 }
 
+// Put prints the allocation's answer and CDI texts into its record as they are (no parse and
+// print again): the record is byte for byte the one the JSON value gives, reservation, mems,
+// GPUs, nulls and escapes included.
+TEST_F(StoreTest, PutRecordIsTheBytesOfItsJsonValue) {
+  Allocation a = Claim("a", "0-3");
+  a.reservation = "resv \"1\"";
+  a.mems = *CpuSet::Parse("0");
+  a.gpus = {"gpu-0", "gpu-1"};
+  a.cdi = nlohmann::json{{"file", "x\u00e9.json"},
+                         {"metadata", nlohmann::json::array({{{"content", "{\"a\": 1}\n"}}})},
+                         {"spec", {{"kind", "dra.cpu/claim"}}}};
+  Allocation bare = Claim("b", "4");
+  bare.answer = JsonText();
+  bare.cdi = JsonText();
+  {
+    StateStore::Opened o = OpenOk();
+    ASSERT_TRUE(o.store->Put(a).ok());
+    ASSERT_TRUE(o.store->Put(bare).ok());
+  }
+  EXPECT_EQ(ReadFile(dir_ + "/state/checkpoint.json.journal"),
+            EncodeJournalLine({{"put", AllocationToJson(a)}, {"seq", 1}}) +
+                EncodeJournalLine({{"put", AllocationToJson(bare)}, {"seq", 2}}));
+  StateStore::Opened o = OpenOk();
+  EXPECT_EQ(*o.loaded.Find(a.owner), a);
+  EXPECT_EQ(*o.loaded.Find(bare.owner), bare);
+}
+
 TEST_F(StoreTest, TornLastRecordIsDroppedAndLaterAppendsWork) {
   {
     StateStore::Opened o = OpenOk();
