@@ -128,8 +128,8 @@ double StartToRegistered(Node& n) {
   auto sim = KubeletSimulator::Start(so);
   if (!sim.ok()) return -1;
   n.sim = *std::move(sim);
-  std::vector<std::string> args = {"--kubeconfig", n.kubeconfig, "--node-name", kNode,
-                                   "--cdi-dir",    n.cdi_dir};
+  std::vector<std::string> args = {"--kubeconfig", n.kubeconfig, "--node-name",
+                                   kNode,          "--cdi-dir",  n.cdi_dir};
   args.insert(args.end(), kMachine.begin(), kMachine.end());
   const auto t0 = Clock::now();
   n.daemon.Start(n.dirs, args);
@@ -259,7 +259,8 @@ int main(int argc, char** argv) {
               kMachine[1].c_str());
   std::printf(
       "(%d claims created in %.1f s by the fake API server; prepared in %.1f s at concurrency "
-      "16: %.0f claims/s; %d failed; daemon RSS idle %.1f MB, holding them %.1f MB, after a restart "
+      "16: %.0f claims/s; %d failed; daemon RSS idle %.1f MB, holding them %.1f MB, after a "
+      "restart "
       "%.1f MB)\n",
       many, create_s, prep_s, many / prep_s, failed.load(), rss_idle / 1024.0, rss_held / 1024.0,
       rss_loaded / 1024.0);
@@ -275,8 +276,8 @@ int main(int argc, char** argv) {
       "%.1f ms over the empty start = %.1f us per claim; target <= %.0f ms: %s\n",
       held, Median(full), full.front(), restarts, Median(full) - Median(empty), per_claim_us,
       kTargetMs,
-      met ? "met" : absl::StrCat("MISSES target by ", static_cast<int>(Median(full) - kTargetMs),
-                                 " ms")
-                        .c_str());
+      met ? "met"
+          : absl::StrCat("MISSES target by ", static_cast<int>(Median(full) - kTargetMs), " ms")
+                .c_str());
   return 0;
 }

@@ -25,7 +25,8 @@ TEST(ParseJsonBoundedTest, NestingUpToTheBoundParses) {
 }
 
 TEST(ParseJsonBoundedTest, DeeperThanTheBoundIsAnError) {
-  for (const std::string& text : {Nested(6, "1"), Nested(100, ""), "{\"a\":" + Nested(5, "1") + "}"}) {
+  for (const std::string& text :
+       {Nested(6, "1"), Nested(100, ""), "{\"a\":" + Nested(5, "1") + "}"}) {
     SCOPED_TRACE(text);
     absl::StatusOr<nlohmann::json> j = ParseJsonBounded(text, 4);
     ASSERT_FALSE(j.ok());
@@ -51,8 +52,8 @@ TEST(ParseJsonBoundedTest, BracketsInStringsDoNotCount) {
 }
 
 TEST(ParseJsonBoundedTest, MalformedTextIsAnErrorWhateverItsBrackets) {
-  for (const std::string& text : {std::string("{\"a\":"), std::string("[1,]"), std::string("\"[[[["),
-                                  std::string("]]]]"), Nested(100, "1,")}) {
+  for (const std::string& text : {std::string("{\"a\":"), std::string("[1,]"),
+                                  std::string("\"[[[["), std::string("]]]]"), Nested(100, "1,")}) {
     SCOPED_TRACE(text);
     absl::StatusOr<nlohmann::json> j = ParseJsonBounded(text, 4);
     ASSERT_FALSE(j.ok());

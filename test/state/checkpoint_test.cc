@@ -126,9 +126,9 @@ TEST_F(CheckpointTest, ChecksumIsOfTheCanonicalPayloadOrOfTheBytesAsSaved) {
   const std::string spaced_payload = doc["payload"].dump(1);
   char hex[9];
   std::snprintf(hex, sizeof(hex), "%08x", Crc32c(spaced_payload));
-  const std::string as_saved = absl::StrCat("{\"checksum\":\"", hex, "\",\"payload\":",
-                                            spaced_payload, ",\"version\":", kCheckpointVersion,
-                                            "}\n");
+  const std::string as_saved =
+      absl::StrCat("{\"checksum\":\"", hex, "\",\"payload\":", spaced_payload,
+                   ",\"version\":", kCheckpointVersion, "}\n");
   absl::StatusOr<State> read = DecodeCheckpoint(as_saved);
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(*read, state);
