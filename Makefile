@@ -47,6 +47,7 @@ bench: deps
 	./build/bench/test/bench/slices_bench test/fixtures/topologies
 	./build/bench/test/bench/heal_bench test/fixtures/topologies
 	./build/bench/test/bench/prepare_bench test/fixtures/topologies
+	./build/bench/test/bench/restart_bench
 	./build/bench/test/bench/device_plugin_bench test/fixtures/topologies
 	./build/bench/test/bench/cgroup_bench
 	./build/bench/test/bench/reservation_bench test/fixtures/topologies

@@ -67,6 +67,41 @@ absl::StatusOr<std::vector<MetadataFile>> StoredMetadata(const json& cdi) {
   return MetadataFilesFromJson(cdi["metadata"]);
 }
 
+// For the start-up: the metadata CDI specs a stored "cdi" JSON names, as stored (ReconcileCdiFiles
+// parses one only when its file differs), and their host files' contents, checked as
+// MetadataFilesFromJson checks them but for the spec. Parsing every spec of thousands of claims
+// was a large part of the start.
+absl::Status AddStoredMetadata(const json& cdi, std::map<std::string, json>* specs,
+                               std::map<std::string, std::string>* host_files) {
+  if (!cdi.is_object() || !cdi.contains("metadata")) return absl::OkStatus();
+  const json& list = cdi["metadata"];
+  auto bad = [](const std::string& what) {
+    return absl::DataLossError(absl::StrCat("stored device metadata: ", what));
+  };
+  if (!list.is_array()) return bad("not a list");
+  for (size_t i = 0; i < list.size(); ++i) {
+    const json& e = list[i];
+    const std::string at = absl::StrCat("[", i, "]");
+    if (!e.is_object()) return bad(at + " is not an object");
+    for (const char* key : {"request", "hostPath", "content", "cdiFile", "cdiId"}) {
+      const auto it = e.find(key);
+      if (it == e.end() || !it->is_string()) {
+        return bad(absl::StrCat(at, ".", key, " is not a string"));
+      }
+    }
+    const auto spec = e.find("cdiSpec");
+    if (spec == e.end()) return bad(at + ".cdiSpec is missing");
+    const std::string& host_path = e["hostPath"].get_ref<const std::string&>();
+    const std::string& cdi_file = e["cdiFile"].get_ref<const std::string&>();
+    if (!absl::StartsWith(host_path, "/") || cdi_file.empty()) {
+      return bad(at + ": hostPath must be absolute and cdiFile set");
+    }
+    (*specs)[cdi_file] = *spec;
+    (*host_files)[host_path] = e["content"].get<std::string>();
+  }
+  return absl::OkStatus();
+}
+
 std::vector<std::string> CdiFilesOf(const std::vector<MetadataFile>& files) {
   std::vector<std::string> out;
   for (const MetadataFile& f : files) out.push_back(f.cdi_file);
@@ -150,21 +185,14 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::ReconcileCdi() {
     std::map<std::string, json> out;
     for (const auto& [owner, a] : st.allocations()) {
       if (a.kind != state::AllocationKind::kDraClaim || a.driver != driver_) continue;
-      const json cdi = a.cdi.Parse();
+      json cdi = a.cdi.Parse();
       if (!cdi.is_object()) continue;
       const auto file = cdi.find("file");
       const auto spec = cdi.find("spec");
       if (file == cdi.end() || !file->is_string() || spec == cdi.end()) continue;
-      out[file->get<std::string>()] = *spec;
-      absl::StatusOr<std::vector<MetadataFile>> metadata = StoredMetadata(cdi);
-      if (!metadata.ok()) {
-        bad_metadata = absl::Status(metadata.status().code(),
-                                    absl::StrCat(owner, ": ", metadata.status().message()));
-        continue;
-      }
-      for (const MetadataFile& f : *metadata) {
-        out[f.cdi_file] = cdi::ToJson(f.cdi_spec);
-        host_files[f.host_path] = f.content;
+      out[file->get<std::string>()] = std::move(*spec);
+      if (absl::Status st = AddStoredMetadata(cdi, &out, &host_files); !st.ok()) {
+        bad_metadata = absl::Status(st.code(), absl::StrCat(owner, ": ", st.message()));
       }
     }
     return out;

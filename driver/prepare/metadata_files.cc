@@ -147,12 +147,19 @@ absl::StatusOr<ReconciledMetadata> ReconcileMetadataDir(
   // <root>/<ns>_<name>/<request>/metadata.json
   // Iterated with increment(ec): a directory that fails to read mid-way is an error value, not an
   // exception thrown out of the start-up.
+  // A directory is removed once nothing is left in it; one that keeps a file is not even tried
+  // (with thousands of prepared claims, that was thousands of failing rmdir calls at every start).
   for (fs::directory_iterator claim(root, ec), end; !ec && claim != end; claim.increment(ec)) {
     if (std::error_code e; !claim->is_directory(e) || claim->is_symlink(e)) continue;
+    bool claim_keeps = false;
     std::error_code ec2;
     for (fs::directory_iterator request(claim->path(), ec2); !ec2 && request != end;
          request.increment(ec2)) {
-      if (std::error_code e; !request->is_directory(e) || request->is_symlink(e)) continue;
+      if (std::error_code e; !request->is_directory(e) || request->is_symlink(e)) {
+        claim_keeps = true;
+        continue;
+      }
+      bool request_keeps = false;
       std::error_code ec3;
       for (fs::directory_iterator file(request->path(), ec3); !ec3 && file != end;
            file.increment(ec3)) {
@@ -160,15 +167,21 @@ absl::StatusOr<ReconciledMetadata> ReconcileMetadataDir(
         const std::string path = file->path().string();
         const bool ours =
             name == kMetadataFileName || files::IsTempNameFor(name, kMetadataFileName);
-        if (!ours || wanted.contains(path)) continue;
+        if (!ours || wanted.contains(path)) {
+          request_keeps = true;
+          continue;
+        }
         if (::unlink(path.c_str()) == 0) {
           spdlog::info("removed device metadata {}: its claim is not prepared", path);
           ++out.removed;
+        } else {
+          request_keeps = true;
         }
       }
-      ::rmdir(request->path().c_str());  // fails, as it should, while anything is left in it
+      // rmdir fails, as it should, if anything is left in it after all.
+      if (request_keeps || ec3 || ::rmdir(request->path().c_str()) != 0) claim_keeps = true;
     }
-    ::rmdir(claim->path().c_str());
+    if (!claim_keeps && !ec2) ::rmdir(claim->path().c_str());
   }
   if (ec) {
     return absl::Status(absl::ErrnoToStatusCode(ec.value()),

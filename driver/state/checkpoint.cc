@@ -9,6 +9,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <exception>
 #include <set>
 #include <utility>
@@ -298,10 +299,39 @@ std::string WhatToDo(absl::StatusCode code) {
   return absl::StrCat("; restore a good copy or ", forget);
 }
 
-uint32_t Crc32c(absl::string_view data) {
-  uint32_t crc = 0xFFFFFFFFu;
+namespace {
+
+uint32_t Crc32cTable(uint32_t crc, absl::string_view data) {
   for (char c : data) crc = (crc >> 8) ^ kCrc32cTable[(crc ^ static_cast<uint8_t>(c)) & 0xFFu];
-  return crc ^ 0xFFFFFFFFu;
+  return crc;
+}
+
+#if defined(__x86_64__)
+// The CPU's CRC-32C instruction (SSE 4.2): 8 bytes a step instead of one table lookup a byte.
+// Every start checksums the whole state (tens of MB with 10,000 claims).
+__attribute__((target("sse4.2"))) uint32_t Crc32cSse42(uint32_t crc, absl::string_view data) {
+  const char* p = data.data();
+  size_t n = data.size();
+  uint64_t c = crc;
+  for (; n >= 8; p += 8, n -= 8) {
+    uint64_t word;
+    std::memcpy(&word, p, sizeof(word));
+    c = __builtin_ia32_crc32di(c, word);
+  }
+  uint32_t c32 = static_cast<uint32_t>(c);
+  for (; n > 0; ++p, --n) c32 = __builtin_ia32_crc32qi(c32, static_cast<unsigned char>(*p));
+  return c32;
+}
+#endif
+
+}  // namespace
+
+uint32_t Crc32c(absl::string_view data) {
+#if defined(__x86_64__)
+  static const bool sse42 = __builtin_cpu_supports("sse4.2");
+  if (sse42) return Crc32cSse42(0xFFFFFFFFu, data) ^ 0xFFFFFFFFu;
+#endif
+  return Crc32cTable(0xFFFFFFFFu, data) ^ 0xFFFFFFFFu;
 }
 
 std::string CanonicalText(const json& payload) {
@@ -338,6 +368,39 @@ absl::StatusOr<State> DecodeCheckpoint(absl::string_view text) {
   return DecodeCheckpoint(text, &seq);
 }
 
+namespace {
+
+// EncodeCheckpoint writes `{"checksum":"<8 hex>","payload":<CanonicalText(payload)>,"version":N}`:
+// in a file as written, the payload's canonical text is there already and need not be made
+// again (tens of MB for 10,000 claims, at every start). "" when the text is not of that shape.
+std::string RawPayloadChecksum(absl::string_view text) {
+  constexpr absl::string_view kHead = "{\"checksum\":\"";
+  constexpr absl::string_view kPayload = "\",\"payload\":";
+  constexpr absl::string_view kVersion = ",\"version\":";
+  const size_t begin = kHead.size() + 8 + kPayload.size();
+  if (!absl::StartsWith(text, kHead) || text.size() < begin ||
+      text.substr(kHead.size() + 8, kPayload.size()) != kPayload) {
+    return "";
+  }
+  const size_t end = text.rfind(kVersion);
+  if (end == absl::string_view::npos || end < begin) return "";
+  absl::string_view tail = text.substr(end + kVersion.size());
+  if (absl::EndsWith(tail, "\n")) tail.remove_suffix(1);
+  if (!absl::EndsWith(tail, "}")) return "";
+  tail.remove_suffix(1);
+  if (tail.empty()) return "";
+  for (const char c : tail) {
+    if (c < '0' || c > '9') return "";
+  }
+  const uint32_t crc = Crc32c(text.substr(begin, end - begin));
+  std::string hex(8, '0');
+  for (int i = 7, shift = 0; i >= 0; --i, shift += 4)
+    hex[i] = "0123456789abcdef"[(crc >> shift) & 0xFu];
+  return hex;
+}
+
+}  // namespace
+
 absl::StatusOr<State> DecodeCheckpoint(absl::string_view text, uint64_t* seq) {
   if (text.size() > kMaxCheckpointBytes) {
     return Corrupt(
@@ -370,6 +433,9 @@ absl::StatusOr<State> DecodeCheckpoint(absl::string_view text, uint64_t* seq) {
                                  return absl::OkStatus();
                                });
   if (!st.ok()) return st;
+  if (const std::string raw = RawPayloadChecksum(text); !raw.empty() && raw == checksum) {
+    return ReadPayload(*payload, version_number, seq);
+  }
   if (const std::string actual = ChecksumOf(*payload); actual != checksum) {
     return Corrupt(absl::StrCat("checksum mismatch: the file says \"", checksum,
                                 "\" but its payload has \"", actual, "\""));

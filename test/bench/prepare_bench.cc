@@ -375,51 +375,5 @@ int main(int argc, char** argv) {
   StopNode(n);
   if (argc > 3 && std::string(argv[3]) == "--latency-only") return 0;
 
-  // 10,000 claims prepared at the same time need 10,000 CPUs: a synthetic machine of 12,800.
-  Node big;
-  const std::vector<std::string> synthetic = {"--topology-synthetic",
-                                              "pack:4 numa:4 core:400 pu:2"};
-  if (!StartNode(big, synthetic)) return 1;
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  const long big_idle = big.daemon.RssKib();
-  const int kMany = 10000;
-  const auto c0 = Clock::now();
-  std::vector<PrepareClaim> many = MakeClaims(*big.server, "many-", kMany, 16);
-  const double create_s = Ms(Clock::now() - c0) / 1000.0;
-  std::atomic<int> next{0}, failed{0};
-  const auto p0 = Clock::now();
-  std::vector<std::thread> pool;
-  for (int t = 0; t < 16; ++t) {
-    pool.emplace_back([&] {
-      for (int i = next++; i < kMany; i = next++) {
-        auto p = big.sim->Prepare(kDriver, {many[i]});
-        if (!p.ok() || !(*p)[many[i].uid].error.empty()) {
-          if (failed++ == 0 && p.ok())
-            std::printf("  error: %s\n", (*p)[many[i].uid].error.c_str());
-        }
-      }
-    });
-  }
-  for (std::thread& t : pool) t.join();
-  const double prep_s = Ms(Clock::now() - p0) / 1000.0;
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  std::printf("\nsynthetic 12,800 CPUs (pack:4 numa:4 core:400 pu:2), grouped by NUMA node\n");
-  std::printf("daemon RSS idle: %.1f MB; holding %d prepared claims at once: %.1f MB\n",
-              big_idle / 1024.0, kMany - failed.load(), big.daemon.RssKib() / 1024.0);
-  std::printf(
-      "(%d claims created in %.1f s by the fake API server; prepared in %.1f s at "
-      "concurrency 16: %.0f claims/s; %d failed)\n",
-      kMany, create_s, prep_s, kMany / prep_s, failed.load());
-  // A restart with 10,000 claims in the state: how long until the kubelet can register it.
-  big.sim.reset();
-  big.daemon.Kill();
-  if (StartNode(big, synthetic)) {
-    std::printf("restart (kill -9) with %d claims in the state -> registered: %.1f ms\n", kMany,
-                big.start_to_registered_ms);
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    std::printf("daemon RSS after that restart, the %d claims loaded: %.1f MB\n", kMany,
-                big.daemon.RssKib() / 1024.0);
-  }
-  StopNode(big);
   return 0;
 }

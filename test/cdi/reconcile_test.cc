@@ -91,6 +91,23 @@ TEST_F(ReconcileTest, WritesWhatIsMissingAndRemovesOnlyOurs) {
   EXPECT_EQ(r->removed, 0);
 }
 
+// A file holding exactly the text Write makes of the stored spec is left alone without parsing
+// either (the start with thousands of claims): even a spec today's validation refuses (a device
+// name it does not allow) is kept when the file is that text; the same spec in a file that
+// differs must be written again, which validation stops.
+TEST_F(ReconcileTest, AFileHoldingTheStoredSpecsTextIsLeftAloneUnparsed) {
+  fs::create_directories(store_.dir());
+  const json spec = SpecJson("bad name!");
+  std::ofstream(store_.PathOf("ours-a.json")) << spec.dump(2) << "\n";
+  absl::StatusOr<ReconciledCdi> r =
+      ReconcileCdiFiles(store_, {{"ours-a.json", spec}}, Classify, "test");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->written, 0);
+  std::ofstream(store_.PathOf("ours-a.json")) << spec.dump() << "\n";
+  r = ReconcileCdiFiles(store_, {{"ours-a.json", spec}}, Classify, "test");
+  EXPECT_FALSE(r.ok());
+}
+
 TEST_F(ReconcileTest, AStoredSpecThatIsNotOneIsDataLoss) {
   const absl::StatusOr<ReconciledCdi> r =
       ReconcileCdiFiles(store_, {{"ours-a.json", json{{"kind", 1}}}}, Classify, "test");

@@ -106,6 +106,36 @@ TEST(Crc32cTest, KnownValues) {
   EXPECT_EQ(Crc32c(""), 0u);
   EXPECT_EQ(Crc32c("a"), 0xC1D04330u);
   EXPECT_EQ(Crc32c(std::string(32, '\0')), 0x8A9136AAu);
+  // Long enough for the 8-bytes-a-step path, and not a multiple of 8 (value of a bytewise
+  // CRC-32C over the same bytes).
+  std::string bytes(1003, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 7 + 3) & 0xFF);
+  EXPECT_EQ(Crc32c(bytes), 0x42881E11u);
+}
+
+// The checksum is of the payload's canonical text; a file laid out otherwise (indented) with that
+// checksum is read. A file in the layout Save writes is checked on its own bytes (no canonical
+// text made again): a checksum of those bytes passes, a changed byte does not.
+TEST_F(CheckpointTest, ChecksumIsOfTheCanonicalPayloadOrOfTheBytesAsSaved) {
+  const State state = Sample();
+  const json doc = json::parse(EncodeCheckpoint(state));
+  absl::StatusOr<State> indented = DecodeCheckpoint(doc.dump(2));
+  ASSERT_TRUE(indented.ok()) << indented.status();
+  EXPECT_EQ(*indented, state);
+
+  const std::string spaced_payload = doc["payload"].dump(1);
+  char hex[9];
+  std::snprintf(hex, sizeof(hex), "%08x", Crc32c(spaced_payload));
+  const std::string as_saved =
+      absl::StrCat("{\"checksum\":\"", hex, "\",\"payload\":", spaced_payload,
+                   ",\"version\":", kCheckpointVersion, "}\n");
+  absl::StatusOr<State> read = DecodeCheckpoint(as_saved);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, state);
+  absl::StatusOr<State> changed =
+      DecodeCheckpoint(absl::StrReplaceAll(as_saved, {{"\"0-3\"", "\"0-4\""}}));
+  ASSERT_FALSE(changed.ok());
+  EXPECT_THAT(changed.status().message(), HasSubstr("checksum mismatch"));
 }
 
 TEST_F(CheckpointTest, SaveThenLoadRoundTrips) {
