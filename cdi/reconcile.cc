@@ -33,6 +33,10 @@ absl::StatusOr<ReconciledCdi> ReconcileCdiFiles(
     const std::function<CdiFileClass(const std::string&)>& classify, const std::string& label) {
   ReconciledCdi out;
   for (const auto& [file, spec_json] : wanted) {
+    // The name comes from the state: never a path outside the CDI directory, fast path or not.
+    if (absl::Status st = cdi::ValidateSpecFileName(file); !st.ok()) {
+      return absl::DataLossError(absl::StrCat("stored CDI spec of ", file, ": ", Message(st)));
+    }
     // A file holding exactly the text Write makes of the stored spec holds that spec: no need to
     // parse either (at start, with thousands of claims, parsing was most of the cost).
     if (absl::StatusOr<std::string> bytes =

@@ -50,7 +50,6 @@ constexpr long kMinWatchSilenceS = 60;
 constexpr long kDefaultWatchSilenceS = 3660;
 
 using EasyHandle = std::unique_ptr<CURL, decltype(&curl_easy_cleanup)>;
-using MultiHandle = std::unique_ptr<CURLM, decltype(&curl_multi_cleanup)>;
 using HeaderList = std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)>;
 
 std::string Truncate(absl::string_view s, std::size_t max) {
@@ -309,22 +308,26 @@ class CurlRestClient : public RestClient {
  public:
   explicit CurlRestClient(ClusterConfig config) : config_(std::move(config)) {}
   ~CurlRestClient() override {
+    // Their connections may hold TLS sessions of the share: gone first.
+    for (CURLM* m : idle_multis_) curl_multi_cleanup(m);
     if (share_ != nullptr) curl_share_cleanup(share_);
   }
   CurlRestClient(const CurlRestClient&) = delete;
   CurlRestClient& operator=(const CurlRestClient&) = delete;
 
   absl::Status Init() {
-    // Requests share one connection cache (and TLS sessions and DNS): a claim GET on a kept-alive
-    // connection skips the TCP and TLS handshakes, which are most of its cost.
+    // Requests share TLS sessions and DNS. Not the connection cache: libcurl does not support
+    // sharing connections between concurrent threads (CURLSHOPT_SHARE, "It is not supported to
+    // share connections between multiple concurrent threads"; a known concurrency bug), and
+    // claim GETs and slice writes run several at a time. Kept-alive connections live in the
+    // multi handles of idle_multis_ instead, one request at a time each.
     share_ = curl_share_init();
     if (share_ != nullptr) {
       bool ok =
           curl_share_setopt(share_, CURLSHOPT_LOCKFUNC, &LockShare) == CURLSHE_OK &&
           curl_share_setopt(share_, CURLSHOPT_UNLOCKFUNC, &UnlockShare) == CURLSHE_OK &&
           curl_share_setopt(share_, CURLSHOPT_USERDATA, static_cast<void*>(this)) == CURLSHE_OK;
-      for (curl_lock_data d :
-           {CURL_LOCK_DATA_CONNECT, CURL_LOCK_DATA_SSL_SESSION, CURL_LOCK_DATA_DNS}) {
+      for (curl_lock_data d : {CURL_LOCK_DATA_SSL_SESSION, CURL_LOCK_DATA_DNS}) {
         ok = ok && curl_share_setopt(share_, CURLSHOPT_SHARE, d) == CURLSHE_OK;
       }
       if (!ok) {
@@ -460,9 +463,13 @@ class CurlRestClient : public RestClient {
 
   absl::Status RunOnce(const char* verb, const std::string& path, const std::string& payload,
                        const std::string& token, Transfer& t) {
+    const bool watch = t.on_event != nullptr;
     EasyHandle easy(curl_easy_init(), curl_easy_cleanup);
-    MultiHandle multi(curl_multi_init(), curl_multi_cleanup);
-    if (easy == nullptr || multi == nullptr) {
+    // Short requests reuse an idle multi handle and the kept-alive connection in its cache (a
+    // claim GET skips the TCP and TLS handshakes, most of its cost); watches hold theirs for
+    // minutes and get a fresh one.
+    PooledMulti multi(this, watch ? curl_multi_init() : TakeMulti(), !watch);
+    if (easy == nullptr || multi.get() == nullptr) {
       return absl::InternalError(absl::StrCat(t.what, ": cannot create a curl handle"));
     }
     CURL* h = easy.get();
@@ -487,7 +494,6 @@ class CurlRestClient : public RestClient {
     }
 
     const std::string url = base_url_ + path;
-    const bool watch = t.on_event != nullptr;
     CURLcode rc = CURLE_OK;
     auto set = [this, &rc, h](CURLoption option, auto value) {
       if (rc == CURLE_OK) rc = curl_easy_setopt(h, option, value);
@@ -525,8 +531,7 @@ class CurlRestClient : public RestClient {
       set(CURLOPT_POSTFIELDS, payload.c_str());
       set(CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(payload.size()));
     }
-    // Watches hold their connection for minutes; only short requests use the shared cache.
-    if (!watch && share_ != nullptr) set(CURLOPT_SHARE, share_);
+    if (share_ != nullptr) set(CURLOPT_SHARE, share_);
     SetTls(set, connect_to.get());
     if (rc != CURLE_OK) {
       return CurlError(absl::StrCat(t.what, ": setting up curl"), rc, errbuf);
@@ -665,6 +670,58 @@ class CurlRestClient : public RestClient {
 
   std::mutex watches_mutex_;
   std::set<CURLM*> watches_;  // guarded by watches_mutex_
+
+  // A multi handle used by one request at a time, given back to the pool afterwards (or cleaned
+  // up, for watches). Declared after the easy handle, so it goes first: every path removes the
+  // easy handle from it before returning.
+  class PooledMulti {
+   public:
+    PooledMulti(CurlRestClient* client, CURLM* multi, bool pooled)
+        : client_(client), multi_(multi), pooled_(pooled) {}
+    ~PooledMulti() {
+      if (multi_ == nullptr) return;
+      if (pooled_) {
+        client_->GiveBackMulti(multi_);
+      } else {
+        curl_multi_cleanup(multi_);
+      }
+    }
+    PooledMulti(const PooledMulti&) = delete;
+    PooledMulti& operator=(const PooledMulti&) = delete;
+    CURLM* get() const { return multi_; }
+
+   private:
+    CurlRestClient* client_;
+    CURLM* multi_;
+    bool pooled_;
+  };
+
+  // At most this many idle handles (and so kept-alive connections) are kept: enough for the
+  // claim fetches and slice writes that run at once.
+  static constexpr std::size_t kMaxIdleMultis = 16;
+  CURLM* TakeMulti() {
+    {
+      std::lock_guard<std::mutex> lock(idle_mutex_);
+      if (!idle_multis_.empty()) {
+        CURLM* m = idle_multis_.back();
+        idle_multis_.pop_back();
+        return m;
+      }
+    }
+    return curl_multi_init();
+  }
+  void GiveBackMulti(CURLM* m) {
+    {
+      std::lock_guard<std::mutex> lock(idle_mutex_);
+      if (idle_multis_.size() < kMaxIdleMultis) {
+        idle_multis_.push_back(m);
+        return;
+      }
+    }
+    curl_multi_cleanup(m);
+  }
+  std::mutex idle_mutex_;
+  std::vector<CURLM*> idle_multis_;  // guarded by idle_mutex_
 
   ClusterConfig config_;
   std::string base_url_;     // server, or addressed by tls_server_name

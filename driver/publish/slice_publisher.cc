@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <set>
+#include <system_error>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -538,18 +539,39 @@ std::vector<absl::StatusOr<kube::Response>> SlicePublisher::SendWrites(std::vect
       n, absl::CancelledError("not sent: an earlier write failed"));
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
-  // Writes are taken in order, so every write left unsent comes after one that failed.
+  // Writes are taken in order, so every write left unsent comes after one that failed. A write
+  // the server stored without some of the fields sent stops the rest too: the ordered loop of
+  // the caller takes the fallback (no taints, flat slices) before more slices go out that way.
   auto work = [&] {
     for (size_t i = next++; i < n && !failed; i = next++) {
-      out[i] = SendWrite(objs[begin + i], update[i]);
-      if (!out[i].ok()) failed = true;
+      try {
+        out[i] = SendWrite(objs[begin + i], update[i]);
+        if (!out[i].ok() || !Covers(Field(objs[begin + i], "spec"), Field(out[i]->body, "spec"))) {
+          failed = true;
+        }
+      } catch (const std::exception& e) {
+        out[i] = absl::InternalError(
+            absl::StrCat("writing ResourceSlice \"", NameOf(objs[begin + i]), "\": ", e.what()));
+        failed = true;
+      }
     }
   };
-  std::vector<std::thread> helpers;
-  const size_t threads = std::min<size_t>(n, std::max(1, opts_.write_concurrency));
-  for (size_t t = 1; t < threads; ++t) helpers.emplace_back(work);
-  work();
-  for (std::thread& t : helpers) t.join();
+  {
+    // jthreads join on every way out of this block, before `out` and the rest go away.
+    std::vector<std::jthread> helpers;
+    const size_t threads = std::min<size_t>(n, std::max(1, opts_.write_concurrency));
+    for (size_t t = 1; t < threads; ++t) {
+      try {
+        helpers.emplace_back(work);
+      } catch (const std::system_error& e) {
+        // No thread to be had (pids limit): the ones started and this one do the writes.
+        spdlog::warn("driver={} node={}: writing slices with {} threads, not {}: {}", opts_.driver,
+                     opts_.node_name, t, threads, e.what());
+        break;
+      }
+    }
+    work();
+  }
   return out;
 }
 
