@@ -84,15 +84,16 @@ absl::StatusOr<CpuSet> PlaceCpus(const CpuWant& want, bool pre_allocation,
   // with no news for anyone (the phase and reason say the same).
   const CpuSet held = usable & node.other_reservations;
   if (pre_allocation) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "spec.cpus.count: ", want.count, " CPUs wanted in ", where, ", where ", usable.Size(),
-        " can be reserved and other reservations hold ", held.Size(), " (", Text(held),
-        "); placed when enough are released"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("spec.cpus.count: ", want.count, " CPUs wanted in ", where, ", where ",
+                     usable.Size(), " can be reserved and other reservations hold ", held.Size(),
+                     " (", Text(held), "); placed when enough are released"));
   }
   return absl::ResourceExhaustedError(absl::StrCat(
-      "spec.cpus.count: ", want.count, " CPUs wanted in ", where, " and not that many are free: ",
-      usable.Size(), " can be reserved there, other reservations hold ", held.Size(), " (",
-      Text(held), ") and claims use some of the rest; placed as soon as enough are free (set "
+      "spec.cpus.count: ", want.count, " CPUs wanted in ", where,
+      " and not that many are free: ", usable.Size(),
+      " can be reserved there, other reservations hold ", held.Size(), " (", Text(held),
+      ") and claims use some of the rest; placed as soon as enough are free (set "
       "preAllocation to hold CPUs in use as they are released)"));
 }
 
@@ -150,13 +151,16 @@ absl::StatusOr<std::set<std::string>> PlaceGpus(const GpuWant& want, bool pre_al
     if (gpus.status().code() != absl::StatusCode::kResourceExhausted) return gpus.status();
     const size_t held = known.size() - usable.size();
     if (pre_allocation) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "spec.gpus.count: ", want.count, " GPUs wanted and other reservations hold ", held,
-          " of the node's ", known.size(), "; placed when enough are released"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("spec.gpus.count: ", want.count, " GPUs wanted and other reservations hold ",
+                       held, " of the node's ", known.size(), "; placed when enough are released"));
     }
     return absl::ResourceExhaustedError(absl::StrCat(
-        "spec.gpus.count: ", want.count, " GPUs wanted and not that many are free: other "
-        "reservations hold ", held, " of the node's ", known.size(), " and claims use some of "
+        "spec.gpus.count: ", want.count,
+        " GPUs wanted and not that many are free: other "
+        "reservations hold ",
+        held, " of the node's ", known.size(),
+        " and claims use some of "
         "the rest; placed as soon as enough are free (set preAllocation to hold GPUs in use as "
         "they are released)"));
   }

@@ -64,11 +64,12 @@ struct Scenario {
 absl::StatusOr<testing::PrepareClaim> MakeClaim(testing::FakeApiServer& server,
                                                 const std::string& name, const std::string& driver,
                                                 const std::string& device, bool cpu_share) {
-  json claim = {{"metadata", {{"name", name}, {"namespace", "bench"}}},
-                {"spec",
-                 {{"devices",
-                   {{"requests", json::array({{{"name", "devs"},
-                                               {"exactly", {{"deviceClassName", driver}}}}})}}}}}};
+  json claim = {
+      {"metadata", {{"name", name}, {"namespace", "bench"}}},
+      {"spec",
+       {{"devices",
+         {{"requests",
+           json::array({{{"name", "devs"}, {"exactly", {{"deviceClassName", driver}}}}})}}}}}};
   absl::StatusOr<json> created = server.CreateClaim(claim);
   if (!created.ok()) return created.status();
   json result = {{"request", "devs"}, {"driver", driver}, {"pool", kNode}, {"device", device}};
@@ -205,8 +206,7 @@ bool Run(const Scenario& sc, const std::string& dir, int refreshes, int cycles) 
       },
       20);
   if (!settled) {
-    std::printf("reservations never settled: %s\n%s\n", Visible(api).c_str(),
-                daemon.Log().c_str());
+    std::printf("reservations never settled: %s\n%s\n", Visible(api).c_str(), daemon.Log().c_str());
     return false;
   }
   // Let the start-up writes (slices, first statuses) finish before counting.

@@ -32,6 +32,7 @@
 #include "driver/kube/rest_client.h"
 #include "nlohmann/json.hpp"
 #include "proto/pluginregistration/api.grpc.pb.h"
+#include "test/bench/cpu_claims.h"
 #include "test/bench/latency.h"
 #include "test/integration/daemon.h"
 #include "test/integration/fake_apiserver.h"
@@ -82,47 +83,6 @@ double ProcessCpuUs(pid_t pid) {
 
 std::string Verdict(bool meets, const std::string& target) {
   return meets ? absl::StrCat("meets target ", target) : absl::StrCat("MISSES target ", target);
-}
-
-// Creates `count` allocated claims, each consuming one CPU of a NUMA device, from 8 threads.
-std::vector<PrepareClaim> MakeClaims(FakeApiServer& server, const std::string& prefix, int count,
-                                     int numa_devices) {
-  std::vector<PrepareClaim> out(count);
-  std::atomic<int> next{0};
-  std::atomic<int> failures{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 8; ++t) {
-    threads.emplace_back([&] {
-      for (int i = next++; i < count; i = next++) {
-        const std::string name = absl::StrCat(prefix, i);
-        json claim = {
-            {"metadata", {{"name", name}, {"namespace", "bench"}}},
-            {"spec",
-             {{"devices",
-               {{"requests", json::array({{{"name", "cpus"},
-                                           {"exactly", {{"deviceClassName", "dra.cpu"}}}}})}}}}}};
-        auto created = server.CreateClaim(claim);
-        if (!created.ok()) {
-          ++failures;
-          continue;
-        }
-        char device[32];
-        std::snprintf(device, sizeof(device), "cpudevnuma%03d", i % numa_devices);
-        json allocation = {
-            {"devices",
-             {{"results", json::array({{{"request", "cpus"},
-                                        {"driver", kDriver},
-                                        {"pool", kNode},
-                                        {"device", device},
-                                        {"consumedCapacity", {{"dra.cpu/cpu", "1"}}}}})}}}};
-        if (!server.AllocateClaim("bench", name, allocation).ok()) ++failures;
-        out[i] = {"bench", (*created)["metadata"]["uid"].get<std::string>(), name};
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  if (failures > 0) std::printf("warning: %d claims could not be created\n", failures.load());
-  return out;
 }
 
 struct Node {
@@ -281,7 +241,7 @@ int main(int argc, char** argv) {
       if (!st.ok()) break;
     }
   }
-  std::vector<PrepareClaim> claims = MakeClaims(*n.server, "load-", 64, 24);
+  std::vector<PrepareClaim> claims = bench::MakeCpuClaims(*n.server, kNode, "load-", 64, 24);
   {
     auto config = kube::KubeconfigConfig(n.kubeconfig);
     auto client = kube::NewCurlRestClient(*config);

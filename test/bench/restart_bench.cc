@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "driver/state/store.h"
 #include "nlohmann/json.hpp"
+#include "test/bench/cpu_claims.h"
 #include "test/bench/latency.h"
 #include "test/integration/daemon.h"
 #include "test/integration/fake_apiserver.h"
@@ -50,46 +51,6 @@ constexpr char kDriver[] = "dra.cpu";
 constexpr double kTargetMs = 150;
 const std::vector<std::string> kMachine = {"--topology-synthetic", "pack:4 numa:4 core:400 pu:2"};
 constexpr int kNumaDevices = 16;
-
-// `count` allocated claims, each consuming one CPU of a NUMA device, created from 8 threads.
-std::vector<PrepareClaim> MakeClaims(FakeApiServer& server, int count) {
-  std::vector<PrepareClaim> out(count);
-  std::atomic<int> next{0};
-  std::atomic<int> failures{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 8; ++t) {
-    threads.emplace_back([&] {
-      for (int i = next++; i < count; i = next++) {
-        const std::string name = absl::StrCat("many-", i);
-        json claim = {
-            {"metadata", {{"name", name}, {"namespace", "bench"}}},
-            {"spec",
-             {{"devices",
-               {{"requests", json::array({{{"name", "cpus"},
-                                           {"exactly", {{"deviceClassName", "dra.cpu"}}}}})}}}}}};
-        auto created = server.CreateClaim(claim);
-        if (!created.ok()) {
-          ++failures;
-          continue;
-        }
-        char device[32];
-        std::snprintf(device, sizeof(device), "cpudevnuma%03d", i % kNumaDevices);
-        json allocation = {
-            {"devices",
-             {{"results", json::array({{{"request", "cpus"},
-                                        {"driver", kDriver},
-                                        {"pool", kNode},
-                                        {"device", device},
-                                        {"consumedCapacity", {{"dra.cpu/cpu", "1"}}}}})}}}};
-        if (!server.AllocateClaim("bench", name, allocation).ok()) ++failures;
-        out[i] = {"bench", (*created)["metadata"]["uid"].get<std::string>(), name};
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  if (failures > 0) std::printf("warning: %d claims could not be created\n", failures.load());
-  return out;
-}
 
 struct Node {
   std::unique_ptr<FakeApiServer> server;
@@ -220,7 +181,8 @@ int main(int argc, char** argv) {
   if (empty.empty()) return 1;
 
   const auto c0 = Clock::now();
-  std::vector<PrepareClaim> claims = MakeClaims(*n.server, many);
+  std::vector<PrepareClaim> claims =
+      bench::MakeCpuClaims(*n.server, kNode, "many-", many, kNumaDevices);
   const double create_s = Ms(Clock::now() - c0) / 1000.0;
   std::atomic<int> next{0}, failed{0};
   const auto p0 = Clock::now();

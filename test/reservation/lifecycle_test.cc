@@ -185,11 +185,12 @@ TEST(DecideTest, PendingWhenBusyFailedWhenImpossibleOrInvalid) {
   EXPECT_EQ(reason("too-many"),
             "Failed/Impossible: spec.cpus.count: 17 CPUs wanted but NUMA node 0 has only 16 that "
             "can be reserved (0-7,16-23)");
-  EXPECT_EQ(reason("busy-now"),
-            "Pending/Insufficient: spec.cpus.count: 10 CPUs wanted in NUMA node 0 and not that many "
-            "are free: 16 can be reserved there, other reservations hold 0 (none) and claims use "
-            "some of the rest; placed as soon as enough are free (set preAllocation to hold CPUs "
-            "in use as they are released)");
+  EXPECT_EQ(
+      reason("busy-now"),
+      "Pending/Insufficient: spec.cpus.count: 10 CPUs wanted in NUMA node 0 and not that many "
+      "are free: 16 can be reserved there, other reservations hold 0 (none) and claims use "
+      "some of the rest; placed as soon as enough are free (set preAllocation to hold CPUs "
+      "in use as they are released)");
   EXPECT_EQ(reason("offline"),
             "Failed/Impossible: spec.cpus.cpuset: CPUs 40 are not online on this node (online "
             "0-31)");
