@@ -248,6 +248,14 @@ absl::Status CheckValue(const std::string& where, const Device& d, const std::st
   return absl::OkStatus();
 }
 
+absl::Status TooManyValues(const std::string& where, const Device& d, int values,
+                           const SliceLimits& limits) {
+  if (values <= limits.max_attribute_values_per_device) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(where, ": device \"", d.name, "\" has ", values,
+                                                 " attribute values, more than ",
+                                                 limits.max_attribute_values_per_device));
+}
+
 absl::Status CheckValues(const std::string& where, const Device& d,
                          const std::map<std::string, const DeviceMixin*>& mixins,
                          const SliceLimits& limits) {
@@ -265,30 +273,39 @@ absl::Status CheckValues(const std::string& where, const Device& d,
       if (absl::Status st = check(k, *v); !st.ok()) return st;
     }
   }
-  if (values > limits.max_attribute_values_per_device) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": device \"", d.name, "\" has ", values,
-                                                   " attribute values, more than ",
-                                                   limits.max_attribute_values_per_device));
-  }
-  return absl::OkStatus();
+  return TooManyValues(where, d, values, limits);
 }
 
 // Attributes and capacities after flattening: the device's own, plus the names its mixins add.
-int FlatCount(const Device& d, const std::map<std::string, const DeviceMixin*>& mixins) {
-  int count = OwnFieldCount(d);
+struct FlatCounts {
+  int attributes = 0;
+  int capacities = 0;
+};
+FlatCounts FlatCount(const Device& d, const std::map<std::string, const DeviceMixin*>& mixins) {
+  FlatCounts count{static_cast<int>(d.attributes.size()), static_cast<int>(d.capacity.size())};
   if (d.includes.empty()) return count;
   std::set<std::pair<bool, std::string_view>> added;
   for (const std::string& inc : d.includes) {
     auto it = mixins.find(inc);
     if (it == mixins.end()) continue;
     for (const auto& [k, v] : it->second->attributes) {
-      if (!d.attributes.contains(k) && added.insert({false, k}).second) ++count;
+      if (!d.attributes.contains(k) && added.insert({false, k}).second) ++count.attributes;
     }
     for (const auto& [k, v] : it->second->capacity) {
-      if (!d.capacity.contains(k) && added.insert({true, k}).second) ++count;
+      if (!d.capacity.contains(k) && added.insert({true, k}).second) ++count.capacities;
     }
   }
   return count;
+}
+
+// Whether any device or mixin of the slice has a list attribute: without one, every flattened
+// attribute is one value and none needs looking at.
+bool SliceHasLists(const Slice& s) {
+  auto has = [](const Attributes& a) { return HasList(a); };
+  return std::any_of(s.devices.begin(), s.devices.end(),
+                     [&](const Device& d) { return has(d.attributes); }) ||
+         std::any_of(s.mixins.begin(), s.mixins.end(),
+                     [&](const DeviceMixin& m) { return has(m.attributes); });
 }
 
 std::string Where(const Slice& s, size_t index) {
@@ -351,6 +368,7 @@ absl::Status ValidateSlices(const std::vector<Slice>& slices, const SliceLimits&
           absl::StrCat(where, " has ", s.mixins.size(), " mixins, more than ", limits.max_mixins));
     }
     std::map<std::string, const DeviceMixin*> mixins;
+    const bool lists = SliceHasLists(s);
     int total = 0;
     for (const DeviceMixin& m : s.mixins) {
       if (!IsDnsLabel(m.name)) {
@@ -383,13 +401,16 @@ absl::Status ValidateSlices(const std::vector<Slice>& slices, const SliceLimits&
               where, ": device \"", d.name, "\" includes unknown mixin \"", inc, "\""));
         }
       }
-      const int flat = FlatCount(d, mixins);
+      const FlatCounts counts = FlatCount(d, mixins);
+      const int flat = counts.attributes + counts.capacities;
       if (flat > limits.max_attributes_per_device) {
         return absl::InvalidArgumentError(absl::StrCat(
             where, ": device \"", d.name, "\" has ", flat, " attributes and capacities, more than ",
             limits.max_attributes_per_device));
       }
-      if (absl::Status st = CheckValues(where, d, mixins, limits); !st.ok()) {
+      if (absl::Status st = lists ? CheckValues(where, d, mixins, limits)
+                                  : TooManyValues(where, d, counts.attributes, limits);
+          !st.ok()) {
         return st;
       }
       total += OwnFieldCount(d);
