@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -37,25 +39,64 @@ int DeviceLimit(const std::vector<Device>& devices, const SliceLimits& limits,
 }
 
 // One attribute or capacity of one device, identified by key and value, so identical entries of
-// different devices compare equal.
+// different devices compare equal. `value` is a cheap encoding of the value that is equal exactly
+// when the values are (not JSON: printing every value of every device was most of the mixin
+// form's cost).
 struct Field {
   bool capacity = false;
   std::string key;
-  std::string value_json;
+  std::string value;
   bool operator<(const Field& o) const {
-    return std::tie(capacity, key, value_json) < std::tie(o.capacity, o.key, o.value_json);
+    return std::tie(capacity, key, value) < std::tie(o.capacity, o.key, o.value);
   }
 };
 
-std::vector<Field> FieldsOf(const Device& d) {
-  std::vector<Field> out;
-  for (const auto& [k, v] : d.attributes) out.push_back({false, k, DumpJson(AttributeToJson(v))});
-  for (const auto& [k, c] : d.capacity) {
-    // A request policy is only valid on a device that allows multiple allocations, which a
-    // mixin cannot say; servers may validate mixins on their own, so such capacities stay put.
-    if (!c.request_policy) out.push_back({true, k, DumpJson(CapacityToJson(c))});
+// Type tag, then the value; list elements carry their lengths, so no two lists encode alike.
+std::string EncodeAttribute(const AttributeValue& v) {
+  if (const int64_t* i = std::get_if<int64_t>(&v)) return absl::StrCat("i", *i);
+  if (const bool* b = std::get_if<bool>(&v)) return *b ? "b1" : "b0";
+  if (const std::string* str = std::get_if<std::string>(&v)) return absl::StrCat("s", *str);
+  if (const StringList* l = std::get_if<StringList>(&v)) {
+    std::string out = "l";
+    for (const std::string& e : l->values) absl::StrAppend(&out, e.size(), ":", e);
+    return out;
   }
-  return out;
+  return absl::StrCat("v", std::get<Version>(v).value);
+}
+
+// The devices holding a field, and its value (copied: devices lose their copies to mixins) with
+// the length of its JSON text, which the savings estimate counts.
+struct Holding {
+  std::vector<size_t> devices;
+  size_t json_size = 0;
+  std::optional<AttributeValue> attribute;
+  std::optional<Capacity> capacity;
+};
+using Holdings = std::map<Field, Holding>;
+
+void CollectFields(const std::vector<Device>& devices, Holdings& out) {
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const Device& d = devices[i];
+    for (const auto& [k, v] : d.attributes) {
+      auto [it, added] = out.try_emplace(Field{false, k, EncodeAttribute(v)});
+      if (added) {
+        it->second.json_size = AttributeJsonSize(v);
+        it->second.attribute = v;
+      }
+      it->second.devices.push_back(i);
+    }
+    for (const auto& [k, c] : d.capacity) {
+      // A request policy is only valid on a device that allows multiple allocations, which a
+      // mixin cannot say; servers may validate mixins on their own, so such capacities stay put.
+      if (c.request_policy) continue;
+      auto [it, added] = out.try_emplace(Field{true, k, c.value});
+      if (added) {
+        it->second.json_size = CapacityJsonSize(c);
+        it->second.capacity = c;
+      }
+      it->second.devices.push_back(i);
+    }
+  }
 }
 
 // Fields shared by exactly the same devices form one candidate mixin. It is worth having when
@@ -63,11 +104,11 @@ std::vector<Field> FieldsOf(const Device& d) {
 // one include reference per device.
 struct Group {
   std::vector<size_t> devices;  // sorted
-  std::vector<Field> fields;
+  std::vector<const Holdings::value_type*> fields;
   long Saving() const {
     long field_bytes = 0;
-    for (const Field& f : fields)
-      field_bytes += static_cast<long>(f.key.size() + f.value_json.size()) + 4;
+    for (const Holdings::value_type* f : fields)
+      field_bytes += static_cast<long>(f->first.key.size() + f->second.json_size) + 4;
     const long n = static_cast<long>(devices.size());
     constexpr long kMixinEnvelope = 32;  // {"name":"m12","attributes":{}},
     constexpr long kIncludeRef = 6;      // ,"m12"
@@ -87,13 +128,11 @@ DeviceMixin MixinOf(std::string name, const std::vector<const Group*>& parts) {
   DeviceMixin mixin;
   mixin.name = std::move(name);
   for (const Group* g : parts) {
-    for (const Field& f : g->fields) {
-      // The grouping key is the value itself, so it parses back into the mixin's value.
-      const nlohmann::json v = nlohmann::json::parse(f.value_json);
-      if (f.capacity) {
-        mixin.capacity[f.key] = *CapacityFromJson(v);
+    for (const Holdings::value_type* f : g->fields) {
+      if (f->first.capacity) {
+        mixin.capacity[f->first.key] = *f->second.capacity;
       } else {
-        mixin.attributes[f.key] = *AttributeFromJson(v);
+        mixin.attributes[f->first.key] = *f->second.attribute;
       }
     }
   }
@@ -105,16 +144,15 @@ DeviceMixin MixinOf(std::string name, const std::vector<const Group*>& parts) {
 // includes one mixin for its place in the hierarchy; groups that cut across it (e.g. the same
 // per-socket core id in several sockets) get a mixin of their own as a further include.
 void CompactSlice(Slice& slice, const SliceLimits& limits) {
-  std::map<Field, std::vector<size_t>> holders;
-  for (size_t i = 0; i < slice.devices.size(); ++i) {
-    for (Field& f : FieldsOf(slice.devices[i])) holders[std::move(f)].push_back(i);
-  }
+  Holdings holders;
+  CollectFields(slice.devices, holders);
   std::map<std::vector<size_t>, Group> by_devices;
-  for (auto& [field, devs] : holders) {
+  for (const Holdings::value_type& held : holders) {
+    const std::vector<size_t>& devs = held.second.devices;
     if (devs.size() < 2) continue;
     Group& g = by_devices[devs];
     g.devices = devs;
-    g.fields.push_back(field);
+    g.fields.push_back(&held);
   }
   std::vector<Group> groups;
   for (auto& [devs, g] : by_devices) {
@@ -178,57 +216,96 @@ void CompactSlice(Slice& slice, const SliceLimits& limits) {
   }
 }
 
-// The device's attributes after its includes are applied.
-Attributes FlatAttributes(const Device& d,
-                          const std::map<std::string, const DeviceMixin*>& mixins) {
-  Attributes out;
+// The device's attributes after its includes are applied, as pointers into the device and its
+// mixins (no copies: every device of every slice is checked).
+using FlatView = std::map<std::string_view, const AttributeValue*>;
+FlatView FlatAttributes(const Device& d, const std::map<std::string, const DeviceMixin*>& mixins) {
+  FlatView out;
   for (const std::string& inc : d.includes) {
     auto it = mixins.find(inc);
     if (it == mixins.end()) continue;
-    for (const auto& [k, v] : it->second->attributes) out[k] = v;
+    for (const auto& [k, v] : it->second->attributes) out[k] = &v;
   }
-  for (const auto& [k, v] : d.attributes) out[k] = v;
+  for (const auto& [k, v] : d.attributes) out[k] = &v;
   return out;
 }
 
-absl::Status CheckValues(const std::string& where, const Device& d, const Attributes& attrs,
-                         const SliceLimits& limits) {
-  int values = 0;
-  for (const auto& [k, v] : attrs) {
-    values += ValueCount(v);
-    const StringList* l = std::get_if<StringList>(&v);
-    if (l == nullptr) continue;
-    if (l->values.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": device \"", d.name, "\": list attribute \"", k, "\" is empty"));
-    }
-    for (const std::string& e : l->values) {
-      if (static_cast<int>(e.size()) > limits.max_string_length) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ": device \"", d.name, "\": attribute \"", k, "\" value \"", e,
-                         "\" is longer than ", limits.max_string_length, " bytes"));
-      }
-    }
+absl::Status CheckValue(const std::string& where, const Device& d, const std::string_view k,
+                        const AttributeValue& v, const SliceLimits& limits) {
+  const StringList* l = std::get_if<StringList>(&v);
+  if (l == nullptr) return absl::OkStatus();
+  if (l->values.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": device \"", d.name, "\": list attribute \"", std::string(k), "\" is empty"));
   }
-  if (values > limits.max_attribute_values_per_device) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": device \"", d.name, "\" has ", values,
-                                                   " attribute values, more than ",
-                                                   limits.max_attribute_values_per_device));
+  for (const std::string& e : l->values) {
+    if (static_cast<int>(e.size()) > limits.max_string_length) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": device \"", d.name, "\": attribute \"", std::string(k),
+                       "\" value \"", e, "\" is longer than ", limits.max_string_length, " bytes"));
+    }
   }
   return absl::OkStatus();
 }
 
-int FlatCount(const Device& d, const std::map<std::string, const DeviceMixin*>& mixins) {
-  std::set<std::pair<bool, std::string>> keys;
+absl::Status TooManyValues(const std::string& where, const Device& d, int values,
+                           const SliceLimits& limits) {
+  if (values <= limits.max_attribute_values_per_device) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(where, ": device \"", d.name, "\" has ", values,
+                                                 " attribute values, more than ",
+                                                 limits.max_attribute_values_per_device));
+}
+
+absl::Status CheckValues(const std::string& where, const Device& d,
+                         const std::map<std::string, const DeviceMixin*>& mixins,
+                         const SliceLimits& limits) {
+  int values = 0;
+  auto check = [&](std::string_view k, const AttributeValue& v) {
+    values += ValueCount(v);
+    return CheckValue(where, d, k, v, limits);
+  };
+  if (d.includes.empty()) {
+    for (const auto& [k, v] : d.attributes) {
+      if (absl::Status st = check(k, v); !st.ok()) return st;
+    }
+  } else {
+    for (const auto& [k, v] : FlatAttributes(d, mixins)) {
+      if (absl::Status st = check(k, *v); !st.ok()) return st;
+    }
+  }
+  return TooManyValues(where, d, values, limits);
+}
+
+// Attributes and capacities after flattening: the device's own, plus the names its mixins add.
+struct FlatCounts {
+  int attributes = 0;
+  int capacities = 0;
+};
+FlatCounts FlatCount(const Device& d, const std::map<std::string, const DeviceMixin*>& mixins) {
+  FlatCounts count{static_cast<int>(d.attributes.size()), static_cast<int>(d.capacity.size())};
+  if (d.includes.empty()) return count;
+  std::set<std::pair<bool, std::string_view>> added;
   for (const std::string& inc : d.includes) {
     auto it = mixins.find(inc);
     if (it == mixins.end()) continue;
-    for (const auto& [k, v] : it->second->attributes) keys.insert({false, k});
-    for (const auto& [k, v] : it->second->capacity) keys.insert({true, k});
+    for (const auto& [k, v] : it->second->attributes) {
+      if (!d.attributes.contains(k) && added.insert({false, k}).second) ++count.attributes;
+    }
+    for (const auto& [k, v] : it->second->capacity) {
+      if (!d.capacity.contains(k) && added.insert({true, k}).second) ++count.capacities;
+    }
   }
-  for (const auto& [k, v] : d.attributes) keys.insert({false, k});
-  for (const auto& [k, v] : d.capacity) keys.insert({true, k});
-  return static_cast<int>(keys.size());
+  return count;
+}
+
+// Whether any device or mixin of the slice has a list attribute: without one, every flattened
+// attribute is one value and none needs looking at.
+bool SliceHasLists(const Slice& s) {
+  auto has = [](const Attributes& a) { return HasList(a); };
+  return std::any_of(s.devices.begin(), s.devices.end(),
+                     [&](const Device& d) { return has(d.attributes); }) ||
+         std::any_of(s.mixins.begin(), s.mixins.end(),
+                     [&](const DeviceMixin& m) { return has(m.attributes); });
 }
 
 std::string Where(const Slice& s, size_t index) {
@@ -291,6 +368,7 @@ absl::Status ValidateSlices(const std::vector<Slice>& slices, const SliceLimits&
           absl::StrCat(where, " has ", s.mixins.size(), " mixins, more than ", limits.max_mixins));
     }
     std::map<std::string, const DeviceMixin*> mixins;
+    const bool lists = SliceHasLists(s);
     int total = 0;
     for (const DeviceMixin& m : s.mixins) {
       if (!IsDnsLabel(m.name)) {
@@ -323,13 +401,16 @@ absl::Status ValidateSlices(const std::vector<Slice>& slices, const SliceLimits&
               where, ": device \"", d.name, "\" includes unknown mixin \"", inc, "\""));
         }
       }
-      const int flat = FlatCount(d, mixins);
+      const FlatCounts counts = FlatCount(d, mixins);
+      const int flat = counts.attributes + counts.capacities;
       if (flat > limits.max_attributes_per_device) {
         return absl::InvalidArgumentError(absl::StrCat(
             where, ": device \"", d.name, "\" has ", flat, " attributes and capacities, more than ",
             limits.max_attributes_per_device));
       }
-      if (absl::Status st = CheckValues(where, d, FlatAttributes(d, mixins), limits); !st.ok()) {
+      if (absl::Status st = lists ? CheckValues(where, d, mixins, limits)
+                                  : TooManyValues(where, d, counts.attributes, limits);
+          !st.ok()) {
         return st;
       }
       total += OwnFieldCount(d);
@@ -360,7 +441,7 @@ absl::StatusOr<std::vector<Slice>> BuildSlices(const Pool& pool, SliceForm form,
       // larger than the flat one (small pools have little to share).
       Slice compact = s;
       CompactSlice(compact, limits);
-      if (DumpJson(SliceToJson(compact)).size() < DumpJson(SliceToJson(s)).size()) {
+      if (SliceJsonSize(compact) < SliceJsonSize(s)) {
         s = std::move(compact);
       }
     }

@@ -1,5 +1,8 @@
 #include "driver/publish/slice_json.h"
 
+#include <charconv>
+#include <string_view>
+
 #include "absl/strings/str_cat.h"
 #include "common/json_text.h"
 
@@ -278,6 +281,152 @@ json SliceToJson(const Slice& s, const std::string& api_version) {
           {"kind", "ResourceSlice"},
           {"metadata", s.metadata.is_object() ? s.metadata : json::object()},
           {"spec", std::move(spec)}};
+}
+
+namespace {
+
+// The printed length of a JSON string: plain printable ASCII is the text and two quotes; anything
+// that may be escaped or replaced (control bytes, quotes, backslashes, non-ASCII) is printed to
+// be counted.
+size_t StringJsonSize(std::string_view s) {
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == '"' || c == '\\' || c >= 0x7f) {
+      return DumpJson(json(std::string(s))).size();
+    }
+  }
+  return s.size() + 2;
+}
+
+size_t IntJsonSize(int64_t v) {
+  char buf[24];
+  return static_cast<size_t>(std::to_chars(buf, buf + sizeof buf, v).ptr - buf);
+}
+
+// {"k":v,...} counted member by member.
+struct ObjectSize {
+  size_t members = 0;
+  size_t bytes = 0;
+  void Add(std::string_view key, size_t value_size) {
+    bytes += StringJsonSize(key) + 1 + value_size;
+    ++members;
+  }
+  size_t Total() const { return 2 + bytes + (members > 0 ? members - 1 : 0); }
+};
+
+size_t StringsJsonSize(const std::vector<std::string>& v) {
+  size_t n = 2 + (v.empty() ? 0 : v.size() - 1);
+  for (const std::string& s : v) n += StringJsonSize(s);
+  return n;
+}
+
+size_t AttributeMapSize(const Attributes& attrs) {
+  ObjectSize o;
+  for (const auto& [k, v] : attrs) o.Add(k, AttributeJsonSize(v));
+  return o.Total();
+}
+
+size_t CapacityMapSize(const Capacities& caps) {
+  ObjectSize o;
+  for (const auto& [k, c] : caps) o.Add(k, CapacityJsonSize(c));
+  return o.Total();
+}
+
+// The members of `extra` that SliceToJson keeps (those it does not set itself).
+template <typename Sets>
+void AddKept(const json& extra, Sets sets, ObjectSize& o) {
+  if (!extra.is_object()) return;
+  for (const auto& [k, v] : extra.items()) {
+    if (!sets(k)) o.Add(k, DumpJson(v).size());
+  }
+}
+
+size_t DeviceJsonSize(const Device& d) {
+  ObjectSize o;
+  AddKept(
+      d.extra,
+      [&](const std::string& k) {
+        return k == "name" || (k == "includes" && !d.includes.empty()) ||
+               (k == "attributes" && !d.attributes.empty()) ||
+               (k == "capacity" && !d.capacity.empty()) ||
+               (k == "allowMultipleAllocations" && d.allow_multiple_allocations);
+      },
+      o);
+  o.Add("name", StringJsonSize(d.name));
+  if (!d.includes.empty()) o.Add("includes", StringsJsonSize(d.includes));
+  if (!d.attributes.empty()) o.Add("attributes", AttributeMapSize(d.attributes));
+  if (!d.capacity.empty()) o.Add("capacity", CapacityMapSize(d.capacity));
+  if (d.allow_multiple_allocations) o.Add("allowMultipleAllocations", 4);
+  return o.Total();
+}
+
+size_t MixinJsonSize(const DeviceMixin& m) {
+  ObjectSize o;
+  o.Add("name", StringJsonSize(m.name));
+  if (!m.attributes.empty()) o.Add("attributes", AttributeMapSize(m.attributes));
+  if (!m.capacity.empty()) o.Add("capacity", CapacityMapSize(m.capacity));
+  return o.Total();
+}
+
+template <typename T, typename Size>
+size_t ArraySize(const std::vector<T>& items, Size size) {
+  size_t n = 2 + (items.empty() ? 0 : items.size() - 1);
+  for (const T& item : items) n += size(item);
+  return n;
+}
+
+}  // namespace
+
+size_t AttributeJsonSize(const AttributeValue& v) {
+  ObjectSize o;
+  if (const int64_t* i = std::get_if<int64_t>(&v)) {
+    o.Add("int", IntJsonSize(*i));
+  } else if (const bool* b = std::get_if<bool>(&v)) {
+    o.Add("bool", *b ? 4 : 5);
+  } else if (const std::string* s = std::get_if<std::string>(&v)) {
+    o.Add("string", StringJsonSize(*s));
+  } else if (const StringList* l = std::get_if<StringList>(&v)) {
+    o.Add("strings", StringsJsonSize(l->values));
+  } else {
+    o.Add("version", StringJsonSize(std::get<Version>(v).value));
+  }
+  return o.Total();
+}
+
+size_t CapacityJsonSize(const Capacity& c) {
+  if (c.request_policy) return DumpJson(CapacityToJson(c)).size();  // rare: printed to count
+  ObjectSize o;
+  o.Add("value", StringJsonSize(c.value));
+  return o.Total();
+}
+
+size_t SliceJsonSize(const Slice& s, const std::string& api_version) {
+  ObjectSize spec;
+  AddKept(
+      s.extra_spec,
+      [&](const std::string& k) {
+        return k == "driver" || k == "pool" || k == "devices" ||
+               (k == "nodeName" && !s.node_name.empty()) || (k == "mixins" && !s.mixins.empty());
+      },
+      spec);
+  spec.Add("driver", StringJsonSize(s.driver));
+  ObjectSize pool;
+  pool.Add("name", StringJsonSize(s.pool));
+  pool.Add("generation", IntJsonSize(s.generation));
+  pool.Add("resourceSliceCount", IntJsonSize(s.slice_count));
+  spec.Add("pool", pool.Total());
+  if (!s.node_name.empty()) spec.Add("nodeName", StringJsonSize(s.node_name));
+  if (!s.mixins.empty()) {
+    ObjectSize mixins;
+    mixins.Add("device", ArraySize(s.mixins, MixinJsonSize));
+    spec.Add("mixins", mixins.Total());
+  }
+  spec.Add("devices", ArraySize(s.devices, DeviceJsonSize));
+  ObjectSize top;
+  top.Add("apiVersion", StringJsonSize(api_version));
+  top.Add("kind", StringJsonSize("ResourceSlice"));
+  top.Add("metadata", s.metadata.is_object() ? DumpJson(s.metadata).size() : 2);
+  top.Add("spec", spec.Total());
+  return top.Total();
 }
 
 absl::StatusOr<Slice> SliceFromJson(const json& j) {

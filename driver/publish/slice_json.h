@@ -19,6 +19,12 @@ nlohmann::json CapacityToJson(const Capacity& c);
 absl::StatusOr<Capacity> CapacityFromJson(const nlohmann::json& j);
 
 nlohmann::json SliceToJson(const Slice& s, const std::string& api_version = kResourceApiV1);
+// DumpJson(SliceToJson(s, api_version)).size(), counted without building or printing the JSON:
+// deciding between the mixin and the flat form compares the two sizes of every slice.
+size_t SliceJsonSize(const Slice& s, const std::string& api_version = kResourceApiV1);
+// The same count for one attribute value and one capacity as SliceToJson prints them.
+size_t AttributeJsonSize(const AttributeValue& v);
+size_t CapacityJsonSize(const Capacity& c);
 absl::StatusOr<Slice> SliceFromJson(const nlohmann::json& j);
 
 // {"apiVersion":"v1","kind":"List","items":[...]}

@@ -532,7 +532,9 @@ absl::StatusOr<kube::Response> SlicePublisher::SendWrite(json& obj, bool update)
 }
 
 std::vector<absl::StatusOr<kube::Response>> SlicePublisher::SendWrites(std::vector<json>& objs,
-                                                                       size_t begin, size_t n) {
+                                                                       size_t begin, size_t n,
+                                                                       std::vector<char>& covered) {
+  covered.assign(n, 0);
   std::vector<bool> update(n);
   for (size_t i = 0; i < n; ++i) update[i] = PrepareWrite(objs[begin + i]);
   std::vector<absl::StatusOr<kube::Response>> out(
@@ -546,9 +548,9 @@ std::vector<absl::StatusOr<kube::Response>> SlicePublisher::SendWrites(std::vect
     for (size_t i = next++; i < n && !failed; i = next++) {
       try {
         out[i] = SendWrite(objs[begin + i], update[i]);
-        if (!out[i].ok() || !Covers(Field(objs[begin + i], "spec"), Field(out[i]->body, "spec"))) {
-          failed = true;
-        }
+        covered[i] =
+            out[i].ok() && Covers(Field(objs[begin + i], "spec"), Field(out[i]->body, "spec"));
+        if (!covered[i]) failed = true;
       } catch (const std::exception& e) {
         out[i] = absl::InternalError(
             absl::StrCat("writing ResourceSlice \"", NameOf(objs[begin + i]), "\": ", e.what()));
@@ -577,8 +579,9 @@ std::vector<absl::StatusOr<kube::Response>> SlicePublisher::SendWrites(std::vect
 
 // The server accepted `sent` and stored `stored`: an error when it dropped fields, after taking
 // the fallback (no taints, flat slices) that explains it where auto mode allows one.
-absl::Status SlicePublisher::CheckStored(const json& sent, const json& stored, const Form& form) {
-  if (Covers(Field(sent, "spec"), Field(stored, "spec"))) return absl::OkStatus();
+absl::Status SlicePublisher::CheckStored(const json& sent, const json& stored, const Form& form,
+                                         bool covered) {
+  if (covered || Covers(Field(sent, "spec"), Field(stored, "spec"))) return absl::OkStatus();
   const bool tainted = form.tainted;
   const bool mixin_form = form.mixins;
   if (form.node_allocatable != NodeAllocatableField::kNone) {
@@ -698,7 +701,8 @@ absl::Status SlicePublisher::Reconcile() {
     // opts_.write_concurrency at a time; their answers are looked at in order, as if sent so.
     for (size_t done = 0; done < desired->size();) {
       const size_t n = done == 0 || opts_.write_concurrency <= 1 ? 1 : desired->size() - done;
-      std::vector<absl::StatusOr<kube::Response>> results = SendWrites(*desired, done, n);
+      std::vector<char> covered;
+      std::vector<absl::StatusOr<kube::Response>> results = SendWrites(*desired, done, n, covered);
       // Consumers may have seen this generation already: never publish it again.
       if (std::any_of(results.begin(), results.end(), [](const auto& r) { return r.ok(); })) {
         highest_generation_ = std::max(highest_generation_, generation);
@@ -707,7 +711,9 @@ absl::Status SlicePublisher::Reconcile() {
         const json& obj = (*desired)[done + i];
         if (!results[i].ok()) return WriteFailed(results[i].status());
         ++writes;
-        if (absl::Status st = CheckStored(obj, results[i]->body, form); !st.ok()) return st;
+        if (absl::Status st = CheckStored(obj, results[i]->body, form, covered[i]); !st.ok()) {
+          return st;
+        }
         cache_[NameOf(obj)] = std::move(results[i]->body);
       }
       done += n;

@@ -108,10 +108,13 @@ class SlicePublisher : private kube::InformerHandler {
   absl::StatusOr<kube::Response> SendWrite(nlohmann::json& obj, bool update);
   // Writes objs[begin, begin + n), up to opts_.write_concurrency at once; the answers in order.
   // After a failure no further write starts (those left unsent answer Cancelled).
+  // covered[i] says whether the answer of write i holds every field sent (the workers check it
+  // to stop the batch; CheckStored need not walk the slice again).
   std::vector<absl::StatusOr<kube::Response>> SendWrites(std::vector<nlohmann::json>& objs,
-                                                         size_t begin, size_t n);
+                                                         size_t begin, size_t n,
+                                                         std::vector<char>& covered);
   absl::Status CheckStored(const nlohmann::json& sent, const nlohmann::json& stored,
-                           const Form& form);
+                           const Form& form, bool covered);
   // A create, update or delete failed with st: what the next pass must do differently.
   absl::Status WriteFailed(const absl::Status& st);
   absl::StatusOr<bool> MixinsSupported(const std::vector<Slice>& mixed);

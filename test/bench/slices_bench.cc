@@ -12,7 +12,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -138,13 +140,51 @@ void BuildFigures(const Machine& m, int iterations) {
   }
 }
 
-// Runs `topodra run` against the fake server until every slice is stored; returns ms or -1.
-double RunToPublished(const std::string& kubeconfig, const Machine& m, size_t want_slices,
-                      kube::RestClient& client) {
+// Where the time of one `topodra run` start goes, in ms from the fork: read from the daemon's
+// log (its timestamps have millisecond resolution) and from the benchmark's watch.
+struct Timeline {
+  double first_log = -1;    // "starting on node": process start, run module loaded, discovery
+  double serving = -1;      // the DRA socket served (the publisher starts after it)
+  double mixins = -1;       // the mixin probe answered (the first request of the publisher's own)
+  double first_added = -1;  // the watch sees the first slice
+  double stored = -1;       // the watch sees the last slice
+};
+
+// Milliseconds since the epoch of a log line's "2026-11-27T17:33:18.679Z" prefix, or -1.
+double LogLineMs(const std::string& line) {
+  struct tm tm = {};
+  int ms = 0;
+  if (std::sscanf(line.c_str(), "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                  &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms) != 7) {
+    return -1;
+  }
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  return static_cast<double>(timegm(&tm)) * 1000.0 + ms;
+}
+
+void ReadLogTimes(const std::string& path, double fork_epoch_ms, Timeline& t) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const double at = LogLineMs(line) - fork_epoch_ms;
+    if (at < -1000) continue;  // not a timestamped line
+    if (t.first_log < 0) t.first_log = at;
+    if (t.serving < 0 && line.find(": serving DRA") != std::string::npos) t.serving = at;
+    if (t.mixins < 0 && line.find("ResourceSlice mixins") != std::string::npos) t.mixins = at;
+  }
+}
+
+// Runs `topodra run` against the fake server until every slice is stored (t.stored stays -1
+// when that never happens).
+Timeline RunToPublished(const std::string& kubeconfig, const Machine& m, size_t want_slices,
+                        kube::RestClient& client) {
+  Timeline t;
   // Every directory the daemon writes is the benchmark's own, never the host's defaults.
   char tmpl[] = "/tmp/topodra-slices-bench-XXXXXX";
-  if (::mkdtemp(tmpl) == nullptr) return -1;
+  if (::mkdtemp(tmpl) == nullptr) return t;
   const std::string dir = tmpl;
+  const std::string log = dir + "/daemon.log";
   std::vector<std::string> args = {
       TOPODRA_BINARY,     "run",        "--kubeconfig",      kubeconfig,
       "--node-name",      "bench-node", "--cpu-device-mode", "individual",
@@ -162,12 +202,15 @@ double RunToPublished(const std::string& kubeconfig, const Machine& m, size_t wa
   // The slices are seen through a watch from resourceVersion 0 (the stored ones first, then
   // each create): polling with list requests would load the server the daemon is writing to.
   std::atomic<bool> stop{false};
-  std::atomic<double> result{-1};
+  std::atomic<double> first{-1}, result{-1};
   std::fflush(stdout);  // the child must not print what the parent has buffered
+  const double fork_epoch_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   const auto start = Clock::now();
   const pid_t pid = fork();
   if (pid == 0) {
-    if (!freopen("/dev/null", "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(127);
+    if (!freopen(log.c_str(), "w", stderr) || !freopen("/dev/null", "w", stdout)) _exit(127);
     execv(argv[0], argv.data());
     _exit(127);
   }
@@ -178,7 +221,9 @@ double RunToPublished(const std::string& kubeconfig, const Machine& m, size_t wa
           "/apis/resource.k8s.io/v1/resourceslices?watch=true&resourceVersion=0&"
           "fieldSelector=spec.driver%3Ddra.cpu",
           [&](const nlohmann::json& event) {
-            if (event.value("type", "") == "ADDED" && ++seen == want_slices) {
+            if (event.value("type", "") != "ADDED") return true;
+            if (++seen == 1 && first < 0) first = Ms(Clock::now() - start);
+            if (seen == want_slices) {
               result = Ms(Clock::now() - start);
               return false;
             }
@@ -196,8 +241,26 @@ double RunToPublished(const std::string& kubeconfig, const Machine& m, size_t wa
   kill(pid, SIGTERM);
   int status = 0;
   waitpid(pid, &status, 0);
+  t.first_added = first.load();
+  t.stored = result.load();
+  ReadLogTimes(log, fork_epoch_ms, t);
   std::filesystem::remove_all(dir);
-  return result.load();
+  return t;
+}
+
+// `topodra version` from fork to exit: process start without the run module or discovery.
+double VersionProcessMs() {
+  std::fflush(stdout);
+  const auto start = Clock::now();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (!freopen("/dev/null", "w", stdout)) _exit(127);
+    execl(TOPODRA_BINARY, TOPODRA_BINARY, "version", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return Ms(Clock::now() - start);
 }
 
 // The same creates the daemon sends, one after another from the benchmark: the floor of
@@ -306,8 +369,17 @@ int main(int argc, char** argv) {
       dump.push_back(Ms(Clock::now() - t0));
     }
     // An empty server each time, so everything has to be published.
-    const std::vector<double> start_runs =
-        OnEmptyServer(**server, runs, [&] { return RunToPublished(kubeconfig, m, want, *client); });
+    std::vector<Timeline> timelines;
+    const std::vector<double> start_runs = OnEmptyServer(**server, runs, [&] {
+      timelines.push_back(RunToPublished(kubeconfig, m, want, *client));
+      return timelines.back().stored;
+    });
+    std::vector<double> discover;
+    for (int i = 0; i < runs; ++i) {
+      const auto t0 = Clock::now();
+      (void)topology::Discover(m.source);
+      discover.push_back(Ms(Clock::now() - t0));
+    }
     const std::vector<double> creates =
         OnEmptyServer(**server, runs, [&] { return CreatesBackToBack(*client, objects); });
     const publish::Pool pool = publish::BuildPools(*topo, BenchOptions())[0];
@@ -323,6 +395,23 @@ int main(int argc, char** argv) {
         m.label.c_str(), want, Median(start_runs),
         *std::min_element(start_runs.begin(), start_runs.end()), start_runs.size(),
         Verdict(Median(start_runs), m.start_target_ms).c_str());
+    // Each step's median over the runs that stored every slice, in ms from the fork.
+    auto step = [&](double Timeline::*field) {
+      std::vector<double> v;
+      for (const Timeline& t : timelines) {
+        if (t.stored >= 0 && t.*field >= 0) v.push_back(t.*field);
+      }
+      return v.empty() ? -1.0 : Median(v);
+    };
+    std::printf(
+        "%-28s timeline (median ms from exec): first log line %.0f, DRA socket served %.0f, "
+        "mixin probe answered %.0f, first slice stored %.1f, last %.1f\n",
+        "", step(&Timeline::first_log), step(&Timeline::serving), step(&Timeline::mixins),
+        step(&Timeline::first_added), step(&Timeline::stored));
+    std::printf(
+        "%-28s before the first log line: process start (topodra version, no run module) %.1f "
+        "ms, discovery in process %.1f ms\n",
+        "", VersionProcessMs(), Median(discover));
     std::printf("%-28s publisher in process (list, probes, creates): median %.1f ms\n", "",
                 in_process.empty() ? -1.0 : Median(in_process));
     std::printf(

@@ -310,6 +310,22 @@ TEST(SliceLimitsTest, ListAttributeRules) {
   EXPECT_TRUE(ValidateSlices(slice_with(many, 8)).ok());  // 40 + 8 = 48
   EXPECT_THAT(std::string(ValidateSlices(slice_with(many, 9)).message()),
               HasSubstr("device \"d0\" has 49 attribute values, more than 48"));
+  // Without lists every attribute is one value, counted over the device and its mixins.
+  Slice scalars;
+  scalars.driver = "dra.cpu";
+  scalars.mixins = {{"m0", {{"a", int64_t{1}}, {"b", true}}, {}}};
+  Device own;
+  own.name = "d0";
+  own.includes = {"m0"};
+  own.attributes = {{"b", false}, {"c", std::string("x")}};
+  scalars.slice_count = 1;
+  scalars.devices = {own};
+  SliceLimits three;
+  three.max_attribute_values_per_device = 3;
+  EXPECT_TRUE(ValidateSlices({scalars}, three).ok());  // a, b, c
+  scalars.devices[0].attributes["d"] = int64_t{4};
+  EXPECT_THAT(std::string(ValidateSlices({scalars}, three).message()),
+              HasSubstr("device \"d0\" has 4 attribute values, more than 3"));
   // Any list attribute lowers the device limit of the slice to 64.
   std::vector<Slice> big = slice_with(StringList{{"pci0000:00"}});
   for (int i = 1; i < 65; ++i) {

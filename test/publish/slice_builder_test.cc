@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/json_text.h"
 #include "driver/publish/device_builder.h"
 #include "driver/publish/names.h"
 #include "driver/publish/slice_json.h"
@@ -65,6 +66,11 @@ TEST(SliceBuilderTest, FlattenOfMixinFormIsTheFlatForm) {
         ASSERT_TRUE(flattened.ok()) << flattened.status();
         EXPECT_EQ(*flattened, flat);
         EXPECT_LE(Bytes(mixed), Bytes(flat));
+        for (const std::vector<Slice>* form : {&mixed, &flat}) {
+          for (const Slice& s : *form) {
+            EXPECT_EQ(SliceJsonSize(s), DumpJson(SliceToJson(s)).size());
+          }
+        }
         for (const Slice& s : mixed) {
           for (const Device& d : s.devices) EXPECT_LE(d.includes.size(), 8u);
         }

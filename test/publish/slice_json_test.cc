@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/json_text.h"
 #include "driver/publish/names.h"
 
 namespace topodra::publish {
@@ -50,6 +51,49 @@ TEST(SliceJsonTest, RoundTrip) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, s);
   EXPECT_EQ(SliceToJson(s, "resource.k8s.io/v1beta2")["apiVersion"], "resource.k8s.io/v1beta2");
+}
+
+// The size is counted, not printed; every shape SliceToJson prints must count the same, also
+// strings that are escaped or replaced and extra fields that the modelled ones override.
+TEST(SliceJsonTest, SliceJsonSizeIsTheLengthOfThePrintedSlice) {
+  std::vector<Slice> cases;
+  cases.push_back(Sample());
+  Slice bare;
+  bare.driver = "d";
+  cases.push_back(bare);
+  Slice odd = Sample();
+  odd.metadata = {{"name", "x"}, {"labels", {{"a", "b\"c"}}}};
+  odd.node_name.clear();
+  odd.generation = -12;
+  odd.slice_count = 1234567890123;
+  odd.extra_spec = {{"driver", "overridden"}, {"perDeviceNodeSelection", true}, {"mixins", 1}};
+  odd.mixins.clear();
+  Device& d = odd.devices[0];
+  d.name = "dev\\with\"quotes\n\t\x01";
+  d.attributes["s"] = std::string("caf\xc3\xa9 \x7f");
+  d.attributes["bad"] = std::string("\xff\xfe invalid UTF-8");
+  d.attributes["list"] = StringList{{"a", "b\"", ""}};
+  d.attributes["neg"] = int64_t{INT64_MIN};
+  d.attributes["no"] = false;
+  d.extra["name"] = "overridden";
+  d.extra["includes"] = json::array({"kept: the device has none of its own"});
+  d.includes.clear();
+  d.capacity["plain"] = Capacity{"1k", {}};
+  cases.push_back(odd);
+  for (const Slice& c : cases) {
+    for (const char* v : {"resource.k8s.io/v1", "resource.k8s.io/v1beta2"}) {
+      EXPECT_EQ(SliceJsonSize(c, v), DumpJson(SliceToJson(c, v)).size())
+          << DumpJson(SliceToJson(c, v));
+    }
+    for (const Device& d : c.devices) {
+      for (const auto& [k, a] : d.attributes) {
+        EXPECT_EQ(AttributeJsonSize(a), DumpJson(AttributeToJson(a)).size()) << k;
+      }
+      for (const auto& [k, cap] : d.capacity) {
+        EXPECT_EQ(CapacityJsonSize(cap), DumpJson(CapacityToJson(cap)).size()) << k;
+      }
+    }
+  }
 }
 
 TEST(SliceJsonTest, DocumentsAndLists) {

@@ -65,6 +65,11 @@ class _JsonObject(dict):
 
 
 def _pairs_hook(pairs):
+    # Most objects have no duplicate key: a plain dict built in C, and the slow path only when
+    # it came out smaller than the pairs.
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
     obj = _JsonObject()
     dups = []
     for k, v in pairs:
@@ -151,7 +156,7 @@ class Decoder:
     def _type_error(self, value, schema, path):
         go_type = schema.go_type
         raise DecodeError("json: cannot unmarshal %s into Go struct field .%s of type %s"
-                          % (json_type(value), path, go_type))
+                          % (json_type(value), path_text(path), go_type))
 
     def zero_of(self, schema):
         if schema is STR:
@@ -167,39 +172,72 @@ class Decoder:
         return None
 
     def decode(self, value, schema, path):
+        """The decoded value, with None-valued object fields left out (an empty time is like an
+        absent one). `path` is a text or a lazy path (see path_text): it is spelt out only for
+        an error, since a slice of 128 devices has thousands of fields and none of them wrong."""
         if value is None:
             return self.zero_of(schema)
         if isinstance(schema, Obj):
             if not isinstance(value, dict):
                 self._type_error(value, schema, path)
             for d in getattr(value, "dups", ()):
-                self.duplicates.append(child(path, d))
+                self.duplicates.append(child(path_text(path), d))
             out = {}
+            fields = schema.fields
+            dropped = schema.dropped
             for k, v in value.items():
-                sub = schema.fields.get(k)
+                sub = fields.get(k)
                 if sub is None:
-                    self.unknown.append(child(path, k))
+                    self.unknown.append(child(path_text(path), k))
                     continue
-                if k in schema.dropped or v is None:
+                if v is None or k in dropped:
                     continue
-                out[k] = self.decode(v, sub, child(path, k))
+                # The common scalars inline: the same checks as below, without a call.
+                t = type(v)
+                if (sub is STR and t is str) or (sub is BOOL and t is bool) or (
+                        sub is INT and t is int and INT64_MIN <= v <= INT64_MAX):
+                    out[k] = v
+                    continue
+                d = self.decode(v, sub, (path, ".", k))
+                if d is not None:
+                    out[k] = d
             for k in schema.zero:
                 if k not in out:
-                    out[k] = self.zero_of(schema.fields[k])
+                    z = self.zero_of(fields[k])
+                    if z is not None:
+                        out[k] = z
             return out
         if isinstance(schema, MapOf):
             if not isinstance(value, dict):
                 self._type_error(value, schema, path)
             for d in getattr(value, "dups", ()):
-                self.duplicates.append(key(path, d))
-            return {k: (self.decode(v, schema.value, key(path, k)) if v is not None
-                        else self.zero_of(schema.value)) for k, v in value.items()}
+                self.duplicates.append(key(path_text(path), d))
+            out = {}
+            sub = schema.value
+            one_field = isinstance(sub, Obj) and not sub.zero
+            for k, v in value.items():
+                if one_field and type(v) is dict and len(v) == 1:
+                    # A one-field object of a common scalar (a device attribute): what the Obj
+                    # branch would return, without the call. type() is dict: no duplicate keys.
+                    (f, fv), = v.items()
+                    fs = sub.fields.get(f)
+                    t = type(fv)
+                    if f not in sub.dropped and ((fs is STR and t is str) or (
+                            fs is BOOL and t is bool) or (
+                            fs is INT and t is int and INT64_MIN <= fv <= INT64_MAX)):
+                        out[k] = {f: fv}
+                        continue
+                d = (self.decode(v, sub, (path, "[]", k)) if v is not None
+                     else self.zero_of(sub))
+                if d is not None:
+                    out[k] = d
+            return out
         if isinstance(schema, ListOf):
             if not isinstance(value, list):
                 self._type_error(value, schema, path)
-            return [self.decode(v, schema.item, index(path, i)) for i, v in enumerate(value)]
+            return [self.decode(v, schema.item, (path, "[i]", i)) for i, v in enumerate(value)]
         if schema is ANY:
-            return value
+            return prune_none(value)
         if schema is STR:
             if not isinstance(value, str):
                 self._type_error(value, schema, path)
@@ -213,7 +251,7 @@ class Decoder:
                 self._type_error(value, schema, path)
             if not INT64_MIN <= value <= INT64_MAX:
                 raise DecodeError("json: cannot unmarshal number %d into Go struct field .%s of "
-                                  "type int64" % (value, path))
+                                  "type int64" % (value, path_text(path)))
             return value
         if schema is QTY:
             if isinstance(value, bool) or not isinstance(value, (str, int, float)):
@@ -233,6 +271,20 @@ class Decoder:
             except ValueError as e:
                 raise DecodeError(str(e))
         raise AssertionError("unknown schema")
+
+
+def path_text(path):
+    """A decoder path as text: a string, or (parent, ".", field), (parent, "[]", map key) or
+    (parent, "[i]", list index) spelt out as child(), key() and index() do."""
+    if isinstance(path, str):
+        return path
+    parent, kind, name = path
+    base = path_text(parent)
+    if kind == ".":
+        return child(base, name)
+    if kind == "[]":
+        return key(base, name)
+    return index(base, name)
 
 
 def prune_none(obj):

@@ -127,10 +127,26 @@ def validate_c_identifier(v, path):
     return errs
 
 
+# Names validate_qualified_key found valid: a pool repeats the same few keys on every device, and
+# the answer depends on the name alone (the path only appears in errors). Bounded, so a client
+# sending endless distinct names cannot grow it without limit.
+_VALID_QUALIFIED_KEYS = set()
+_MAX_REMEMBERED_KEYS = 4096
+
+
 def validate_qualified_key(name, path):
     """A device attribute/capacity name: C identifier or <driver-like domain>/<C identifier>.
     Like validateQualifiedName of 1.36, a name with a second '/' is not checked at all
     (k8s-api-cdi.md §1.7)."""
+    if name in _VALID_QUALIFIED_KEYS:
+        return []
+    errs = _qualified_key_errors(name, path)
+    if not errs and len(_VALID_QUALIFIED_KEYS) < _MAX_REMEMBERED_KEYS:
+        _VALID_QUALIFIED_KEYS.add(name)
+    return errs
+
+
+def _qualified_key_errors(name, path):
     if not name:
         return [f_required(path, "name required")]
     parts = name.split("/")

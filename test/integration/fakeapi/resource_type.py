@@ -10,7 +10,7 @@ the /status subresource)."""
 
 import re
 
-from .decode import Decoder, prune_none
+from .decode import Decoder
 from .errors import ApiError
 from .kubectl import DEFAULT_TABLE
 
@@ -66,7 +66,7 @@ class ResourceType:
 
     def _decode_with_schema(self, value):
         decoder = Decoder()
-        obj = prune_none(decoder.decode(value, self.schema, ""))
+        obj = decoder.decode(value, self.schema, "")  # prunes None values itself
         return obj, decoder.unknown, decoder.duplicates
 
     def set_status(self, obj, status):

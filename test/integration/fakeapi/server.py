@@ -394,6 +394,11 @@ class Handler(BaseHTTPRequestHandler):
         line = json.dumps({"type": etype, "object": obj}, separators=(",", ":")) + "\n"
         self.write_chunk(line.encode())
 
+    def write_event_text(self, etype, object_text):
+        """write_event with the object already encoded: the same bytes."""
+        self.write_chunk(('{"type":%s,"object":%s}\n' % (json.dumps(etype), object_text))
+                         .encode())
+
     def client_closed(self):
         """True when the peer has closed its side (EOF), checked without consuming data."""
         sock = self.connection
@@ -534,7 +539,7 @@ class Handler(BaseHTTPRequestHandler):
                         etype = "DELETED"
                 elif not new_match:
                     continue
-                self.write_event(etype, rt.render(ev.obj, version))
+                self.write_event_text(etype, ev.text(rt, version))
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 return

@@ -202,7 +202,8 @@ class SliceValidator:
 
         devices = spec.get("devices", [])
         advanced = any(d.get("taints") or d.get("consumesCounters")
-                       or any(has_list_values(a) for a in d.get("attributes", {}).values())
+                       or any(not a.keys().isdisjoint(LIST_ATTRIBUTE_FIELDS)
+                              for a in d.get("attributes", {}).values())
                        for d in devices)
         limit = MAX_DEVICES_ADVANCED if advanced else MAX_DEVICES
         mixins = spec.get("mixins", {}) if self.accept_mixins else {}
@@ -260,8 +261,13 @@ class SliceValidator:
         if n > MAX_ATTRS_AND_CAPS:
             errs.append(f_invalid(path, n, "the total number of attributes and capacities must "
                                   "not exceed %d" % MAX_ATTRS_AND_CAPS))
-        values = sum(len(a.get("bools", [])) + len(a.get("ints", [])) + len(a.get("strings", []))
-                     + len(a.get("versions", [])) or 1 for a in attributes.values())
+        values = 0
+        for a in attributes.values():
+            if a.keys().isdisjoint(LIST_ATTRIBUTE_FIELDS):
+                values += 1
+            else:
+                values += (len(a.get("bools", ())) + len(a.get("ints", ()))
+                           + len(a.get("strings", ())) + len(a.get("versions", ()))) or 1
         if values > MAX_ATTRIBUTE_VALUES:
             errs.append(f_invalid(path, values, "the total number of attribute values must not "
                                   "exceed %d" % MAX_ATTRIBUTE_VALUES))

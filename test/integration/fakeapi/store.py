@@ -7,11 +7,12 @@ resourceVersions, 410 Expired then relist), §3.2 (list returns metadata.resourc
 watch from)."""
 
 import collections
+import json
 import threading
 
 
 class Event:
-    __slots__ = ("rv", "type_key", "etype", "obj", "old")
+    __slots__ = ("rv", "type_key", "etype", "obj", "old", "texts")
 
     def __init__(self, rv, type_key, etype, obj, old):
         self.rv = rv
@@ -19,6 +20,16 @@ class Event:
         self.etype = etype
         self.obj = obj
         self.old = old
+        self.texts = {}  # API version -> the object as JSON text, shared by every watch
+
+    def text(self, rt, version):
+        """The event's object as rendered in `version`, encoded once for all watches (stored
+        objects are never mutated; two watches racing here both store the same text)."""
+        t = self.texts.get(version)
+        if t is None:
+            t = json.dumps(rt.render(self.obj, version), separators=(",", ":"))
+            self.texts[version] = t
+        return t
 
 
 def with_rv(obj, rv):
