@@ -1,6 +1,7 @@
 #include "driver/node/node.h"
 
 #include <malloc.h>
+#include <chrono>
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,9 @@
 
 namespace topodra::node {
 namespace {
+
+// How long reservation statuses wait for the slices that show what they name (Node::AddReservations).
+constexpr std::chrono::milliseconds kSlicesBeforeStatuses{1000};
 
 void LogStart(const NodeConfig& config, const topology::Topology& topo) {
   const publish::PublishOptions& opts = config.publish;
@@ -194,9 +198,21 @@ void Node::AddReservations() {
             return inventory_.ReservationContext();
           },
           [this] {
-            std::lock_guard<std::mutex> lock(publish_mu_);
-            if (Republish(inventory_.topology())) {
-              spdlog::info("reservations changed the devices; republishing");
+            {
+              std::lock_guard<std::mutex> lock(publish_mu_);
+              if (!Republish(inventory_.topology())) return;
+            }
+            spdlog::info("reservations changed the devices; republishing");
+            // The controller writes the statuses when this returns, and a status names the
+            // published devices owners select: they are on the API server first. Both follow
+            // the journal, so a crash in between is repaired at start either way; the order
+            // only spares a reader of the status a device not published yet, and keeps the
+            // status write from competing with the slice write. Bounded, so an API server
+            // refusing the slices does not hold the statuses back for long.
+            if (!publishing_->WaitPublished(kSlicesBeforeStatuses)) {
+              spdlog::debug("reservations: the slices are not stored after {} ms; writing the "
+                            "statuses anyway",
+                            kSlicesBeforeStatuses.count());
             }
           })));
 }
