@@ -98,14 +98,15 @@ void Node::Assemble(topology::Topology topo, std::optional<PinningSetup> pinning
   inventory_options_.gpu_nodes = [root = config_.host_root](const topology::Gpu& gpu) {
     return prepare::GpuDeviceNodes(gpu, root);
   };
-  std::vector<publish::ReservedDevices> held =
+  // Nothing is in flight yet: the loaded state is the durable one.
+  held_ =
       ledger_->Read([](const state::State& st) { return ToPublish(reservation::HeldDevices(st)); });
   online_ = topo.online;
   device_health_ = std::make_unique<DeviceHealth>(config_);
   gpu_verdicts_ = device_health_->Assess(topo);
   inventory_options_.publish.unhealthy_gpus = DeviceHealth::Unhealthy(gpu_verdicts_);
   std::vector<topology::NumaNode> numa_nodes = topo.numa_nodes;
-  inventory_ = Inventory::Build(inventory_options_, std::move(topo), std::move(held));
+  inventory_ = Inventory::Build(inventory_options_, std::move(topo), held_);
   device_health_->Publish(inventory_, gpu_verdicts_);
   if (config_.metrics_listen) {
     metrics::MetricsOptions mo;
@@ -197,9 +198,10 @@ void Node::AddReservations() {
             std::lock_guard<std::mutex> lock(publish_mu_);
             return inventory_.ReservationContext();
           },
-          [this] {
+          [this](const std::vector<reservation::Held>& held) {
             {
               std::lock_guard<std::mutex> lock(publish_mu_);
+              held_ = ToPublish(held);
               if (!Republish(inventory_.topology())) return;
             }
             spdlog::info("reservations changed the devices; republishing");
@@ -247,10 +249,8 @@ absl::Status Node::Start() {
 void Node::Stop() { components_.Stop(); }
 
 bool Node::Republish(const topology::Topology& now) {
-  std::vector<publish::ReservedDevices> held =
-      ledger_->Read([](const state::State& st) { return ToPublish(reservation::HeldDevices(st)); });
   inventory_options_.publish.unhealthy_gpus = DeviceHealth::Unhealthy(gpu_verdicts_);
-  Inventory next = Inventory::Build(inventory_options_, now, std::move(held));
+  Inventory next = Inventory::Build(inventory_options_, now, held_);
   const bool changed = !next.SamePools(inventory_);
   inventory_ = std::move(next);
   // Health first: the streams tell the kubelet at once, the slices follow.

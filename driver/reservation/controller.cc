@@ -40,7 +40,7 @@ Clock* RealClock() {
 
 Controller::Controller(kube::RestClient* client, ControllerOptions options, state::Ledger* ledger,
                        Clock* clock, std::function<NodeContext()> context,
-                       std::function<void()> held_changed)
+                       std::function<void(const std::vector<Held>&)> held_changed)
     : client_(client),
       opts_(std::move(options)),
       ledger_(ledger),
@@ -295,7 +295,7 @@ absl::Status Controller::Pass() {
     if (held_changed) {
       last_held_ = held;
       held_known_ = true;
-      held_changed_();
+      held_changed_(held);
     }
     if (!state_changed && !held_changed) break;
   }

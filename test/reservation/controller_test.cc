@@ -126,7 +126,7 @@ class ControllerTest : public ::testing::Test {
           ctx.devices = devices_;
           return ctx;
         },
-        [this] {
+        [this](const std::vector<Held>&) {
           // What the daemon does: publish the held devices, then learn their names.
           publish::PublishOptions po;
           po.node_name = "node-a";

@@ -98,7 +98,7 @@ class ControllerUnitTest : public ::testing::Test {
           ctx.devices = devices_;
           return ctx;
         },
-        [this] {
+        [this](const std::vector<Held>&) {
           // What the daemon does: publish the held devices, then learn their names.
           publish::PublishOptions po;
           po.node_name = "node-a";
