@@ -322,7 +322,7 @@ TEST(ControllerNoCrdTest, WaitsForTheCrdWithoutFailing) {
         ctx.topo = K32();
         return ctx;
       },
-      [] {});
+      [](const std::vector<Held>&) {});
   controller.Start();
   for (int i = 0; i < 200 && !controller.status().crd_missing; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
