@@ -1,8 +1,8 @@
 #include "driver/node/node.h"
 
 #include <malloc.h>
-#include <chrono>
 #include <spdlog/spdlog.h>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -14,7 +14,7 @@
 namespace topodra::node {
 namespace {
 
-// How long reservation statuses wait for the slices that show what they name (Node::AddReservations).
+// How long reservation statuses wait for the slices showing what they name (AddReservations).
 constexpr std::chrono::milliseconds kSlicesBeforeStatuses{1000};
 
 void LogStart(const NodeConfig& config, const topology::Topology& topo) {
@@ -212,9 +212,10 @@ void Node::AddReservations() {
             // status write from competing with the slice write. Bounded, so an API server
             // refusing the slices does not hold the statuses back for long.
             if (!publishing_->WaitPublished(kSlicesBeforeStatuses)) {
-              spdlog::debug("reservations: the slices are not stored after {} ms; writing the "
-                            "statuses anyway",
-                            kSlicesBeforeStatuses.count());
+              spdlog::debug(
+                  "reservations: the slices are not stored after {} ms; writing the "
+                  "statuses anyway",
+                  kSlicesBeforeStatuses.count());
             }
           })));
 }

@@ -142,10 +142,11 @@ class SlicePublisher : private kube::InformerHandler {
   bool stopped_ = false;  // guarded by mu_
 
   kube::Informer informer_;
-  // Owned by the Run thread (or SyncOnce's caller).
+  // Owned by the Run thread (or SyncOnce's caller); synced_version_ is written under mu_ too, for
+  // WaitPublished.
   std::map<std::string, nlohmann::json> cache_;  // name -> stored slice
   bool drift_ = false;                           // the watch saw our slices change behind our back
-  uint64_t synced_version_ = 0;  // written under mu_ (WaitPublished reads it there)
+  uint64_t synced_version_ = 0;
   std::optional<bool> mixins_supported_;  // auto mode: learned from the server
   std::optional<bool> taints_supported_;  // auto mode: learned from the server
   std::optional<bool> lists_supported_;   // auto mode: learned from the server

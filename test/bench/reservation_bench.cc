@@ -159,17 +159,18 @@ class Watcher {
 // The slice floor: this program's PUT of the CPU slice with a new label (the daemon finds its
 // spec unchanged and writes nothing), from the PUT sent until the watch sees it; -1 on failure.
 double SlicePutFloor(kube::RestClient* client, Watcher* watcher, int round) {
-  auto list = client->Get(absl::StrCat(
-      "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=",
-      kube::UrlEncode(absl::StrCat("spec.driver=dra.cpu,spec.nodeName=", kNode))));
+  auto list = client->Get(
+      absl::StrCat("/apis/resource.k8s.io/v1/resourceslices?fieldSelector=",
+                   kube::UrlEncode(absl::StrCat("spec.driver=dra.cpu,spec.nodeName=", kNode))));
   if (!list.ok() || list->body["items"].empty()) return -1;
   json s = list->body["items"][0];
   const std::string mark = absl::StrCat("floor-", round);
   s["metadata"]["labels"]["bench"] = mark;
   const Clock::time_point t0 = Clock::now();
-  if (!client->Put(absl::StrCat("/apis/resource.k8s.io/v1/resourceslices/",
-                                s["metadata"].value("name", "")),
-                   s)
+  if (!client
+           ->Put(absl::StrCat("/apis/resource.k8s.io/v1/resourceslices/",
+                              s["metadata"].value("name", "")),
+                 s)
            .ok()) {
     return -1;
   }
