@@ -327,6 +327,16 @@ void Publishing::OnInventory(const Inventory& now) {
   for (Publisher& p : publishers_) p.publisher->SetDesired(now.PoolOf(p.driver));
 }
 
+bool Publishing::WaitPublished(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (Publisher& p : publishers_) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || !p.publisher->WaitPublished(left)) return false;
+  }
+  return true;
+}
+
 std::vector<std::pair<std::string, publish::PublisherStatus>> Publishing::Statuses() const {
   std::vector<std::pair<std::string, publish::PublisherStatus>> out;
   for (const Publisher& p : publishers_) out.emplace_back(p.driver, p.publisher->status());

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -129,6 +130,9 @@ class Publishing : public Component {
   absl::Status Start() override;
   void Stop() override;
   void OnInventory(const Inventory& now) override;
+  // Waits until every driver's pool of the last OnInventory is stored on the API server; false
+  // when `timeout` (for all of them together) or Stop() comes first.
+  bool WaitPublished(std::chrono::milliseconds timeout);
   // driver -> its publisher's status.
   std::vector<std::pair<std::string, publish::PublisherStatus>> Statuses() const;
 

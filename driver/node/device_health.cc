@@ -49,9 +49,7 @@ void DeviceHealth::Publish(const Inventory& inv,
                            const std::map<std::string, health::Verdict>& verdicts) {
   health::Tracker::Input in;
   in.pool = node_;
-  for (const auto& [name, device] : inv.CpuSetup().cpu_pool.devices) {
-    in.cpu_devices[name] = device.cpus;
-  }
+  in.cpu_devices = inv.CpuDevices();
   in.individual_cpus = individual_cpus_;
   in.offline = inv.topology().offline;
   for (const auto& [name, gpu] : inv.PublishedGpus()) in.gpus[name] = gpu.pci_bus_id;

@@ -88,6 +88,10 @@ prepare::DriverSetup Inventory::CpuSetup() const {
   return setup;
 }
 
+std::map<std::string, CpuSet> Inventory::CpuDevices() const {
+  return publish::CpuDeviceCpus(topo_, options_.publish);
+}
+
 prepare::DriverSetup Inventory::GpuSetup() const {
   prepare::DriverSetup setup;
   setup.cdi_marker = options_.cdi_marker;

@@ -58,6 +58,9 @@ class Inventory {
   std::map<std::string, topology::Gpu> PublishedGpus() const;
 
   prepare::DriverSetup CpuSetup() const;
+  // The CPUs of each published CPU device: CpuSetup's devices without the rest of the setup (its
+  // device metadata is most of its cost), for the health board at every republish.
+  std::map<std::string, CpuSet> CpuDevices() const;
   prepare::DriverSetup GpuSetup() const;
   deviceplugin::ResourceSetup DevicePluginSetup(deviceplugin::ResourceKind kind,
                                                 const std::string& resource) const;

@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 #include <spdlog/spdlog.h>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -12,6 +13,9 @@
 
 namespace topodra::node {
 namespace {
+
+// How long reservation statuses wait for the slices showing what they name (AddReservations).
+constexpr std::chrono::milliseconds kSlicesBeforeStatuses{1000};
 
 void LogStart(const NodeConfig& config, const topology::Topology& topo) {
   const publish::PublishOptions& opts = config.publish;
@@ -94,14 +98,15 @@ void Node::Assemble(topology::Topology topo, std::optional<PinningSetup> pinning
   inventory_options_.gpu_nodes = [root = config_.host_root](const topology::Gpu& gpu) {
     return prepare::GpuDeviceNodes(gpu, root);
   };
-  std::vector<publish::ReservedDevices> held =
+  // Nothing is in flight yet: the loaded state is the durable one.
+  held_ =
       ledger_->Read([](const state::State& st) { return ToPublish(reservation::HeldDevices(st)); });
   online_ = topo.online;
   device_health_ = std::make_unique<DeviceHealth>(config_);
   gpu_verdicts_ = device_health_->Assess(topo);
   inventory_options_.publish.unhealthy_gpus = DeviceHealth::Unhealthy(gpu_verdicts_);
   std::vector<topology::NumaNode> numa_nodes = topo.numa_nodes;
-  inventory_ = Inventory::Build(inventory_options_, std::move(topo), std::move(held));
+  inventory_ = Inventory::Build(inventory_options_, std::move(topo), held_);
   device_health_->Publish(inventory_, gpu_verdicts_);
   if (config_.metrics_listen) {
     metrics::MetricsOptions mo;
@@ -193,10 +198,24 @@ void Node::AddReservations() {
             std::lock_guard<std::mutex> lock(publish_mu_);
             return inventory_.ReservationContext();
           },
-          [this] {
-            std::lock_guard<std::mutex> lock(publish_mu_);
-            if (Republish(inventory_.topology())) {
-              spdlog::info("reservations changed the devices; republishing");
+          [this](const std::vector<reservation::Held>& held) {
+            {
+              std::lock_guard<std::mutex> lock(publish_mu_);
+              held_ = ToPublish(held);
+              if (!Republish(inventory_.topology())) return;
+            }
+            spdlog::info("reservations changed the devices; republishing");
+            // The controller writes the statuses when this returns, and a status names the
+            // published devices owners select: they are on the API server first. Both follow
+            // the journal, so a crash in between is repaired at start either way; the order
+            // only spares a reader of the status a device not published yet, and keeps the
+            // status write from competing with the slice write. Bounded, so an API server
+            // refusing the slices does not hold the statuses back for long.
+            if (!publishing_->WaitPublished(kSlicesBeforeStatuses)) {
+              spdlog::debug(
+                  "reservations: the slices are not stored after {} ms; writing the "
+                  "statuses anyway",
+                  kSlicesBeforeStatuses.count());
             }
           })));
 }
@@ -231,10 +250,8 @@ absl::Status Node::Start() {
 void Node::Stop() { components_.Stop(); }
 
 bool Node::Republish(const topology::Topology& now) {
-  std::vector<publish::ReservedDevices> held =
-      ledger_->Read([](const state::State& st) { return ToPublish(reservation::HeldDevices(st)); });
   inventory_options_.publish.unhealthy_gpus = DeviceHealth::Unhealthy(gpu_verdicts_);
-  Inventory next = Inventory::Build(inventory_options_, now, std::move(held));
+  Inventory next = Inventory::Build(inventory_options_, now, held_);
   const bool changed = !next.SamePools(inventory_);
   inventory_ = std::move(next);
   // Health first: the streams tell the kubelet at once, the slices follow.

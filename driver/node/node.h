@@ -94,8 +94,8 @@ class Node {
   std::unique_ptr<ExtendedResourceCheck> NewExtendedResourceCheck() const;
   void AddReservations();
   void AddHealth();
-  // With publish_mu_ held: rebuilds the inventory from `now` and the held devices; when it
-  // differs, every component gets it. True when it changed.
+  // With publish_mu_ held: rebuilds the inventory from `now` and held_; when it differs, every
+  // component gets it. True when it changed.
   bool Republish(const topology::Topology& now);
   metrics::NodeSnapshot Snapshot();
   metrics::Probe Ready();
@@ -115,6 +115,11 @@ class Node {
   InventoryOptions inventory_options_;
   mutable std::mutex publish_mu_;
   Inventory inventory_;  // guarded by publish_mu_
+  // The reservations' devices to publish (guarded by publish_mu_): the loaded state's at start,
+  // then what the reservation controller reports once its change is durable. Never read from
+  // the ledger later: its memory holds open transactions, and a placement must be durable
+  // before anything outside hears of it, a republish for a machine change included.
+  std::vector<publish::ReservedDevices> held_;
   // GPU health as last read (guarded by publish_mu_); boards read by the health streams.
   std::unique_ptr<DeviceHealth> device_health_;
   std::map<std::string, health::Verdict> gpu_verdicts_;

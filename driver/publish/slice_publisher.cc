@@ -170,6 +170,13 @@ void SlicePublisher::Stop() {
   informer_.Stop();
 }
 
+bool SlicePublisher::WaitPublished(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t want = desired_.version;
+  return cv_.wait_for(lock, timeout, [&] { return stopped_ || synced_version_ >= want; }) &&
+         !stopped_;
+}
+
 PublisherStatus SlicePublisher::status() const {
   std::lock_guard<std::mutex> lock(mu_);
   return status_;
@@ -740,6 +747,7 @@ absl::Status SlicePublisher::Reconcile() {
   status_.writes += writes;
   synced_version_ = version;
   drift_ = false;
+  cv_.notify_all();  // WaitPublished
   return absl::OkStatus();
 }
 

@@ -76,6 +76,9 @@ class SlicePublisher : private kube::InformerHandler {
   // The pool to publish; nullopt publishes nothing and deletes whatever this driver has on this
   // node. Thread-safe; wakes the loop.
   void SetDesired(std::optional<Pool> pool);
+  // Waits until the pool last given to SetDesired is stored on the server (true), or Stop() or
+  // `timeout` comes first (false).
+  bool WaitPublished(std::chrono::milliseconds timeout);
   // Runs until Stop(), which interrupts a watch or a backoff at once; never returns because of
   // API errors.
   void Run();
@@ -142,7 +145,8 @@ class SlicePublisher : private kube::InformerHandler {
   bool stopped_ = false;  // guarded by mu_
 
   kube::Informer informer_;
-  // Owned by the Run thread (or SyncOnce's caller).
+  // Owned by the Run thread (or SyncOnce's caller); synced_version_ is written under mu_ too, for
+  // WaitPublished.
   std::map<std::string, nlohmann::json> cache_;  // name -> stored slice
   bool drift_ = false;                           // the watch saw our slices change behind our back
   uint64_t synced_version_ = 0;

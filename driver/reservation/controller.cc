@@ -40,7 +40,7 @@ Clock* RealClock() {
 
 Controller::Controller(kube::RestClient* client, ControllerOptions options, state::Ledger* ledger,
                        Clock* clock, std::function<NodeContext()> context,
-                       std::function<void()> held_changed)
+                       std::function<void(const std::vector<Held>&)> held_changed)
     : client_(client),
       opts_(std::move(options)),
       ledger_(ledger),
@@ -224,6 +224,8 @@ absl::Status Controller::WriteStatus(const std::string& uid, const json& desired
     return absl::Status(r.status().code(),
                         absl::StrCat("status of reservation ", name, ": ", r.status().message()));
   }
+  spdlog::debug("reservations node={}: status of {} written (phase {})", opts_.node_name, name,
+                StringField(desired, "phase"));
   std::lock_guard<std::mutex> lock(mu_);
   ++status_.status_writes;
   refresh(r->body);
@@ -279,6 +281,10 @@ absl::Status Controller::Pass() {
           return absl::OkStatus();
         });
     if (!txn.ok()) return txn.status();
+    if (state_changed) {
+      spdlog::debug("reservations node={}: decided {} placed or changed, {} forgotten",
+                    opts_.node_name, outcome.put.size(), outcome.remove.size());
+    }
     // Commit tells the device plugin and the pinning of what changed; Abort of what it undid.
     if (absl::Status st = ledger_->Commit(*txn); !st.ok()) {
       ledger_->Abort(*txn);
@@ -289,7 +295,7 @@ absl::Status Controller::Pass() {
     if (held_changed) {
       last_held_ = held;
       held_known_ = true;
-      held_changed_();
+      held_changed_(held);
     }
     if (!state_changed && !held_changed) break;
   }

@@ -63,11 +63,13 @@ struct ControllerStatus {
 class Controller : private kube::InformerHandler {
  public:
   // `context` is called at every pass (without the ledger's lock held); `held_changed` after the
-  // held devices changed (placed, released, waited-for devices freed), also without the lock: it
-  // must republish the slices and update what prepare knows, synchronously.
+  // held devices changed (placed, released, waited-for devices freed) and that change is durable,
+  // with the devices held now, also without the lock: it must republish the slices and update
+  // what prepare knows, synchronously. Those devices are the ones to publish: a read of the
+  // ledger may see another pass's change before it is durable.
   Controller(kube::RestClient* client, ControllerOptions options, state::Ledger* ledger,
              Clock* clock, std::function<NodeContext()> context,
-             std::function<void()> held_changed);
+             std::function<void(const std::vector<Held>& held)> held_changed);
   ~Controller();
 
   void Start();
@@ -103,7 +105,7 @@ class Controller : private kube::InformerHandler {
   state::Ledger* ledger_;
   Clock* clock_;
   std::function<NodeContext()> context_;
-  std::function<void()> held_changed_;
+  std::function<void(const std::vector<Held>&)> held_changed_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

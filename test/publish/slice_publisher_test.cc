@@ -418,6 +418,30 @@ TEST_F(SlicePublisherTest, ConcurrentCreateOverAStaleCacheRelistsAtOnce) {
   EXPECT_TRUE(waits_.empty());
 }
 
+// The reservation controller writes a status only once the slices showing its devices are
+// stored: WaitPublished returns true only then, for the last pool given.
+TEST_F(SlicePublisherTest, WaitPublishedReturnsOnceTheLastPoolIsStored) {
+  const Pool pool = PoolFor(k32);
+  SlicePublisher& p = Make();
+  p.SetDesired(pool);
+  Start(&p);
+  ASSERT_TRUE(p.WaitPublished(std::chrono::seconds(30)));
+  ExpectStored(pool, 1);
+  const Pool grouped = PoolFor(k32, CpuDeviceMode::kGrouped);
+  p.SetDesired(grouped);
+  ASSERT_TRUE(p.WaitPublished(std::chrono::seconds(30)));
+  ExpectStored(grouped, 2);
+  // A server refusing every write: the wait ends at its bound, false.
+  on_wait_ = [this](size_t) { fake_.FailNext(1, 503); };
+  fake_.FailNext(1, 503);
+  p.SetDesired(pool);
+  EXPECT_FALSE(p.WaitPublished(std::chrono::milliseconds(100)));
+  ExpectStored(grouped, 2);
+  // And Stop ends it at once.
+  StopRunning();
+  EXPECT_FALSE(p.WaitPublished(std::chrono::seconds(30)));
+}
+
 TEST_F(SlicePublisherTest, StopBeforeADesiredStateReturnsAtOnce) {
   SlicePublisher& p = Make();
   fake_.ClearRequests();

@@ -126,7 +126,7 @@ class ControllerTest : public ::testing::Test {
           ctx.devices = devices_;
           return ctx;
         },
-        [this] {
+        [this](const std::vector<Held>&) {
           // What the daemon does: publish the held devices, then learn their names.
           publish::PublishOptions po;
           po.node_name = "node-a";
@@ -322,7 +322,7 @@ TEST(ControllerNoCrdTest, WaitsForTheCrdWithoutFailing) {
         ctx.topo = K32();
         return ctx;
       },
-      [] {});
+      [](const std::vector<Held>&) {});
   controller.Start();
   for (int i = 0; i < 200 && !controller.status().crd_missing; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

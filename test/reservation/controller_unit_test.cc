@@ -98,7 +98,14 @@ class ControllerUnitTest : public ::testing::Test {
           ctx.devices = devices_;
           return ctx;
         },
-        [this] {
+        [this](const std::vector<Held>& held) {
+          {
+            // What the controller reports must already be on disk (it is what gets published).
+            absl::StatusOr<state::State> disk = state::StateStore::Peek(dir_ + "/checkpoint.json");
+            std::lock_guard<std::mutex> lock(published_mu_);
+            told_.push_back(held);
+            durable_when_told_.push_back(disk.ok() && HeldDevices(*disk) == held);
+          }
           // What the daemon does: publish the held devices, then learn their names.
           publish::PublishOptions po;
           po.node_name = "node-a";
@@ -170,6 +177,8 @@ class ControllerUnitTest : public ::testing::Test {
   std::unique_ptr<Controller> controller_;
   std::mutex published_mu_;
   std::map<std::string, std::vector<DeviceRef>> devices_;
+  std::vector<std::vector<Held>> told_;  // each held_changed call's devices
+  std::vector<bool> durable_when_told_;  // and whether the state on disk held just those
   std::vector<int64_t> waits_;
   std::function<void(size_t)> on_wait_;
 };
@@ -193,6 +202,22 @@ TEST_F(ControllerUnitTest, SyncOnceListsPlacesRecordsAndWritesTheStatus) {
   const state::Reservation* r = peek->FindReservation(created["metadata"]["uid"]);
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(r->cpus.ToString(), "8-9,24-25");
+}
+
+// The daemon publishes the devices the controller reports, so they must be durable by then.
+TEST_F(ControllerUnitTest, HeldDevicesAreReportedOnceDurable) {
+  Create(Reservation("r1", {{"count", 4}, {"numaNode", 1}}));
+  Make();
+  ASSERT_TRUE(controller_->SyncOnce().ok());
+  ASSERT_TRUE(fake_.Delete(absl::StrCat(kPath, "/r1"), {}).ok());
+  ASSERT_TRUE(controller_->SyncOnce().ok());
+  std::lock_guard<std::mutex> lock(published_mu_);
+  ASSERT_EQ(told_.size(), 2u);
+  ASSERT_EQ(told_[0].size(), 1u);
+  EXPECT_EQ(told_[0][0].name, "r1");
+  EXPECT_EQ(told_[0][0].cpus.ToString(), "8-9,24-25");
+  EXPECT_TRUE(told_[1].empty());
+  EXPECT_THAT(durable_when_told_, ElementsAre(true, true));
 }
 
 TEST_F(ControllerUnitTest, WatchedCreationUpdateAndDeletion) {
