@@ -11,6 +11,8 @@
 //   - one call of 16 claims whose GETs the fake API server holds 50 ms each (concurrent fetch).
 //
 // usage: prepare_bench [TOPOLOGIES_DIR] [ITERATIONS] [--latency-only]
+// --latency-only stops after the concurrency-1 and 16 loads: with the daemon under callgrind
+// (docs/dev/benchmarks.md), two runs with different ITERATIONS give its instructions per cycle.
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
@@ -205,6 +207,7 @@ int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : "test/fixtures/topologies";
   const int iterations = argc > 2 ? std::atoi(argv[2]) : 2000;
   const std::vector<std::string> fixture = {"--topology-file", dir + "/192em64t-24n8c2t.xml"};
+  const bool latency_only = argc > 3 && std::string(argv[3]) == "--latency-only";
 
   // Start -> registered and idle RSS, 5 fresh starts on the 384-PU fixture.
   std::vector<double> starts;
@@ -286,6 +289,10 @@ int main(int argc, char** argv) {
   std::printf(
       "targets (issue 19): at concurrency 1 prepare p50 <= 1.3x and unprepare p50 <= 1.2x their "
       "floors; daemon CPU <= 100 us per cycle; >= 1000 claims/s at concurrency 16\n");
+  if (latency_only) {
+    StopNode(n);
+    return 0;
+  }
   if (prepared < 10000) {
     std::printf("(more cycles, to 10,000 claims prepared and unprepared in all)\n");
     prepared += RunLoad(n, claims, 16, 10000 - prepared, "concurrency 16", g + h + s, g + s, false);
@@ -333,7 +340,5 @@ int main(int argc, char** argv) {
     }
   }
   StopNode(n);
-  if (argc > 3 && std::string(argv[3]) == "--latency-only") return 0;
-
   return 0;
 }
