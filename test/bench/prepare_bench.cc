@@ -10,7 +10,8 @@
 //   - daemon RSS after 10,000 prepared claims;
 //   - one call of 16 claims whose GETs the fake API server holds 50 ms each (concurrent fetch).
 //
-// usage: prepare_bench [TOPOLOGIES_DIR] [ITERATIONS] [--latency-only]
+// usage: [TOPODRA_BENCH_DAEMON_ARGS="--flag value ..."] prepare_bench [TOPOLOGIES_DIR]
+//        [ITERATIONS] [--latency-only]
 // --latency-only stops after the concurrency-1 and 16 loads: with the daemon under callgrind
 // (docs/dev/benchmarks.md), two runs with different ITERATIONS give its instructions per cycle.
 #include <fcntl.h>
@@ -124,6 +125,12 @@ bool StartNode(Node& n, const std::vector<std::string>& machine) {
     args.push_back(std::string(n.dirs.root).replace(0, 4, "/dev/shm") + "-cdi");
   }
   args.insert(args.end(), machine.begin(), machine.end());
+  // More daemon flags, space-separated, for looking into the figures (e.g. "--device-metadata
+  // off": what the metadata files cost).
+  if (const char* extra = std::getenv("TOPODRA_BENCH_DAEMON_ARGS"); extra != nullptr) {
+    std::istringstream words(extra);
+    for (std::string w; words >> w;) args.push_back(w);
+  }
   // Per-phase timings of each prepare in the daemon log, for looking into the figures.
   if (std::getenv("TOPODRA_BENCH_VERBOSE") != nullptr) args.push_back("-v");
   const auto t0 = Clock::now();
