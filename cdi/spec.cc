@@ -324,8 +324,8 @@ Version ParseVersion(absl::string_view text) {
   for (int* part : {&v.major, &v.minor, &v.patch}) {
     if (i >= text.size() || !absl::ascii_isdigit(static_cast<unsigned char>(text[i]))) break;
     int n = 0;
-    for (int digits = 0; i < text.size() && digits < 9 &&
-                         absl::ascii_isdigit(static_cast<unsigned char>(text[i]));
+    for (int digits = 0;
+         i < text.size() && digits < 9 && absl::ascii_isdigit(static_cast<unsigned char>(text[i]));
          ++i, ++digits) {
       n = n * 10 + (text[i] - '0');
     }

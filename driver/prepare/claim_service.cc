@@ -712,12 +712,12 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
   // The claim stays prepared after all: its files go back (parsed from the stored text, as
   // start would restore them). With `spec`, its CDI spec too.
   auto restore = [&](bool spec) {
-    const json cdi = held.cdi.Parse();
-    if (spec && !files->cdi_file.empty() && cdi.is_object() && cdi.contains("spec")) {
-      absl::StatusOr<cdi::Spec> s = cdi::FromJson(cdi["spec"].dump());
+    const json stored = held.cdi.Parse();
+    if (spec && !files->cdi_file.empty() && stored.is_object() && stored.contains("spec")) {
+      absl::StatusOr<cdi::Spec> s = cdi::FromJson(stored["spec"].dump());
       if (s.ok()) (void)cdi_->Write(files->cdi_file, *s, false);
     }
-    if (absl::StatusOr<std::vector<MetadataFile>> m = StoredMetadata(cdi); m.ok()) {
+    if (absl::StatusOr<std::vector<MetadataFile>> m = StoredMetadata(stored); m.ok()) {
       (void)WriteMetadataFiles(*cdi_, *m, /*synced=*/false);
     }
   };
@@ -740,8 +740,8 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
   }
   // Not synced: the journal record below is what makes the release durable, and a file that
   // comes back after a power loss belongs to no prepared claim and is removed at start.
-  if (absl::Status st = files->cdi_file.empty() ? absl::OkStatus()
-                                                : cdi_->Remove(files->cdi_file, false);
+  if (absl::Status st =
+          files->cdi_file.empty() ? absl::OkStatus() : cdi_->Remove(files->cdi_file, false);
       !st.ok()) {
     restore(/*spec=*/false);  // still prepared
     ledger_->Abort(*txn);
@@ -780,8 +780,8 @@ absl::StatusOr<ClaimService::ClaimFiles> ClaimService::FilesOf(const std::string
   const size_t hash = std::hash<std::string>{}(cdi.text());
   {
     std::lock_guard<std::mutex> lock(files_mu_);
-    if (auto it = files_.find(owner); it != files_.end() && it->second.size == cdi.text().size() &&
-                                      it->second.hash == hash) {
+    if (auto it = files_.find(owner);
+        it != files_.end() && it->second.size == cdi.text().size() && it->second.hash == hash) {
       return it->second.files;
     }
   }

@@ -82,7 +82,8 @@ double ProcessCpuUs(pid_t pid, double* sys = nullptr) {
     if (i == 15) stime = std::atol(field.c_str());
   }
   if (utime < 0 || stime < 0) return -1;
-  if (sys != nullptr) *sys = static_cast<double>(stime) * 1e6 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  if (sys != nullptr)
+    *sys = static_cast<double>(stime) * 1e6 / static_cast<double>(::sysconf(_SC_CLK_TCK));
   return static_cast<double>(utime + stime) * 1e6 / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 

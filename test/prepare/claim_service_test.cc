@@ -1441,13 +1441,12 @@ TEST_F(ClaimServiceMetadataTest, UnprepareRemovesTheSameFilesRememberedOrReadBac
   const ClaimRef after = Add("default", "a1", "uid-a1", {Result("cpus", kNuma0, "2")});
   PrepareOk(after);
   const std::set<std::string> all = {
-      "dra.cpu-claim_uid-a1.json", "dra.cpu-claim_uid-b1.json", "dra.cpu-claim_uid-k1.json",
-      "dra.cpu_metadata_uid-a1_cpus.json", "dra.cpu_metadata_uid-b1_cpus.json",
-      "dra.cpu_metadata_uid-k1_cpus.json"};
+      "dra.cpu-claim_uid-a1.json",         "dra.cpu-claim_uid-b1.json",
+      "dra.cpu-claim_uid-k1.json",         "dra.cpu_metadata_uid-a1_cpus.json",
+      "dra.cpu_metadata_uid-b1_cpus.json", "dra.cpu_metadata_uid-k1_cpus.json"};
   ASSERT_EQ(CdiFiles(), all);
   const std::string root = dir_ + "/plugins/dra.cpu/dra-device-metadata/";
-  for (const auto& [ref, files] :
-       std::vector<std::pair<ClaimRef, std::set<std::string>>>{
+  for (const auto& [ref, files] : std::vector<std::pair<ClaimRef, std::set<std::string>>>{
            {before,  // prepared before the restart: read back
             {"dra.cpu-claim_uid-a1.json", "dra.cpu-claim_uid-k1.json",
              "dra.cpu_metadata_uid-a1_cpus.json", "dra.cpu_metadata_uid-k1_cpus.json"}},
@@ -1463,8 +1462,8 @@ TEST_F(ClaimServiceMetadataTest, UnprepareRemovesTheSameFilesRememberedOrReadBac
   // Prepared again after its unprepare, a claim is remembered again with its new files.
   PrepareOk(after);
   UnprepareOk(after);
-  EXPECT_EQ(CdiFiles(),
-            (std::set<std::string>{"dra.cpu-claim_uid-k1.json", "dra.cpu_metadata_uid-k1_cpus.json"}));
+  EXPECT_EQ(CdiFiles(), (std::set<std::string>{"dra.cpu-claim_uid-k1.json",
+                                               "dra.cpu_metadata_uid-k1_cpus.json"}));
 }
 
 TEST_F(ClaimServiceMetadataTest, ReplayAndStartRestoreTheFilesAndRemoveLeftovers) {

@@ -246,8 +246,8 @@ std::string PrintedInFull(const claims::Claim& claim, const std::string& request
       list.push_back(device);
     }
     doc["requests"] = {{{"name", request}, {"devices", list}}};
-    absl::StrAppend(&out,
-                    doc.dump(2, ' ', false, nlohmann::detail::error_handler_t::replace), "\n");
+    absl::StrAppend(&out, doc.dump(2, ' ', false, nlohmann::detail::error_handler_t::replace),
+                    "\n");
   }
   return out;
 }
