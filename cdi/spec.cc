@@ -315,10 +315,24 @@ struct Version {
   auto operator<=>(const Version&) const = default;
 };
 
-// Only ever called on versions from KnownVersions(), which all parse.
+// Only ever called on versions from KnownVersions(), which all parse. "<major>.<minor>.<patch>"
+// read by hand: sscanf (and the string it needed) was a tenth of validating a spec, which every
+// prepare does twice.
 Version ParseVersion(absl::string_view text) {
   Version v;
-  std::sscanf(std::string(text).c_str(), "%d.%d.%d", &v.major, &v.minor, &v.patch);
+  size_t i = 0;
+  for (int* part : {&v.major, &v.minor, &v.patch}) {
+    if (i >= text.size() || !absl::ascii_isdigit(static_cast<unsigned char>(text[i]))) break;
+    int n = 0;
+    for (int digits = 0;
+         i < text.size() && digits < 9 && absl::ascii_isdigit(static_cast<unsigned char>(text[i]));
+         ++i, ++digits) {
+      n = n * 10 + (text[i] - '0');
+    }
+    *part = n;
+    if (i >= text.size() || text[i] != '.') break;
+    ++i;
+  }
   return v;
 }
 

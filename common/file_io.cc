@@ -63,16 +63,35 @@ absl::Status ErrnoStatus(int err, absl::string_view op, const std::string& path)
 }
 
 absl::Status MakeDirectories(const std::string& dir, mode_t dir_mode) {
-  for (size_t pos = 1; pos <= dir.size(); ++pos) {
-    if (pos != dir.size() && dir[pos] != '/') continue;
-    const std::string prefix = dir.substr(0, pos);
+  // The umask may have taken bits off a directory just made; a mode wider than asked is never
+  // the result. Through a descriptor that refuses links: whoever can write the parent could have
+  // swapped the new directory for a link, and a chmod would change the mode of what it points at.
+  auto made = [dir_mode](const std::string& path) {
+    Fd fd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (fd.get() < 0) return ErrnoStatus(errno, "open the directory just created", path);
+    if (::fchmod(fd.get(), dir_mode) != 0) return ErrnoStatus(errno, "chmod", path);
+    return absl::OkStatus();
+  };
+  // From the directory itself up to the first one that is there, then back down making each:
+  // a directory that exists costs one mkdir, not one per component (every prepare writes three
+  // files into directories 3 to 8 components deep).
+  std::vector<size_t> missing;  // lengths of the prefixes to make, deepest first
+  for (size_t end = dir.size(); end > 0;) {
+    const std::string prefix = dir.substr(0, end);
     if (::mkdir(prefix.c_str(), dir_mode) == 0) {
-      // The umask may have taken bits off; a mode wider than asked is never the result. Through
-      // a descriptor that refuses links: whoever can write the parent could have swapped the new
-      // directory for a link, and a chmod would change the mode of what it points at.
-      Fd fd(::open(prefix.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      if (fd.get() < 0) return ErrnoStatus(errno, "open the directory just created", prefix);
-      if (::fchmod(fd.get(), dir_mode) != 0) return ErrnoStatus(errno, "chmod", prefix);
+      if (absl::Status st = made(prefix); !st.ok()) return st;
+      break;
+    }
+    if (errno == EEXIST) break;  // a file in its place fails below
+    if (errno != ENOENT) return ErrnoStatus(errno, "create directory", prefix);
+    missing.push_back(end);
+    const size_t slash = prefix.rfind('/');
+    end = slash == std::string::npos ? 0 : slash;
+  }
+  for (auto end = missing.rbegin(); end != missing.rend(); ++end) {
+    const std::string prefix = dir.substr(0, *end);
+    if (::mkdir(prefix.c_str(), dir_mode) == 0) {
+      if (absl::Status st = made(prefix); !st.ok()) return st;
     } else if (errno != EEXIST) {
       return ErrnoStatus(errno, "create directory", prefix);
     }

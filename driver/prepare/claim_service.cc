@@ -623,6 +623,11 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref, const claims::Claim& 
     return fail(absl::StrCat("claim ", Ref(ref), ": record the allocation: ", Message(st)));
   }
   const auto t4 = std::chrono::steady_clock::now();
+  if (!plan.cdi_file.empty()) {
+    Remember(plan.allocation.owner, plan.allocation.cdi,
+             {plan.cdi_file, CdiFilesOf(plan.metadata),
+              plan.metadata.empty() ? std::string() : plan.metadata.front().host_path});
+  }
   auto us = [](auto d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); };
   spdlog::info("{}: prepared cpus={} gpus={} devices={}", Who(ref),
                plan.allocation.cpus.Empty() ? "none" : plan.allocation.cpus.ToString(),
@@ -695,29 +700,40 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
       (void)RemoveMetadataFiles(*cdi_, MetadataClaimDir(v->setup.metadata_root, ref.ns, ref.name),
                                 specs);
     }
+    Forget(owner);
     spdlog::debug("{}: not prepared, nothing to unprepare", Who(ref));
     return "";
   }
-  const json held_cdi = held.cdi.Parse();
-  const bool has_file =
-      held_cdi.is_object() && held_cdi.contains("file") && held_cdi["file"].is_string();
-  absl::StatusOr<std::vector<MetadataFile>> metadata = StoredMetadata(held_cdi);
-  if (!metadata.ok()) {
+  absl::StatusOr<ClaimFiles> files = FilesOf(owner, held.cdi);
+  if (!files.ok()) {
     ledger_->Abort(*txn);
-    return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(metadata.status())));
+    return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(files.status())));
   }
-  if (!metadata->empty()) {
+  // The claim stays prepared after all: its files go back (parsed from the stored text, as
+  // start would restore them). With `spec`, its CDI spec too.
+  auto restore = [&](bool spec) {
+    const json stored = held.cdi.Parse();
+    if (spec && !files->cdi_file.empty() && stored.is_object() && stored.contains("spec")) {
+      absl::StatusOr<cdi::Spec> s = cdi::FromJson(stored["spec"].dump());
+      if (s.ok()) (void)cdi_->Write(files->cdi_file, *s, false);
+    }
+    if (absl::StatusOr<std::vector<MetadataFile>> m = StoredMetadata(stored); m.ok()) {
+      (void)WriteMetadataFiles(*cdi_, *m, /*synced=*/false);
+    }
+  };
+  if (!files->metadata_cdi_files.empty()) {
     // The directory of the host files is the claim's ("<root>/<ns>_<name>"), wherever the root
     // was when they were written.
-    const std::string request_dir =
-        metadata->front().host_path.substr(0, metadata->front().host_path.rfind('/'));
+    const std::string& host_path = files->metadata_host_path;
+    const std::string request_dir = host_path.substr(0, host_path.rfind('/'));
     std::string claim_dir = request_dir.substr(0, request_dir.rfind('/'));
     // remove_all of a path read back from the journal: only ever this claim's own directory.
     if (!absl::EndsWith(claim_dir, MetadataClaimDir("", held.claim_namespace, held.claim_name))) {
       claim_dir =
           MetadataClaimDir(view()->setup.metadata_root, held.claim_namespace, held.claim_name);
     }
-    if (absl::Status st = RemoveMetadataFiles(*cdi_, claim_dir, CdiFilesOf(*metadata)); !st.ok()) {
+    if (absl::Status st = RemoveMetadataFiles(*cdi_, claim_dir, files->metadata_cdi_files);
+        !st.ok()) {
       ledger_->Abort(*txn);
       return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(st)));
     }
@@ -725,22 +741,19 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
   // Not synced: the journal record below is what makes the release durable, and a file that
   // comes back after a power loss belongs to no prepared claim and is removed at start.
   if (absl::Status st =
-          has_file ? cdi_->Remove(held_cdi["file"].get<std::string>(), false) : absl::OkStatus();
+          files->cdi_file.empty() ? absl::OkStatus() : cdi_->Remove(files->cdi_file, false);
       !st.ok()) {
-    (void)WriteMetadataFiles(*cdi_, *metadata, /*synced=*/false);  // still prepared
+    restore(/*spec=*/false);  // still prepared
     ledger_->Abort(*txn);
     return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(st)));
   }
   if (absl::Status st = ledger_->Commit(*txn); !st.ok()) {
     // Still prepared: its CDI file must be there for a replayed prepare.
-    if (has_file && held_cdi.contains("spec")) {
-      absl::StatusOr<cdi::Spec> spec = cdi::FromJson(held_cdi["spec"].dump());
-      if (spec.ok()) (void)cdi_->Write(held_cdi["file"].get<std::string>(), *spec, false);
-    }
-    (void)WriteMetadataFiles(*cdi_, *metadata, /*synced=*/false);
+    restore(/*spec=*/true);
     ledger_->Abort(*txn);  // Prepared again, and recorded again
     return fail(absl::StrCat("claim ", Ref(ref), ": record the release: ", Message(st)));
   }
+  Forget(owner);
   spdlog::info("{}: unprepared, freed cpus={} gpus={}", Who(ref),
                held.cpus.Empty() ? "none" : held.cpus.ToString(), held.gpus.size());
   {
@@ -748,6 +761,40 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
     pods_.erase(ref.uid);
   }
   return "";
+}
+
+void ClaimService::Remember(const std::string& owner, const state::JsonText& cdi,
+                            ClaimFiles files) {
+  Remembered r{cdi.text().size(), std::hash<std::string>{}(cdi.text()), std::move(files)};
+  std::lock_guard<std::mutex> lock(files_mu_);
+  files_[owner] = std::move(r);
+}
+
+void ClaimService::Forget(const std::string& owner) {
+  std::lock_guard<std::mutex> lock(files_mu_);
+  files_.erase(owner);
+}
+
+absl::StatusOr<ClaimService::ClaimFiles> ClaimService::FilesOf(const std::string& owner,
+                                                               const state::JsonText& cdi) {
+  const size_t hash = std::hash<std::string>{}(cdi.text());
+  {
+    std::lock_guard<std::mutex> lock(files_mu_);
+    if (auto it = files_.find(owner);
+        it != files_.end() && it->second.size == cdi.text().size() && it->second.hash == hash) {
+      return it->second.files;
+    }
+  }
+  const json stored = cdi.Parse();
+  ClaimFiles files;
+  if (stored.is_object() && stored.contains("file") && stored["file"].is_string()) {
+    files.cdi_file = stored["file"].get<std::string>();
+  }
+  absl::StatusOr<std::vector<MetadataFile>> metadata = StoredMetadata(stored);
+  if (!metadata.ok()) return metadata.status();
+  files.metadata_cdi_files = CdiFilesOf(*metadata);
+  if (!metadata->empty()) files.metadata_host_path = metadata->front().host_path;
+  return files;
 }
 
 std::string ClaimService::Who(const ClaimRef& ref) const {

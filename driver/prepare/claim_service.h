@@ -182,6 +182,20 @@ class ClaimService {
   // claims whose identifiers passed ValidateClaimIdentity.
   std::string Who(const ClaimRef& ref) const;
   std::string UnprepareOne(const ClaimRef& ref);
+  // What unprepare removes of a prepared claim (FilesOf).
+  struct ClaimFiles {
+    std::string cdi_file;                         // "" for none
+    std::vector<std::string> metadata_cdi_files;  // in the CDI directory
+    std::string metadata_host_path;               // the first metadata file's; "" for none
+  };
+  // Kept at prepare, so unprepare need not parse the stored CDI JSON (the CDI spec, the metadata
+  // files' contents and specs) back to find a few file names: that parse was a sixth of a
+  // prepare+unprepare cycle's instructions.
+  void Remember(const std::string& owner, const state::JsonText& cdi, ClaimFiles files);
+  // The files of `owner` whose stored CDI JSON is `cdi`: as remembered when `cdi` is the text
+  // they were remembered with, else parsed from it (a claim prepared before this start).
+  absl::StatusOr<ClaimFiles> FilesOf(const std::string& owner, const state::JsonText& cdi);
+  void Forget(const std::string& owner);
 
   const std::string driver_;
   state::Ledger* ledger_;
@@ -192,6 +206,14 @@ class ClaimService {
   mutable std::mutex pods_mu_;
   std::map<std::string, std::string> pods_;
   FetchOptions fetch_;
+  // Owner -> its files and the size and hash of the stored text they were taken from.
+  struct Remembered {
+    size_t size = 0;
+    size_t hash = 0;
+    ClaimFiles files;
+  };
+  std::mutex files_mu_;
+  std::map<std::string, Remembered> files_;
   mutable absl::Mutex view_mu_;
   std::shared_ptr<const View> view_ ABSL_GUARDED_BY(view_mu_);
 };

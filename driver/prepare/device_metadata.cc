@@ -36,6 +36,35 @@ std::string Dump(const ordered_json& j) {
   return j.dump(2, ' ', false, nlohmann::detail::error_handler_t::replace);
 }
 
+// `j` with its objects' keys in sorted order (std::map's), the order Go writes a map in. Built
+// directly: a dump and a parse of the text cost as much as the rest of the document.
+ordered_json Ordered(const json& j) {
+  if (j.is_object()) {
+    ordered_json out = ordered_json::object();
+    for (const auto& [key, value] : j.items()) out.emplace(key, Ordered(value));
+    return out;
+  }
+  if (j.is_array()) {
+    ordered_json out = ordered_json::array();
+    for (const json& e : j) out.push_back(Ordered(e));
+    return out;
+  }
+  switch (j.type()) {
+    case json::value_t::string:
+      return j.get_ref<const std::string&>();
+    case json::value_t::boolean:
+      return j.get<bool>();
+    case json::value_t::number_integer:
+      return j.get<int64_t>();
+    case json::value_t::number_unsigned:
+      return j.get<uint64_t>();
+    case json::value_t::number_float:
+      return j.get<double>();
+    default:
+      return nullptr;  // null, discarded, binary (never in attributes)
+  }
+}
+
 struct RequestGroup {
   std::string base;
   // Full request name ("<main>" or "<main>/<sub>") -> its devices, in order of appearance.
@@ -70,7 +99,7 @@ ordered_json Document(const claims::Claim& claim, const std::string& driver,
       device["pool"] = d->pool;
       device["name"] = d->name;
       // Sorted by name, as Go writes a map.
-      if (!attributes.empty()) device["attributes"] = ordered_json::parse(attributes.dump());
+      if (!attributes.empty()) device["attributes"] = Ordered(attributes);
       list.push_back(std::move(device));
     }
     ordered_json request;
@@ -80,6 +109,23 @@ ordered_json Document(const claims::Claim& claim, const std::string& driver,
   }
   doc["requests"] = std::move(requests);
   return doc;
+}
+
+// The file's content from the v1beta1 document: its text, then the same with the v1alpha1
+// apiVersion, each ended by a newline. The two differ only there, and "apiVersion" is printed
+// second, after the fixed "kind", so the other version is spliced into the text rather than the
+// document printed twice.
+std::string BothVersions(ordered_json doc) {
+  const std::string beta = Dump(doc);
+  const std::string head = "{\n  \"kind\": \"DeviceMetadata\",\n  \"apiVersion\": \"";
+  const std::string version = kMetadataApiV1beta1;
+  if (!absl::StartsWith(beta, head) ||
+      !absl::StartsWith(absl::string_view(beta).substr(head.size()), version)) {
+    doc["apiVersion"] = kMetadataApiV1alpha1;  // not printed as expected: print it again
+    return absl::StrCat(beta, "\n", Dump(doc), "\n");
+  }
+  return absl::StrCat(beta, "\n", head, kMetadataApiV1alpha1,
+                      absl::string_view(beta).substr(head.size() + version.size()), "\n");
 }
 
 }  // namespace
@@ -216,9 +262,7 @@ absl::StatusOr<DeviceMetadataPlan> PlanDeviceMetadata(const claims::Claim& claim
     MetadataFile f;
     f.request = g.base;
     f.host_path = MetadataHostPath(root, claim.namespace_name, claim.name, g.base);
-    f.content =
-        absl::StrCat(Dump(Document(claim, driver, g, kMetadataApiV1beta1, &plan.notes)), "\n",
-                     Dump(Document(claim, driver, g, kMetadataApiV1alpha1, nullptr)), "\n");
+    f.content = BothVersions(Document(claim, driver, g, kMetadataApiV1beta1, &plan.notes));
     f.cdi_file = MetadataCdiFileName(driver, claim.uid, g.base);
     f.cdi_spec.cdi_version = kMetadataCdiVersion;
     f.cdi_spec.kind = MetadataCdiKind(driver);

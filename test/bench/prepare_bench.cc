@@ -10,7 +10,10 @@
 //   - daemon RSS after 10,000 prepared claims;
 //   - one call of 16 claims whose GETs the fake API server holds 50 ms each (concurrent fetch).
 //
-// usage: prepare_bench [TOPOLOGIES_DIR] [ITERATIONS] [--latency-only]
+// usage: [TOPODRA_BENCH_DAEMON_ARGS="--flag value ..."] prepare_bench [TOPOLOGIES_DIR]
+//        [ITERATIONS] [--latency-only]
+// --latency-only stops after the concurrency-1 and 16 loads: with the daemon under callgrind
+// (docs/dev/benchmarks.md), two runs with different ITERATIONS give its instructions per cycle.
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
@@ -63,8 +66,9 @@ constexpr double kUnprepareTarget = 1.2;  // unprepare p50 / its floor, concurre
 constexpr double kCpuTargetUs = 100;      // daemon CPU per prepare+unprepare cycle
 
 // utime + stime of the whole process (every thread, the exited ones too) from /proc/<pid>/stat,
-// in microseconds; -1 when it cannot be read. Its resolution is one clock tick (10 ms).
-double ProcessCpuUs(pid_t pid) {
+// in microseconds; -1 when it cannot be read. Its resolution is one clock tick (10 ms). With
+// `sys`, the stime part goes there.
+double ProcessCpuUs(pid_t pid, double* sys = nullptr) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const size_t paren = text.rfind(')');  // the command name may hold spaces and parentheses
@@ -78,6 +82,8 @@ double ProcessCpuUs(pid_t pid) {
     if (i == 15) stime = std::atol(field.c_str());
   }
   if (utime < 0 || stime < 0) return -1;
+  if (sys != nullptr)
+    *sys = static_cast<double>(stime) * 1e6 / static_cast<double>(::sysconf(_SC_CLK_TCK));
   return static_cast<double>(utime + stime) * 1e6 / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
@@ -120,6 +126,12 @@ bool StartNode(Node& n, const std::vector<std::string>& machine) {
     args.push_back(std::string(n.dirs.root).replace(0, 4, "/dev/shm") + "-cdi");
   }
   args.insert(args.end(), machine.begin(), machine.end());
+  // More daemon flags, space-separated, for looking into the figures (e.g. "--device-metadata
+  // off": what the metadata files cost).
+  if (const char* extra = std::getenv("TOPODRA_BENCH_DAEMON_ARGS"); extra != nullptr) {
+    std::istringstream words(extra);
+    for (std::string w; words >> w;) args.push_back(w);
+  }
   // Per-phase timings of each prepare in the daemon log, for looking into the figures.
   if (std::getenv("TOPODRA_BENCH_VERBOSE") != nullptr) args.push_back("-v");
   const auto t0 = Clock::now();
@@ -147,7 +159,8 @@ int RunLoad(Node& n, const std::vector<PrepareClaim>& claims, int threads, int i
             const char* label, double floor_prepare, double floor_unprepare, bool targets) {
   std::vector<std::vector<double>> prep(threads), unprep(threads);
   std::atomic<int> errors{0};
-  const double cpu0 = ProcessCpuUs(n.daemon.pid());
+  double sys0 = 0, sys1 = 0;
+  const double cpu0 = ProcessCpuUs(n.daemon.pid(), &sys0);
   const auto t0 = Clock::now();
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
@@ -169,7 +182,7 @@ int RunLoad(Node& n, const std::vector<PrepareClaim>& claims, int threads, int i
   }
   for (std::thread& t : pool) t.join();
   const double seconds = Ms(Clock::now() - t0) / 1000.0;
-  const double cpu1 = ProcessCpuUs(n.daemon.pid());
+  const double cpu1 = ProcessCpuUs(n.daemon.pid(), &sys1);
   std::vector<double> all_p, all_u;
   for (int t = 0; t < threads; ++t) {
     all_p.insert(all_p.end(), prep[t].begin(), prep[t].end());
@@ -191,9 +204,9 @@ int RunLoad(Node& n, const std::vector<PrepareClaim>& claims, int threads, int i
     const double per_cycle = (cpu1 - cpu0) / cycles;
     const double tick_us = 1e6 / static_cast<double>(::sysconf(_SC_CLK_TCK));
     std::printf(
-        "%-15s daemon CPU (user+sys) per prepare+unprepare cycle: %.0f us (%.0f ms over %d "
-        "cycles, +-%.0f us; %s)\n",
-        label, per_cycle, (cpu1 - cpu0) / 1000.0, cycles, tick_us / cycles,
+        "%-15s daemon CPU (user+sys) per prepare+unprepare cycle: %.0f us (sys %.0f us; %.0f ms "
+        "over %d cycles, +-%.0f us; %s)\n",
+        label, per_cycle, (sys1 - sys0) / cycles, (cpu1 - cpu0) / 1000.0, cycles, tick_us / cycles,
         Verdict(per_cycle <= kCpuTargetUs, "<= 100 us").c_str());
   }
   return cycles;
@@ -205,6 +218,7 @@ int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : "test/fixtures/topologies";
   const int iterations = argc > 2 ? std::atoi(argv[2]) : 2000;
   const std::vector<std::string> fixture = {"--topology-file", dir + "/192em64t-24n8c2t.xml"};
+  const bool latency_only = argc > 3 && std::string(argv[3]) == "--latency-only";
 
   // Start -> registered and idle RSS, 5 fresh starts on the 384-PU fixture.
   std::vector<double> starts;
@@ -286,6 +300,10 @@ int main(int argc, char** argv) {
   std::printf(
       "targets (issue 19): at concurrency 1 prepare p50 <= 1.3x and unprepare p50 <= 1.2x their "
       "floors; daemon CPU <= 100 us per cycle; >= 1000 claims/s at concurrency 16\n");
+  if (latency_only) {
+    StopNode(n);
+    return 0;
+  }
   if (prepared < 10000) {
     std::printf("(more cycles, to 10,000 claims prepared and unprepared in all)\n");
     prepared += RunLoad(n, claims, 16, 10000 - prepared, "concurrency 16", g + h + s, g + s, false);
@@ -333,7 +351,5 @@ int main(int argc, char** argv) {
     }
   }
   StopNode(n);
-  if (argc > 3 && std::string(argv[3]) == "--latency-only") return 0;
-
   return 0;
 }

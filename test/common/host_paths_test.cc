@@ -161,6 +161,45 @@ TEST_F(PrepareOwnedDirectoryTest, CreatesWithTheExactModeWhateverTheUmask) {
   EXPECT_EQ(ModeOf(dir_ + "/s"), 0700u);
 }
 
+using MakeDirectoriesTest = TempDir;
+
+// mkdir -p from the deepest directory up: whatever is missing is made with the exact mode, what
+// is there keeps its own, and a file in the way is an error naming it.
+TEST_F(MakeDirectoriesTest, MakesWhatIsMissingWithTheModeAndRefusesAFileInTheWay) {
+  ASSERT_EQ(::mkdir((dir_ + "/there").c_str(), 0700), 0);
+  std::ofstream(dir_ + "/file") << "x";
+  struct Case {
+    const char* name;
+    std::string dir;
+    std::vector<std::pair<std::string, mode_t>> modes;  // after the call
+    std::string error;                                  // "" for none
+  };
+  const std::vector<Case> cases = {
+      {"all there", dir_ + "/there", {{dir_ + "/there", 0700}}, ""},
+      {"one missing", dir_ + "/there/a", {{dir_ + "/there", 0700}, {dir_ + "/there/a", 0751}}, ""},
+      {"three missing",
+       dir_ + "/b/c/d",
+       {{dir_ + "/b", 0751}, {dir_ + "/b/c", 0751}, {dir_ + "/b/c/d", 0751}},
+       ""},
+      {"a trailing slash", dir_ + "/e/", {{dir_ + "/e", 0751}}, ""},
+      {"a double slash", dir_ + "/f//g", {{dir_ + "/f", 0751}, {dir_ + "/f/g", 0751}}, ""},
+      {"a file in the way", dir_ + "/file", {}, "\"" + dir_ + "/file\" is not a directory"},
+      {"below a file", dir_ + "/file/h", {}, "create directory \"" + dir_ + "/file/h\""},
+  };
+  const mode_t old = ::umask(077);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const absl::Status st = MakeDirectories(c.dir, 0751);
+    if (c.error.empty()) {
+      EXPECT_TRUE(st.ok()) << st;
+    } else {
+      EXPECT_THAT(std::string(st.message()), HasSubstr(c.error));
+    }
+    for (const auto& [path, mode] : c.modes) EXPECT_EQ(ModeOf(path), mode) << path;
+  }
+  ::umask(old);
+}
+
 TEST_F(PrepareOwnedDirectoryTest, RefusesAWorldWritableDirectoryNamingItsModeAndOwner) {
   const std::string cdi = dir_ + "/cdi";
   ASSERT_EQ(::mkdir(cdi.c_str(), 0700), 0);

@@ -1427,6 +1427,45 @@ TEST_F(ClaimServiceMetadataTest, PrepareWritesUnprepareRemovesAndAFailedWriteUnd
   PrepareOk(all);  // all 16 CPUs: nothing of m2 is held
 }
 
+// Unprepare takes the files to remove from what prepare remembered, or, for a claim prepared
+// before the start (nothing remembered), from the stored text: both remove the same files.
+TEST_F(ClaimServiceMetadataTest, UnprepareRemovesTheSameFilesRememberedOrReadBack) {
+  const topology::Topology& topo = Load(k16);
+  const DriverSetup setup = MetadataSetup(topo);
+  Start(setup, topo);
+  const ClaimRef before = Add("default", "b1", "uid-b1", {Result("cpus", kNuma0, "2")});
+  const ClaimRef kept = Add("default", "k1", "uid-k1", {Result("cpus", kNuma0, "2")});
+  PrepareOk(before);
+  PrepareOk(kept);
+  Restart({{setup, k16}});
+  const ClaimRef after = Add("default", "a1", "uid-a1", {Result("cpus", kNuma0, "2")});
+  PrepareOk(after);
+  const std::set<std::string> all = {
+      "dra.cpu-claim_uid-a1.json",         "dra.cpu-claim_uid-b1.json",
+      "dra.cpu-claim_uid-k1.json",         "dra.cpu_metadata_uid-a1_cpus.json",
+      "dra.cpu_metadata_uid-b1_cpus.json", "dra.cpu_metadata_uid-k1_cpus.json"};
+  ASSERT_EQ(CdiFiles(), all);
+  const std::string root = dir_ + "/plugins/dra.cpu/dra-device-metadata/";
+  for (const auto& [ref, files] : std::vector<std::pair<ClaimRef, std::set<std::string>>>{
+           {before,  // prepared before the restart: read back
+            {"dra.cpu-claim_uid-a1.json", "dra.cpu-claim_uid-k1.json",
+             "dra.cpu_metadata_uid-a1_cpus.json", "dra.cpu_metadata_uid-k1_cpus.json"}},
+           {after,  // remembered
+            {"dra.cpu-claim_uid-k1.json", "dra.cpu_metadata_uid-k1_cpus.json"}}}) {
+    SCOPED_TRACE(ref.name);
+    UnprepareOk(ref);
+    EXPECT_EQ(CdiFiles(), files);
+    EXPECT_FALSE(std::filesystem::exists(root + "default_" + ref.name));
+    EXPECT_FALSE(Held(kCpuDriver, ref.uid).has_value());
+  }
+  EXPECT_TRUE(std::filesystem::exists(HostFile("k1")));
+  // Prepared again after its unprepare, a claim is remembered again with its new files.
+  PrepareOk(after);
+  UnprepareOk(after);
+  EXPECT_EQ(CdiFiles(), (std::set<std::string>{"dra.cpu-claim_uid-k1.json",
+                                               "dra.cpu_metadata_uid-k1_cpus.json"}));
+}
+
 TEST_F(ClaimServiceMetadataTest, ReplayAndStartRestoreTheFilesAndRemoveLeftovers) {
   const topology::Topology& topo = Load(k16);
   const DriverSetup setup = MetadataSetup(topo);

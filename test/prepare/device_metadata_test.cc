@@ -7,6 +7,7 @@
 
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
@@ -216,6 +217,93 @@ TEST(PlanDeviceMetadata, OneFilePerBaseRequestWithBothVersions) {
   EXPECT_FALSE(Objects(named->files[0].content)[0].contains("podClaimName"));
   EXPECT_THAT(named->files[0].cdi_spec.devices[0].container_edits.mounts[0].container_path,
               HasSubstr("/resourceclaims/train/cpus/"));
+}
+
+// The text as the plain way prints it: each version's document built whole, its attributes
+// taken through a dump and a parse (which sorts the keys), pretty-printed.
+std::string PrintedInFull(const claims::Claim& claim, const std::string& request,
+                          const std::vector<MetadataDevice>& devices) {
+  std::string out;
+  for (const char* version : {kMetadataApiV1beta1, kMetadataApiV1alpha1}) {
+    nlohmann::ordered_json doc;
+    doc["kind"] = "DeviceMetadata";
+    doc["apiVersion"] = version;
+    doc["metadata"] = {{"name", claim.name},
+                       {"namespace", claim.namespace_name},
+                       {"uid", claim.uid},
+                       {"generation", 1}};
+    if (!claim.pod_claim_name.empty()) doc["podClaimName"] = claim.pod_claim_name;
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const MetadataDevice& d : devices) {
+      nlohmann::ordered_json device;
+      device["driver"] = "dra.cpu";
+      device["pool"] = d.pool;
+      device["name"] = d.name;
+      const json attributes = MetadataAttributes("dra.cpu", d.decided, d.published, nullptr);
+      if (!attributes.empty()) {
+        device["attributes"] = nlohmann::ordered_json::parse(attributes.dump());
+      }
+      list.push_back(device);
+    }
+    doc["requests"] = {{{"name", request}, {"devices", list}}};
+    absl::StrAppend(&out, doc.dump(2, ' ', false, nlohmann::detail::error_handler_t::replace),
+                    "\n");
+  }
+  return out;
+}
+
+TEST(PlanDeviceMetadata, TheTextIsBothDocumentsAsPrintedInFull) {
+  const json published = {
+      {"numCPUs", {{"int", 16}}},
+      {"zeta", {{"bool", true}}},
+      {"alpha", {{"string", "quote \" backslash \\ tab \t é \u00ff"}}},
+      {"dra.cpu/smt", {{"bools", {true, false}}}},
+      {"version", {{"version", "1.2.3"}}},
+      {"big", {{"int", -9007199254740993}}},
+      {"frac", {{"float", 0.5}}},
+      {"none", nullptr},
+      {"nested", {{"ints", {1, 2, 3}}, {"extra", json::object()}}},
+  };
+  struct Case {
+    const char* name;
+    std::string pod_claim_name;
+    std::vector<MetadataDevice> devices;
+  };
+  const std::vector<Case> cases = {
+      {"no attributes", "", {{"cpus", "node1", "cpudevnuma000", {}, nullptr}}},
+      {"decided only",
+       "tmpl",
+       {{"cpus", "node1", "cpudevnuma000", {{kCpusetAttribute, {{"string", "0-3"}}}}, nullptr}}},
+      {"decided and published, two devices",
+       "",
+       {{"cpus",
+         "node1",
+         "cpudevnuma000",
+         {{kCpusetAttribute, {{"string", "0-3"}}}, {kNumaNodesAttribute, {{"ints", {0, 1}}}}},
+         published},
+        {"cpus", "node1", "cpudevnuma001", {}, published}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    absl::StatusOr<DeviceMetadataPlan> plan =
+        PlanDeviceMetadata(TestClaim(c.pod_claim_name), "dra.cpu", kRoot, c.devices);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(plan->files.size(), 1u);
+    EXPECT_EQ(plan->files[0].content,
+              PrintedInFull(TestClaim(c.pod_claim_name), "cpus", c.devices));
+  }
+  // A published string that is not UTF-8 is printed with U+FFFD in both documents (printing it
+  // through a dump of its own used to throw, failing the claim).
+  absl::StatusOr<DeviceMetadataPlan> bad = PlanDeviceMetadata(
+      TestClaim(), "dra.cpu", kRoot,
+      {{"cpus", "node1", "cpudevnuma000", {}, {{"model", {{"string", "bad \xff end"}}}}}});
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  const std::vector<json> objects = Objects(bad->files[0].content);
+  ASSERT_EQ(objects.size(), 2u);
+  for (const json& o : objects) {
+    EXPECT_EQ(o["requests"][0]["devices"][0]["attributes"]["dra.cpu/model"]["string"],
+              "bad \xef\xbf\xbd end");
+  }
 }
 
 TEST(PlanDeviceMetadata, NamesAPathCannotBeBuiltFromAreRefusedOrSkipped) {
