@@ -90,4 +90,3 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
 }
 
 }  // namespace topodra::cmd
-
