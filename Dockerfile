@@ -16,10 +16,11 @@ COPY scripts/install-deps.sh scripts/build-deps.txt /src/scripts/
 RUN bash /src/scripts/install-deps.sh --build-only && rm -rf /var/lib/apt/lists/*
 COPY . /src
 WORKDIR /src
-# The release preset (tests off). Only the three installed artefacts are built: the benchmarks
-# that the preset also configures are not shipped.
+# The release preset (tests off; gRPC, abseil, protobuf, re2 linked statically into the daemon,
+# TOPODRA_STATIC_DEPS). Only the three installed artefacts are built: the benchmarks that the
+# preset also configures are not shipped.
 RUN cmake --preset release -DTOPODRA_BUILD_BENCH=OFF \
- && cmake --build --preset release --target topodra topodra_run topodra-cpuset-hook
+ && cmake --build --preset release --target topodra topodra-daemon topodra-cpuset-hook
 
 # ---- runtime -----------------------------------------------------------------------------------
 FROM debian:bookworm-slim
@@ -29,9 +30,11 @@ LABEL org.opencontainers.image.title="topodra" \
       org.opencontainers.image.version="${TOPODRA_VERSION}" \
       org.opencontainers.image.base.name="debian:bookworm-slim"
 
-# The runtime libraries of topodra and libtopodra_run.so (their direct dependencies, gRPC's
+# The runtime libraries of topodra and topodra-daemon (their direct dependencies, gRPC's
 # c-ares, re2, OpenSSL and zlib included as some builds link them directly; apt brings in the
-# rest). libcurl4: the daemon's API client (only the module links it). libprometheus-cpp-core1.0:
+# rest). The release build links abseil, gRPC, c-ares, protobuf, re2 and yaml-cpp statically, so
+# their packages are unused there; they stay listed because test/docker checks this list against
+# every build, shared ones too. libcurl4: the daemon's API client (only topodra-daemon links it). libprometheus-cpp-core1.0:
 # the daemon's /metrics (served by its own HTTP loop, no civetweb).
 # libc6, libgcc-s1 and libstdc++6 are not listed: bookworm-slim always has them (apt needs them).
 # apt-get clean: the downloaded packages and apt's package caches (about 85 MB) must not stay in
@@ -56,14 +59,14 @@ RUN apt-get update \
  && apt-get clean \
  && rm -rf /var/lib/apt/lists/*
 
-# `topodra run` loads its daemon module from ../lib/topodra/ next to the binary
-# (cmd/run_loader.cc), and copies the CPU pinning hook to the host from the binary's own
-# directory (InstallHook in cmd/run_command.cc). The hook is static: it runs on the host.
-COPY --from=build /src/build/release/cmd/topodra /src/build/release/cmd/topodra-cpuset-hook /usr/bin/
-COPY --from=build /src/build/release/cmd/libtopodra_run.so /usr/lib/topodra/
+# `topodra run` execs topodra-daemon from its own directory (cmd/run_loader.cc), which copies the
+# CPU pinning hook to the host from its own directory too (InstallHook in driver/node/startup.cc).
+# The hook is static: it runs on the host.
+COPY --from=build /src/build/release/cmd/topodra /src/build/release/cmd/topodra-daemon \
+     /src/build/release/cmd/topodra-cpuset-hook /usr/bin/
 # Fail the image build, not the pod, when a library is missing.
-RUN ! ldd /usr/bin/topodra /usr/lib/topodra/libtopodra_run.so | grep 'not found' \
- && /usr/bin/topodra version
+RUN ! ldd /usr/bin/topodra /usr/bin/topodra-daemon | grep 'not found' \
+ && /usr/bin/topodra version && /usr/bin/topodra run --help >/dev/null
 
 # No USER: the daemon must run as root. It creates the kubelet's plugin and device-plugin sockets
 # under /var/lib/kubelet (root-owned host directories), writes CDI specs to /var/run/cdi, and with

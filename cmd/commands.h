@@ -122,12 +122,12 @@ struct RunCommand {
 };
 // The node daemon: publishes this node's ResourceSlices and serves the kubelet (DRA plugin per
 // driver) until SIGTERM or SIGINT.
-// Loads the `run` module (libtopodra_run.so next to the binary, or ../lib/topodra/) and calls it.
-int RunDaemon(const RunCommand& cmd, std::ostream& err);
-// The module's entry point, in the module.
+// `topodra run ...` execs topodra-daemon (kDaemonName, next to the binary) with the same
+// arguments; returns only when it cannot (an error line on err).
+int ExecDaemon(char** argv, std::ostream& err);
+// The daemon itself, in topodra-daemon.
 int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err);
-inline constexpr char kRunModuleName[] = "libtopodra_run.so";
-inline constexpr char kRunModuleEntry[] = "topodra_run_daemon";
+inline constexpr char kDaemonName[] = "topodra-daemon";
 
 int RunFlatten(const FlattenCommand& cmd, std::istream& in, std::ostream& out, std::ostream& err);
 

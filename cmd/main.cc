@@ -256,6 +256,10 @@ int Main(int argc, char** argv) {
   // would be mapped into the daemon each time. The environment stops the loading itself. Set
   // before any thread exists (setenv is not thread-safe); an operator's own value wins.
   setenv("HWLOC_PLUGINS_BLACKLIST", "hwloc_opencl,hwloc_gl,hwloc_pci,hwloc_xml_libxml", 0);
+#ifndef TOPODRA_DAEMON
+  // `run` is topodra-daemon's (cmd/run_loader.cc): it parses the same flags itself.
+  if (argc > 1 && std::string(argv[1]) == "run") return topodra::cmd::ExecDaemon(argv, std::cerr);
+#endif
   CLI::App app{"topodra: topology-aware Kubernetes DRA driver for CPUs and GPUs", "topodra"};
   // A flag given twice takes the last value: how --config values yield to the command line.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -336,8 +340,19 @@ int Main(int argc, char** argv) {
     return kExitUsage;
   }
 
+#ifdef TOPODRA_DAEMON
+  // topodra-daemon: `run` only, so it links none of the other commands' code.
+  if (run->parsed()) return topodra::cmd::RunDaemonInProcess(run_cmd, std::cerr);
+  if (version->parsed()) {
+    std::cout << "topodra " << TOPODRA_VERSION << "\n";
+    return kExitOk;
+  }
+  std::cerr << "topodra-daemon: error: only `run` is served here (the other commands are "
+               "topodra's)\n";
+  return kExitUsage;
+#else
   if (topology->parsed()) return topodra::cmd::RunTopology(topology_cmd, std::cout, std::cerr);
-  if (run->parsed()) return topodra::cmd::RunDaemon(run_cmd, std::cerr);
+  if (run->parsed()) return topodra::cmd::ExecDaemon(argv, std::cerr);
   if (slices->parsed()) return topodra::cmd::RunSlices(slices_cmd, std::cout, std::cerr);
   if (flatten->parsed()) {
     return topodra::cmd::RunFlatten(flatten_cmd, std::cin, std::cout, std::cerr);
@@ -350,6 +365,7 @@ int Main(int argc, char** argv) {
     return kExitOk;
   }
   return kExitUsage;
+#endif
 }
 
 }  // namespace

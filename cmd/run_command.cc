@@ -90,9 +90,3 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
 }
 
 }  // namespace topodra::cmd
-
-// What run_loader.cc looks up with dlsym.
-extern "C" __attribute__((visibility("default"))) int topodra_run_daemon(
-    const topodra::cmd::RunCommand* cmd, std::ostream* err) {
-  return topodra::cmd::RunDaemonInProcess(*cmd, *err);
-}

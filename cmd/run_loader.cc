@@ -1,12 +1,13 @@
-// `topodra run` loads the daemon from a module next to the binary: the other commands then never
-// load gRPC, libcurl and spdlog (see cmd/CMakeLists.txt).
-#include <dlfcn.h>
+// `topodra run` is a program of its own, topodra-daemon, next to the binary: the other commands
+// then never load gRPC, libcurl and spdlog, and the daemon can link gRPC, abseil, protobuf and re2
+// statically (cmd/CMakeLists.txt), which a loadable module could not.
 #include <limits.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <ostream>
 #include <string>
-#include <vector>
 
 #include "cmd/commands.h"
 
@@ -24,30 +25,15 @@ std::string ExecutableDir() {
 
 }  // namespace
 
-int RunDaemon(const RunCommand& cmd, std::ostream& err) {
-  const std::string dir = ExecutableDir();
-  const std::vector<std::string> candidates = {dir + "/" + kRunModuleName,
-                                               dir + "/../lib/topodra/" + kRunModuleName};
-  std::string errors;
-  for (const std::string& path : candidates) {
-    if (::access(path.c_str(), R_OK) != 0) continue;
-    void* module = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (module == nullptr) {
-      const char* e = ::dlerror();
-      errors += std::string("; ") + (e != nullptr ? e : path);
-      continue;
-    }
-    using Entry = int (*)(const RunCommand*, std::ostream*);
-    auto entry = reinterpret_cast<Entry>(::dlsym(module, kRunModuleEntry));
-    if (entry == nullptr) {
-      errors += "; " + path + " has no " + kRunModuleEntry;
-      continue;
-    }
-    // Never dlclosed: the daemon's threads and static objects live in it until exit.
-    return entry(&cmd, &err);
-  }
-  err << "topodra run: error: cannot load the daemon module " << kRunModuleName << " (looked in "
-      << candidates[0] << " and " << candidates[1] << errors << ")\n";
+int ExecDaemon(char** argv, std::ostream& err) {
+  // Next to the binary: the daemon installs the CPU pinning hook from its own directory too.
+  const std::string path = ExecutableDir() + "/" + kDaemonName;
+  // The same argv (argv[0] stays "topodra", which usage lines name) and environment: the
+  // daemon parses `run` and its flags itself. The process (and its pid) stays the same.
+  ::execv(path.c_str(), argv);
+  const int e = errno;
+  err << "topodra run: error: cannot start the daemon \"" << path << "\": " << std::strerror(e)
+      << "\n";
   return kExitFailure;
 }
 

@@ -170,7 +170,8 @@ ElfDeps ReadElfDeps(const std::string& path) {
 }
 
 // The mapped files that only libcurl needs: libcurl and every library reachable from it through
-// DT_NEEDED, minus those the executable and the daemon module reach without passing libcurl.
+// DT_NEEDED, minus those topodra-daemon (the process `topodra run` execs) reaches without passing
+// libcurl.
 std::set<std::string> CurlOnly(const std::vector<Mapping>& maps, const std::string& executable) {
   std::map<std::string, std::string> by_soname;  // soname (or file name) -> mapped path
   std::map<std::string, ElfDeps> deps;           // mapped path -> its dependencies
@@ -197,7 +198,7 @@ std::set<std::string> CurlOnly(const std::vector<Mapping>& maps, const std::stri
   if (curl.empty()) return {};
   std::vector<std::string> roots;
   for (const auto& [path, d] : deps) {
-    if (Base(path) == "libtopodra_run.so" || path == executable) roots.push_back(path);
+    if (Base(path) == "topodra-daemon" || path == executable) roots.push_back(path);
   }
   const std::set<std::string> without = reach(roots, curl);
   std::set<std::string> only;

@@ -74,17 +74,40 @@ TEST(CliTest, TopologyJsonFromFile) {
   EXPECT_EQ(j["summary"]["cpus"], 4);
 }
 
-// Only `topodra run` needs gRPC, libcurl and spdlog: they live in the daemon module, and every
-// other command runs without mapping them (nor needs them installed). The dynamic loader's own
-// trace names every library it loads, NEEDED or dlopened.
+// Only `topodra run` needs gRPC, libcurl and spdlog: they live in topodra-daemon, which `run`
+// execs, and every other command runs without mapping them (nor needs them installed). The
+// dynamic loader's own trace names every library it loads, NEEDED or dlopened.
 TEST(CliTest, CommandsOtherThanRunLoadNoDaemonLibrary) {
   const Result r =
       RunTopodra("topology --topology-synthetic 'pack:1 core:2 pu:1' -o json", "LD_DEBUG=files ");
   ASSERT_EQ(r.code, 0) << r.err;
   ASSERT_THAT(r.err, HasSubstr("file=libhwloc.so"));  // the trace is there
-  for (const char* lib : {"libcurl", "libgrpc", "libprotobuf", "libspdlog", "libtopodra_run"}) {
+  for (const char* lib : {"libcurl", "libgrpc", "libprotobuf", "libspdlog"}) {
     EXPECT_THAT(r.err, Not(HasSubstr(std::string("file=") + lib))) << lib;
   }
+}
+
+// `topodra run` is topodra-daemon's: the same flags and help through the exec, and one line
+// when the daemon is not next to the binary.
+TEST(CliTest, RunExecsTheDaemonNextToTheBinary) {
+  Result r = RunTopodra("run --help");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Usage: topodra run"));
+  EXPECT_THAT(r.out, HasSubstr("--kubelet-root-dir"));
+  const std::string dir = ::testing::TempDir() + "/cli_alone_" + std::to_string(getpid());
+  ASSERT_EQ(std::system(("mkdir -p " + dir + " && cp " + std::string(TOPODRA_BINARY) + " " + dir +
+                         "/topodra")
+                            .c_str()),
+            0);
+  const std::string err = dir + "/err";
+  const int status = std::system((dir + "/topodra run --help >/dev/null 2>" + err).c_str());
+  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 1);
+  const std::string text = ReadFile(err);
+  EXPECT_EQ(Lines(text), 1) << text;
+  EXPECT_THAT(text, StartsWith("topodra run: error: cannot start the daemon \""));
+  EXPECT_THAT(text, HasSubstr("/cli_alone_" + std::to_string(getpid()) +
+                              "/topodra-daemon\": No such file or directory"));
+  std::system(("rm -rf " + dir).c_str());
 }
 
 TEST(CliTest, TopologyTextFromSynthetic) {

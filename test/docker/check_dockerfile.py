@@ -2,12 +2,13 @@
 """Checks the repository's Dockerfile against the binaries this build produced (no Docker needed).
 
 Runtime stage (the last FROM):
-  - every library the built `topodra` and `libtopodra_run.so` load (ldd) comes from a Debian
+  - every library the built `topodra` and `topodra-daemon` load (ldd) comes from a Debian
     package the stage installs: the packages of the direct dependencies (readelf NEEDED) must be
     listed in its `apt-get install`; the indirect ones must be listed or pulled in by the Depends of a
     listed package (apt installs those), so the list stays short but complete;
   - it is debian:bookworm-slim, installs with --no-install-recommends, removes the apt lists,
-    copies the three artefacts where the binary looks for them, runs /usr/bin/topodra run.
+    copies the three artefacts where the binary looks for them (one directory: `topodra run`
+    execs topodra-daemon from its own), runs /usr/bin/topodra run.
   - `topodra-cpuset-hook` is statically linked (it runs on the host, outside the image).
 Build stage: debian:bookworm, installs from CI's own list by running scripts/install-deps.sh
 on scripts/build-deps.txt (--build-only: the part above its "tests" marker) and nothing else,
@@ -170,7 +171,7 @@ def check_runtime_stage(stage, required, direct, pulled_in, source_dir):
         for src in words[:-1]:
             dests[os.path.basename(src)] = words[-1]
     for name, want in (("topodra", "/usr/bin/"), ("topodra-cpuset-hook", "/usr/bin/"),
-                       ("libtopodra_run.so", "/usr/lib/topodra/")):
+                       ("topodra-daemon", "/usr/bin/")):
         if dests.get(name) != want:
             problem(f"the runtime stage copies {name} to {dests.get(name)}, not {want}")
     with open(os.path.join(source_dir, "CMakeLists.txt"), encoding="utf-8") as f:
@@ -294,7 +295,7 @@ def main():
     ap.add_argument("--source-dir", required=True)
     ap.add_argument("--dockerfile")
     ap.add_argument("--topodra", required=True)
-    ap.add_argument("--module", required=True)
+    ap.add_argument("--daemon", required=True)
     ap.add_argument("--hook", required=True)
     ap.add_argument("--sanitize", default="")
     args = ap.parse_args()
@@ -308,7 +309,7 @@ def main():
 
     # Every package the image needs: why[pkg] = the library that needs it.
     required, direct = {}, {}
-    for binary in (args.topodra, args.module):
+    for binary in (args.topodra, args.daemon):
         name = os.path.basename(binary)
         libs = ldd(binary)
         direct_sonames = set(needed(binary))
