@@ -1,7 +1,7 @@
 // RestClient over libcurl. Every call builds its own easy handle and drives it through its own
 // multi handle, polling at most kPollInterval at a time so a watch notices its stop flag promptly
 // (curl_easy_perform may sit in poll for a second between progress callbacks); WakeWatches cuts
-// that wait short with curl_multi_wakeup. Only the daemon module (libtopodra_run.so) links this,
+// that wait short with curl_multi_wakeup. Only the daemon executable (topodra-daemon) links this,
 // so the other CLI commands never load libcurl.
 #include <curl/curl.h>
 
