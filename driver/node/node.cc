@@ -191,6 +191,18 @@ std::unique_ptr<ExtendedResourceCheck> Node::NewExtendedResourceCheck() const {
 void Node::AddReservations() {
   reservation::ControllerOptions ro;
   ro.node_name = config_.publish.node_name;
+  // A status names the published devices owners select: they are on the API server first. Both
+  // writes follow the journal, so a crash in between is repaired at start either way; the order
+  // only spares a reader of the status a device not published yet, and keeps the status write
+  // from competing with the slice write. Bounded, so an API server refusing the slices does not
+  // hold the statuses back for long.
+  ro.before_statuses = [this] {
+    if (!publishing_->WaitPublished(kSlicesBeforeStatuses)) {
+      spdlog::debug(
+          "reservations: the slices are not stored after {} ms; writing the statuses anyway",
+          kSlicesBeforeStatuses.count());
+    }
+  };
   reservations_ =
       components_.Add(std::make_unique<Reservations>(std::make_unique<reservation::Controller>(
           deps_.client, ro, ledger_.get(), reservation::RealClock(),
@@ -205,18 +217,6 @@ void Node::AddReservations() {
               if (!Republish(inventory_.topology())) return;
             }
             spdlog::info("reservations changed the devices; republishing");
-            // The controller writes the statuses when this returns, and a status names the
-            // published devices owners select: they are on the API server first. Both follow
-            // the journal, so a crash in between is repaired at start either way; the order
-            // only spares a reader of the status a device not published yet, and keeps the
-            // status write from competing with the slice write. Bounded, so an API server
-            // refusing the slices does not hold the statuses back for long.
-            if (!publishing_->WaitPublished(kSlicesBeforeStatuses)) {
-              spdlog::debug(
-                  "reservations: the slices are not stored after {} ms; writing the "
-                  "statuses anyway",
-                  kSlicesBeforeStatuses.count());
-            }
           })));
 }
 

@@ -602,6 +602,7 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref, const claims::Claim& 
           CdiFilesOf(plan.metadata));
     }
     if (!plan.cdi_file.empty()) (void)cdi_->Remove(plan.cdi_file, /*synced=*/false);
+    Forget(plan.allocation.owner);
     ledger_->Abort(*txn);
   };
   if (!plan.cdi_file.empty()) {
@@ -618,16 +619,18 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref, const claims::Claim& 
   }
   for (const std::string& note : plan.notes) spdlog::warn("{}: {}", Who(ref), note);
   const auto t3 = std::chrono::steady_clock::now();
-  if (absl::Status st = ledger_->Commit(*txn); !st.ok()) {
-    undo();
-    return fail(absl::StrCat("claim ", Ref(ref), ": record the allocation: ", Message(st)));
-  }
-  const auto t4 = std::chrono::steady_clock::now();
+  // Remembered while the claim is still in flight: once Commit returns an unprepare may run at
+  // once, and an entry written after it had forgotten the claim would outlive the claim.
   if (!plan.cdi_file.empty()) {
     Remember(plan.allocation.owner, plan.allocation.cdi,
              {plan.cdi_file, CdiFilesOf(plan.metadata),
               plan.metadata.empty() ? std::string() : plan.metadata.front().host_path});
   }
+  if (absl::Status st = ledger_->Commit(*txn); !st.ok()) {
+    undo();
+    return fail(absl::StrCat("claim ", Ref(ref), ": record the allocation: ", Message(st)));
+  }
+  const auto t4 = std::chrono::steady_clock::now();
   auto us = [](auto d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); };
   spdlog::info("{}: prepared cpus={} gpus={} devices={}", Who(ref),
                plan.allocation.cpus.Empty() ? "none" : plan.allocation.cpus.ToString(),

@@ -235,6 +235,7 @@ absl::Status Controller::WriteStatus(const std::string& uid, const json& desired
 absl::Status Controller::Pass() {
   std::lock_guard<std::mutex> pass_lock(pass_mu_);
   Outcome outcome;
+  bool republished = false;
   // Placing changes what is published, which changes the devices the statuses name: decide
   // again until nothing moves (twice in practice).
   for (int round = 0; round < 4; ++round) {
@@ -296,6 +297,7 @@ absl::Status Controller::Pass() {
       last_held_ = held;
       held_known_ = true;
       held_changed_(held);
+      republished = true;
     }
     if (!state_changed && !held_changed) break;
   }
@@ -304,6 +306,7 @@ absl::Status Controller::Pass() {
     ++status_.passes;
   }
   absl::Status result = absl::OkStatus();
+  bool waited = false;
   for (const auto& [uid, desired] : outcome.status) {
     bool same = false;
     {
@@ -312,6 +315,10 @@ absl::Status Controller::Pass() {
       same = it == cache_.end() || SameStatus(it->second.object.status, desired);
     }
     if (same) continue;
+    if (republished && !waited && opts_.before_statuses && !stop_.load()) {
+      opts_.before_statuses();
+      waited = true;
+    }
     if (absl::Status st = WriteStatus(uid, desired); !st.ok() && result.ok()) result = st;
   }
   if (outcome.next) {

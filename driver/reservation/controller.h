@@ -48,6 +48,9 @@ struct ControllerOptions {
   // A pass at least this often, whatever happens (a missed event costs at most this).
   absl::Duration resync = absl::Seconds(30);
   kube::BackoffWait backoff_wait;  // the list + watch loop's; null: the real clock
+  // Called once before a pass writes statuses after the held devices changed (not on Stop), so
+  // the slices naming them can be stored first; it bounds its own wait. Null: no wait.
+  std::function<void()> before_statuses;
 };
 
 struct ControllerStatus {

@@ -168,7 +168,10 @@ class Decoder:
         if schema is QTY:
             return "0"
         if isinstance(schema, Obj):
-            return {f: self.zero_of(schema.fields[f]) for f in schema.zero}
+            # A zero field of a kind without a zero value (list, map, time) is left out, as
+            # the decoder leaves out every None.
+            zeros = ((f, self.zero_of(schema.fields[f])) for f in schema.zero)
+            return {f: z for f, z in zeros if z is not None}
         return None
 
     def decode(self, value, schema, path):
