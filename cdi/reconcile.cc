@@ -76,10 +76,10 @@ absl::StatusOr<ReconciledCdi> ReconcileCdiFiles(
   for (const auto& [file, spec_json] : wanted) {
     texts[file] = spec_json.dump(-1, ' ', false, json::error_handler_t::replace);
   }
-  return ReconcileCdiFiles(store, texts, classify, label);
+  return ReconcileCdiFileTexts(store, texts, classify, label);
 }
 
-absl::StatusOr<ReconciledCdi> ReconcileCdiFiles(
+absl::StatusOr<ReconciledCdi> ReconcileCdiFileTexts(
     const cdi::SpecStore& store, const std::map<std::string, std::string>& wanted,
     const std::function<CdiFileClass(const std::string&)>& classify, const std::string& label) {
   ReconciledCdi out;

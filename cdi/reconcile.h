@@ -38,7 +38,7 @@ absl::StatusOr<ReconciledCdi> ReconcileCdiFiles(
 // The same with each wanted spec as its compact JSON text (nlohmann's dump(), as the allocation
 // state keeps it): a file is compared with the text SpecStore::Write makes of it without a JSON
 // tree of either, and only a missing or different one is parsed.
-absl::StatusOr<ReconciledCdi> ReconcileCdiFiles(
+absl::StatusOr<ReconciledCdi> ReconcileCdiFileTexts(
     const cdi::SpecStore& store, const std::map<std::string, std::string>& wanted,
     const std::function<CdiFileClass(const std::string&)>& classify, const std::string& label);
 

@@ -109,11 +109,11 @@ bool UnescapeCanonical(absl::string_view quoted, std::string* out) {
   out->clear();
   out->reserve(quoted.size());
   for (size_t i = 1; i + 1 < quoted.size(); ++i) {
-    const char c = quoted[i];
-    if (c != '\\') {
-      *out += c;
-      continue;
-    }
+    // The run up to the next escape, at once.
+    const size_t escape = std::min(quoted.find('\\', i), quoted.size() - 1);
+    out->append(quoted.data() + i, escape - i);
+    i = escape;
+    if (i + 1 >= quoted.size()) break;
     if (i + 2 >= quoted.size()) return false;
     switch (quoted[++i]) {
       case '"':
@@ -306,7 +306,7 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::ReconcileCdi() {
     return out;
   });
   if (!bad_metadata.ok()) return bad_metadata;
-  absl::StatusOr<Reconciled> done = cdi::ReconcileCdiFiles(
+  absl::StatusOr<Reconciled> done = cdi::ReconcileCdiFileTexts(
       *cdi_, wanted,
       [&](const std::string& file) {
         if (IsMetadataCdiFileOf(driver_, file)) {

@@ -1,6 +1,7 @@
 #include "driver/state/canonical_json.h"
 
 #include <cstdint>
+#include <cstring>
 
 namespace topodra::state::canonical {
 namespace {
@@ -195,8 +196,14 @@ size_t SkipChecked(absl::string_view t, size_t pos) {
   for (size_t i = pos; i < t.size(); ++i) {
     const char c = t[i];
     if (c == '"') {
-      for (++i; t[i] != '"'; ++i) {
-        if (t[i] == '\\') ++i;
+      // The closing quote: the next one not escaped (preceded by an even run of backslashes).
+      for (;;) {
+        const void* q = std::memchr(t.data() + i + 1, '"', t.size() - i - 1);
+        if (q == nullptr) return t.size();
+        i = static_cast<size_t>(static_cast<const char*>(q) - t.data());
+        size_t backslashes = 0;
+        while (t[i - 1 - backslashes] == '\\') ++backslashes;
+        if (backslashes % 2 == 0) break;
       }
       if (depth == 0) return i + 1;
     } else if (c == '{' || c == '[') {

@@ -366,10 +366,13 @@ int main(int argc, char** argv) {
   int loaded = 0, cdi_files = 0;
   const double peek = PeekMs(n.dirs.state, &loaded, 5);
   const double cdi_read = ReadDirMs(n.cdi_dir, &cdi_files, 5);
-  std::error_code ec;
-  const auto state_bytes = std::filesystem::file_size(n.dirs.state + "/checkpoint.json", ec);
-  const auto journal_bytes =
-      std::filesystem::file_size(n.dirs.state + "/checkpoint.json.journal", ec);
+  auto size_of = [](const std::string& path) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path, ec);
+    return ec ? 0.0 : static_cast<double>(size);
+  };
+  const double state_bytes = size_of(n.dirs.state + "/checkpoint.json");
+  const double journal_bytes = size_of(n.dirs.state + "/checkpoint.json.journal");
   n.sim.reset();
   n.daemon.Terminate();
 
@@ -379,8 +382,7 @@ int main(int argc, char** argv) {
       "16: %.0f claims/s; %d failed; daemon RSS idle %.1f MB, holding them %.1f MB, after a "
       "restart %.1f MB; state files %.1f MB + journal %.1f MB)\n",
       many, create_s, prep_s, many / prep_s, failed.load(), rss_idle / 1024.0, rss_held / 1024.0,
-      rss_loaded / 1024.0, static_cast<double>(state_bytes) / 1e6,
-      static_cast<double>(journal_bytes) / 1e6);
+      rss_loaded / 1024.0, state_bytes / 1e6, journal_bytes / 1e6);
   std::printf(
       "floor: discover the machine in process: from its XML export %.1f ms, from the synthetic "
       "description %.1f ms (same topology)\n",

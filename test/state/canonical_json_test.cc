@@ -25,8 +25,8 @@ TEST(CanonicalJsonTest, AcceptsOnlyTheCanonicalPrintersText) {
     EXPECT_EQ(ScanCanonical(text, 32), text.size());
     EXPECT_EQ(json::parse(text).dump(-1, ' ', false, json::error_handler_t::replace), text);
   }
+  EXPECT_EQ(ScanCanonical("", 32), 0u);  // 0: no value
   const std::vector<std::string> not_canonical = {
-      "",
       " 1",
       "[1, 2]",
       "{\"a\": 1}",
