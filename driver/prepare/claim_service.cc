@@ -196,8 +196,8 @@ StoredCdi AddStoredCdiText(absl::string_view text, std::map<std::string, std::st
       if (key == "cdiFile" && state::canonical::PlainString(value, &cdi_file)) ++strings;
     }
     std::string unescaped;
-    if (strings != 5 || cdi_spec.empty() || !absl::StartsWith(host_path, "/") ||
-        cdi_file.empty() || !UnescapeCanonical(content, &unescaped)) {
+    if (strings != 5 || cdi_spec.empty() || !absl::StartsWith(host_path, "/") || cdi_file.empty() ||
+        !UnescapeCanonical(content, &unescaped)) {
       return StoredCdi::kParse;
     }
     more_specs.emplace_back(std::string(cdi_file), std::string(cdi_spec));

@@ -470,8 +470,8 @@ std::optional<State> FastDecode(absl::string_view text, uint64_t* seq) {
   int version = 0;
   // Digits only (SplitLayout), and no leading zero, which JSON does not allow.
   if (layout->version.size() > 9 || layout->version.front() == '0' ||
-      !absl::SimpleAtoi(layout->version, &version) ||
-      version < kOldestCheckpointVersion || version > kCheckpointVersion) {
+      !absl::SimpleAtoi(layout->version, &version) || version < kOldestCheckpointVersion ||
+      version > kCheckpointVersion) {
     return std::nullopt;
   }
   if (Hex8(Crc32c(layout->payload)) != layout->checksum) return std::nullopt;

@@ -54,8 +54,7 @@ absl::StatusOr<Allocation> AllocationFromJson(const nlohmann::json& value);
 // JSON tree of its answer and CDI spec; nullopt when the text is not canonical or
 // AllocationFromJson would refuse it (the caller then takes the full parser, for its message).
 // `scanned`: ScanCanonical accepted the text already (as part of a larger one).
-std::optional<Allocation> AllocationFromCanonicalText(absl::string_view text,
-                                                      bool scanned = false);
+std::optional<Allocation> AllocationFromCanonicalText(absl::string_view text, bool scanned = false);
 // One reservation, likewise: {"uid", "name", "cpus": "<cpu list>", "gpus": [...], "placedAt",
 // "expiresAt", "ended", "endReason", "spec"}, every field always present.
 nlohmann::json ReservationToJson(const Reservation& reservation);

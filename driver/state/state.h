@@ -30,7 +30,7 @@ class JsonText {
   // `text` must be the compact text JsonText makes of a value ("null" for null), e.g. a value of
   // a state file that canonical::ScanCanonical accepted: kept as it is, without parsing it.
   static JsonText FromCanonicalText(absl::string_view text);
-  nlohmann::json Parse() const;           // null for null; never throws
+  nlohmann::json Parse() const;  // null for null; never throws
   const std::string& text() const { return text_; }
   bool is_null() const { return text_.empty(); }
   std::string dump() const { return is_null() ? "null" : text_; }

@@ -71,8 +71,7 @@ std::optional<FastPut> FastPutLine(absl::string_view line) {
   }
   canonical::Members members;
   if (!canonical::ObjectMembers(text, &members) || members.size() != 2 ||
-      members[0].first != "put" || members[1].first != "seq" ||
-      members[1].second.front() == '-') {
+      members[0].first != "put" || members[1].first != "seq" || members[1].second.front() == '-') {
     return std::nullopt;
   }
   FastPut out;
@@ -139,12 +138,11 @@ absl::Status StateStore::Replay(absl::string_view content, const std::string& jo
     const std::string where =
         absl::StrCat(todo_journal, "line ", out->records + 1, " (byte ", pos, "): ");
     std::optional<FastPut> fast = FastPutLine(line);
-    absl::StatusOr<json> body = fast                           ? absl::StatusOr<json>(json())
-                                : line.size() > kMaxLineBytes ? absl::StatusOr<json>(
-                                                                   absl::DataLossError(absl::StrCat(
-                                                                       "record longer than ",
-                                                                       kMaxLineBytes, " bytes")))
-                                                             : DecodeJournalLine(line);
+    absl::StatusOr<json> body = fast ? absl::StatusOr<json>(json())
+                                : line.size() > kMaxLineBytes
+                                    ? absl::StatusOr<json>(absl::DataLossError(absl::StrCat(
+                                          "record longer than ", kMaxLineBytes, " bytes")))
+                                    : DecodeJournalLine(line);
     if (!body.ok() && nl + 1 == content.size() && line.find('\0') != absl::string_view::npos) {
       out->dropped_torn = true;
       break;

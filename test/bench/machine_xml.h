@@ -38,8 +38,7 @@ inline std::string HwlocBitmap(int first, int count) {
   return out;
 }
 
-inline std::string MachineXml(int packages, int numa_per_package, int cores_per_numa,
-                              int threads) {
+inline std::string MachineXml(int packages, int numa_per_package, int cores_per_numa, int threads) {
   int gp = 0;
   auto sets = [](int cpu, int cpus, int node, int nodes) {
     const std::string c = HwlocBitmap(cpu, cpus);
@@ -61,10 +60,10 @@ inline std::string MachineXml(int packages, int numa_per_package, int cores_per_
   int core = 0;
   for (int p = 0; p < packages; ++p) {
     const int node0 = p * numa_per_package;
-    absl::StrAppend(&x, "<object type=\"Package\" os_index=\"", p, "\" ",
-                    sets(node0 * cpus_per_numa, numa_per_package * cpus_per_numa, node0,
-                         numa_per_package),
-                    " gp_index=\"", ++gp, "\">\n");
+    absl::StrAppend(
+        &x, "<object type=\"Package\" os_index=\"", p, "\" ",
+        sets(node0 * cpus_per_numa, numa_per_package * cpus_per_numa, node0, numa_per_package),
+        " gp_index=\"", ++gp, "\">\n");
     for (int n = node0; n < node0 + numa_per_package; ++n) {
       const std::string node_sets = sets(n * cpus_per_numa, cpus_per_numa, n, 1);
       const int group_gp = ++gp;

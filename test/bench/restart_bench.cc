@@ -178,8 +178,9 @@ Start StartToRegistered(Node& n, const std::vector<std::string>& machine) {
     out.ms = -1;
     return out;
   }
-  out.phases = PhasesOf(n.daemon.Log(), EpochMs(wall0),
-                        EpochMs(wall0) + std::chrono::duration<double, std::milli>(t1 - t0).count());
+  out.phases =
+      PhasesOf(n.daemon.Log(), EpochMs(wall0),
+               EpochMs(wall0) + std::chrono::duration<double, std::milli>(t1 - t0).count());
   return out;
 }
 
@@ -308,9 +309,7 @@ int main(int argc, char** argv) {
   // The machine as a node would export it once: written, and checked to be the synthetic one,
   // before anything is timed.
   const std::string xml_path = n.dirs.root + "/machine.xml";
-  {
-    std::ofstream(xml_path) << bench::MachineXml(4, 4, 400, 2);
-  }
+  { std::ofstream(xml_path) << bench::MachineXml(4, 4, 400, 2); }
   std::string from_xml, from_synthetic;
   const double discover_xml = DiscoverMs(topology::TopologySource::XmlFile(xml_path), 3, &from_xml);
   const double discover_synthetic =
@@ -409,7 +408,7 @@ int main(int argc, char** argv) {
       "kill -9 with %d prepared claims -> registered (machine from its XML export, as a node "
       "reads it): median %.1f ms, min %.1f ms (%d restarts); %.1f ms over the empty start = %.1f "
       "us per claim; target <= %.0f ms: %s\n",
-      held, full.median(), full.ms.front(), restarts, full.median() - empty.median(),
-      per_claim_us, kTargetMs, Verdict(full.median()).c_str());
+      held, full.median(), full.ms.front(), restarts, full.median() - empty.median(), per_claim_us,
+      kTargetMs, Verdict(full.median()).c_str());
   return 0;
 }

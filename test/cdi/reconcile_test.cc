@@ -173,7 +173,8 @@ TEST(IndentCompactJsonTest, IsTheIndentedDumpOfTheValue) {
               v.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
   }
   // Text that is not a compact dump: anything, never a crash.
-  for (const char* odd : {"", "\"", "{", "}", "]]", "\"\\", "{\"a\":"}) (void)IndentCompactJson(odd);
+  for (const char* odd : {"", "\"", "{", "}", "]]", "\"\\", "{\"a\":"})
+    (void)IndentCompactJson(odd);
 }
 
 }  // namespace

@@ -15,11 +15,23 @@ using json = nlohmann::json;
 // What the fast path of the state files accepts must be exactly the canonical printer's text of
 // what the full parser reads from it.
 TEST(CanonicalJsonTest, AcceptsOnlyTheCanonicalPrintersText) {
-  const std::vector<std::string> canonical = {
-      "null", "true", "false", "0", "-7", "123456789012345678", R"("")", R"("a b/c")",
-      R"("\"\\\b\f\n\r\t")", R"("\u0001\u001f")", "\"\x7f\"", "\"\xc3\xbcnic\xf0\x9f\x98\x80\"",
-      "[]", "{}", R"([1,"x",[null],{}])", R"({"a":1,"b":{"c":[true]},"bb":"x"})",
-      R"({"A":1,"a":2})"};
+  const std::vector<std::string> canonical = {"null",
+                                              "true",
+                                              "false",
+                                              "0",
+                                              "-7",
+                                              "123456789012345678",
+                                              R"("")",
+                                              R"("a b/c")",
+                                              R"("\"\\\b\f\n\r\t")",
+                                              R"("\u0001\u001f")",
+                                              "\"\x7f\"",
+                                              "\"\xc3\xbcnic\xf0\x9f\x98\x80\"",
+                                              "[]",
+                                              "{}",
+                                              R"([1,"x",[null],{}])",
+                                              R"({"a":1,"b":{"c":[true]},"bb":"x"})",
+                                              R"({"A":1,"a":2})"};
   for (const std::string& text : canonical) {
     SCOPED_TRACE(text);
     EXPECT_EQ(ScanCanonical(text, 32), text.size());
@@ -35,18 +47,18 @@ TEST(CanonicalJsonTest, AcceptsOnlyTheCanonicalPrintersText) {
       "-0",
       "01",
       "1234567890123456789",  // may not stay an integer
-      R"({"b":1,"a":2})",      // keys out of order
-      R"({"a":1,"a":2})",      // twice
-      R"({"\u0061":1})",       // a key with an escape
+      R"({"b":1,"a":2})",     // keys out of order
+      R"({"a":1,"a":2})",     // twice
+      R"({"\u0061":1})",      // a key with an escape
       R"("\/")",
       R"("\u0041")",
-      R"("\u000a")",  // \n has a short escape
-      R"("\u001F")",  // uppercase hex
-      "\"\x01\"",     // a raw control character
-      "\"\xc0\xaf\"",  // overlong
-      "\"\xed\xa0\x80\"",  // a surrogate
+      R"("\u000a")",           // \n has a short escape
+      R"("\u001F")",           // uppercase hex
+      "\"\x01\"",              // a raw control character
+      "\"\xc0\xaf\"",          // overlong
+      "\"\xed\xa0\x80\"",      // a surrogate
       "\"\xf4\x90\x80\x80\"",  // past U+10FFFF
-      "\"\xc3\"",      // cut short
+      "\"\xc3\"",              // cut short
       "[1,]",
       "{\"a\"}",
       "tru",

@@ -730,9 +730,10 @@ State ClaimsWithTexts() {
     a.driver = "dra.cpu";
     a.cpus = CpuSet{i};
     a.phase = Phase::kPrepared;
-    a.answer = json{{"devices", {{{"cdiDeviceIds", {absl::StrCat("dra.cpu/claim=uid-", i)}},
-                                  {"device", "cpudevnuma000"},
-                                  {"requestNames", {"cpus"}}}}}};
+    a.answer = json{{"devices",
+                     {{{"cdiDeviceIds", {absl::StrCat("dra.cpu/claim=uid-", i)}},
+                       {"device", "cpudevnuma000"},
+                       {"requestNames", {"cpus"}}}}}};
     a.cdi = json{{"file", absl::StrCat("dra.cpu-claim_uid-", i, ".json")},
                  {"spec", {{"cdiVersion", "0.5.0"}, {"kind", "dra.cpu/claim"}, {"n", -i}}},
                  {"metadata",
@@ -769,7 +770,7 @@ TEST(CheckpointFastPathTest, GivesWhatTheFullParserGives) {
       saved,
       EncodeCheckpoint(Sample()),  // a float in an answer: not canonical for the fast path
       EncodeCheckpoint(State()),
-      doc.dump(2),  // another layout
+      doc.dump(2),                            // another layout
       laid_out(doc["payload"].dump(1), "3"),  // whitespace
       laid_out(payload, "03"),
       laid_out(payload, "4"),
@@ -778,8 +779,7 @@ TEST(CheckpointFastPathTest, GivesWhatTheFullParserGives) {
       laid_out(absl::StrReplaceAll(payload, {{"\"phase\":\"Prepared\"", "\"phase\":\"Done\""}}),
                "3"),
       laid_out(absl::StrReplaceAll(payload, {{"\"cpus\":\"1\"", "\"cpus\":\"0\""}}), "3"),
-      laid_out(absl::StrReplaceAll(payload, {{"\"cdi\":{", "\"cdi\":[{"}, {"}]}}", "}]}]}"}}),
-               "3"),
+      laid_out(absl::StrReplaceAll(payload, {{"\"cdi\":{", "\"cdi\":[{"}, {"}]}}", "}]}]}"}}), "3"),
       absl::StrReplaceAll(saved, {{"uid-1", "uid-2"}}),  // damaged: checksum mismatch
       saved.substr(0, saved.size() / 2),                 // torn
   };
