@@ -18,21 +18,72 @@ using json = nlohmann::json;
 
 namespace {
 
-// What SpecStore::Write puts in a file for the spec whose cdi::ToJson is `spec_json`
+// What SpecStore::Write puts in a file for the spec whose cdi::ToJson prints as `spec_text`
 // (cdi::ToJsonText), without making a Spec of it.
-std::string FileTextOf(const json& spec_json) {
-  std::string text = spec_json.dump(2, ' ', false, json::error_handler_t::replace);
+std::string FileTextOf(std::string_view spec_text) {
+  std::string text = IndentCompactJson(spec_text);
   text += '\n';
   return text;
 }
 
 }  // namespace
 
+std::string IndentCompactJson(std::string_view compact) {
+  std::string out;
+  out.reserve(compact.size() * 2);
+  int depth = 0;
+  auto newline = [&out](int d) {
+    out += '\n';
+    out.append(static_cast<size_t>(std::max(d, 0)) * 2, ' ');
+  };
+  for (size_t i = 0; i < compact.size(); ++i) {
+    const char c = compact[i];
+    if (c == '"') {
+      const size_t start = i;
+      for (++i; i < compact.size() && compact[i] != '"'; ++i) {
+        if (compact[i] == '\\') ++i;
+      }
+      out.append(compact.substr(start, std::min(i + 1, compact.size()) - start));
+    } else if (c == '{' || c == '[') {
+      const char close = c == '{' ? '}' : ']';
+      if (i + 1 < compact.size() && compact[i + 1] == close) {  // {} and [] stay on one line
+        out += c;
+        out += close;
+        ++i;
+        continue;
+      }
+      out += c;
+      newline(++depth);
+    } else if (c == '}' || c == ']') {
+      newline(--depth);
+      out += c;
+    } else if (c == ',') {
+      out += c;
+      newline(depth);
+    } else if (c == ':') {
+      out += ": ";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<ReconciledCdi> ReconcileCdiFiles(
     const cdi::SpecStore& store, const std::map<std::string, json>& wanted,
     const std::function<CdiFileClass(const std::string&)>& classify, const std::string& label) {
-  ReconciledCdi out;
+  std::map<std::string, std::string> texts;
   for (const auto& [file, spec_json] : wanted) {
+    texts[file] = spec_json.dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+  return ReconcileCdiFileTexts(store, texts, classify, label);
+}
+
+absl::StatusOr<ReconciledCdi> ReconcileCdiFileTexts(
+    const cdi::SpecStore& store, const std::map<std::string, std::string>& wanted,
+    const std::function<CdiFileClass(const std::string&)>& classify, const std::string& label) {
+  ReconciledCdi out;
+  for (const auto& [file, spec_text] : wanted) {
     // The name comes from the state: never a path outside the CDI directory, fast path or not.
     if (absl::Status st = cdi::ValidateSpecFileName(file); !st.ok()) {
       return absl::DataLossError(absl::StrCat("stored CDI spec of ", file, ": ", Message(st)));
@@ -41,10 +92,10 @@ absl::StatusOr<ReconciledCdi> ReconcileCdiFiles(
     // parse either (at start, with thousands of claims, parsing was most of the cost).
     if (absl::StatusOr<std::string> bytes =
             files::ReadFileBounded(store.PathOf(file), kMaxSpecBytes);
-        bytes.ok() && *bytes == FileTextOf(spec_json)) {
+        bytes.ok() && *bytes == FileTextOf(spec_text)) {
       continue;
     }
-    absl::StatusOr<cdi::Spec> want = cdi::FromJson(spec_json.dump());
+    absl::StatusOr<cdi::Spec> want = cdi::FromJson(spec_text);
     if (!want.ok()) {
       return absl::DataLossError(
           absl::StrCat("stored CDI spec of ", file, ": ", Message(want.status())));

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -34,6 +35,16 @@ struct ReconciledCdi {
 absl::StatusOr<ReconciledCdi> ReconcileCdiFiles(
     const cdi::SpecStore& store, const std::map<std::string, nlohmann::json>& wanted,
     const std::function<CdiFileClass(const std::string&)>& classify, const std::string& label);
+// The same with each wanted spec as its compact JSON text (nlohmann's dump(), as the allocation
+// state keeps it): a file is compared with the text SpecStore::Write makes of it without a JSON
+// tree of either, and only a missing or different one is parsed.
+absl::StatusOr<ReconciledCdi> ReconcileCdiFileTexts(
+    const cdi::SpecStore& store, const std::map<std::string, std::string>& wanted,
+    const std::function<CdiFileClass(const std::string&)>& classify, const std::string& label);
+
+// nlohmann's dump(2) of the value whose compact dump() is `compact`, made from the text alone.
+// For other text (not what dump() prints) the result is unspecified, never out of bounds.
+std::string IndentCompactJson(std::string_view compact);
 
 // At start, when the state is new (StateStore::Opened::is_new, checked by Open's if_new): OK when
 // the CDI directory holds no file `is_trace` accepts (this instance's marker, or an unmarked

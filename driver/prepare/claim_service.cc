@@ -20,6 +20,7 @@
 #include "driver/kube/rest_client.h"
 #include "driver/prepare/identifiers.h"
 #include "driver/prepare/metadata_files.h"
+#include "driver/state/canonical_json.h"
 
 namespace topodra::prepare {
 namespace {
@@ -71,7 +72,7 @@ absl::StatusOr<std::vector<MetadataFile>> StoredMetadata(const json& cdi) {
 // parses one only when its file differs), and their host files' contents, checked as
 // MetadataFilesFromJson checks them but for the spec. Parsing every spec of thousands of claims
 // was a large part of the start.
-absl::Status AddStoredMetadata(const json& cdi, std::map<std::string, json>* specs,
+absl::Status AddStoredMetadata(const json& cdi, std::map<std::string, std::string>* specs,
                                std::map<std::string, std::string>* host_files) {
   if (!cdi.is_object() || !cdi.contains("metadata")) return absl::OkStatus();
   const json& list = cdi["metadata"];
@@ -96,10 +97,115 @@ absl::Status AddStoredMetadata(const json& cdi, std::map<std::string, json>* spe
     if (!absl::StartsWith(host_path, "/") || cdi_file.empty()) {
       return bad(at + ": hostPath must be absolute and cdiFile set");
     }
-    (*specs)[cdi_file] = *spec;
+    (*specs)[cdi_file] = spec->dump(-1, ' ', false, json::error_handler_t::replace);
     (*host_files)[host_path] = e["content"].get<std::string>();
   }
   return absl::OkStatus();
+}
+
+// The contents of a string the canonical printer wrote (its escapes only); false for another.
+bool UnescapeCanonical(absl::string_view quoted, std::string* out) {
+  if (quoted.size() < 2 || quoted.front() != '"' || quoted.back() != '"') return false;
+  out->clear();
+  out->reserve(quoted.size());
+  for (size_t i = 1; i + 1 < quoted.size(); ++i) {
+    // The run up to the next escape, at once.
+    const size_t escape = std::min(quoted.find('\\', i), quoted.size() - 1);
+    out->append(quoted.data() + i, escape - i);
+    i = escape;
+    if (i + 1 >= quoted.size()) break;
+    if (i + 2 >= quoted.size()) return false;
+    switch (quoted[++i]) {
+      case '"':
+        *out += '"';
+        break;
+      case '\\':
+        *out += '\\';
+        break;
+      case 'b':
+        *out += '\b';
+        break;
+      case 'f':
+        *out += '\f';
+        break;
+      case 'n':
+        *out += '\n';
+        break;
+      case 'r':
+        *out += '\r';
+        break;
+      case 't':
+        *out += '\t';
+        break;
+      case 'u': {
+        // \u00xx: a control character (ScanCanonical allows no other \u).
+        int v = 0;
+        if (i + 4 >= quoted.size()) return false;
+        for (int k = 1; k <= 4; ++k) {
+          const char h = quoted[i + k];
+          const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : -1;
+          if (d < 0) return false;
+          v = v * 16 + d;
+        }
+        if (v >= 0x20) return false;
+        *out += static_cast<char>(v);
+        i += 4;
+        break;
+      }
+      default:
+        return false;
+    }
+  }
+  return true;
+}
+
+// The start-up's AddStoredMetadata and more, from the stored "cdi" text without a JSON tree of it:
+// the state keeps it in canonical form, so its parts are found by scanning (parsing 10,000 of
+// them was a third of a start's instructions). kParse: not canonical, or not the shape the
+// planner stores; the caller then parses it and decides as before.
+enum class StoredCdi { kAdded, kParse };
+StoredCdi AddStoredCdiText(absl::string_view text, std::map<std::string, std::string>* specs,
+                           std::map<std::string, std::string>* host_files) {
+  constexpr int kMaxDepth = 32;
+  if (state::canonical::ScanCanonical(text, kMaxDepth) != text.size()) return StoredCdi::kParse;
+  state::canonical::Members members;
+  if (!state::canonical::ObjectMembers(text, &members)) return StoredCdi::kParse;
+  absl::string_view file, spec, metadata;
+  for (const auto& [key, value] : members) {
+    if (key == "file" && !state::canonical::PlainString(value, &file)) return StoredCdi::kParse;
+    if (key == "spec") spec = value;
+    if (key == "metadata") metadata = value;
+  }
+  if (file.empty() || spec.empty()) return StoredCdi::kParse;
+  std::vector<std::pair<std::string, std::string>> more_specs, more_files;
+  more_specs.emplace_back(std::string(file), std::string(spec));
+  std::vector<absl::string_view> entries;
+  if (!metadata.empty() && !state::canonical::ArrayElements(metadata, &entries)) {
+    return StoredCdi::kParse;
+  }
+  for (absl::string_view entry : entries) {
+    if (!state::canonical::ObjectMembers(entry, &members)) return StoredCdi::kParse;
+    absl::string_view host_path, cdi_file, cdi_spec, content;
+    int strings = 0;
+    for (const auto& [key, value] : members) {
+      const bool is_string = value.front() == '"';
+      if (key == "cdiSpec") cdi_spec = value;
+      if (key == "request" || key == "cdiId" || key == "content") strings += is_string ? 1 : 0;
+      if (key == "content") content = value;
+      if (key == "hostPath" && state::canonical::PlainString(value, &host_path)) ++strings;
+      if (key == "cdiFile" && state::canonical::PlainString(value, &cdi_file)) ++strings;
+    }
+    std::string unescaped;
+    if (strings != 5 || cdi_spec.empty() || !absl::StartsWith(host_path, "/") || cdi_file.empty() ||
+        !UnescapeCanonical(content, &unescaped)) {
+      return StoredCdi::kParse;
+    }
+    more_specs.emplace_back(std::string(cdi_file), std::string(cdi_spec));
+    more_files.emplace_back(std::string(host_path), std::move(unescaped));
+  }
+  for (auto& [name, text_of] : more_specs) (*specs)[name] = std::move(text_of);
+  for (auto& [path, content] : more_files) (*host_files)[path] = std::move(content);
+  return StoredCdi::kAdded;
 }
 
 std::vector<std::string> CdiFilesOf(const std::vector<MetadataFile>& files) {
@@ -181,16 +287,18 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::ReconcileCdi() {
   const std::string metadata_root = view()->setup.metadata_root;
   std::map<std::string, std::string> host_files;  // device metadata: path -> content
   absl::Status bad_metadata;
-  const std::map<std::string, json> wanted = ledger_->Read([&](const state::State& st) {
-    std::map<std::string, json> out;
+  const std::map<std::string, std::string> wanted = ledger_->Read([&](const state::State& st) {
+    std::map<std::string, std::string> out;
     for (const auto& [owner, a] : st.allocations()) {
       if (a.kind != state::AllocationKind::kDraClaim || a.driver != driver_) continue;
+      if (a.cdi.is_null()) continue;
+      if (AddStoredCdiText(a.cdi.text(), &out, &host_files) == StoredCdi::kAdded) continue;
       json cdi = a.cdi.Parse();
       if (!cdi.is_object()) continue;
       const auto file = cdi.find("file");
       const auto spec = cdi.find("spec");
       if (file == cdi.end() || !file->is_string() || spec == cdi.end()) continue;
-      out[file->get<std::string>()] = std::move(*spec);
+      out[file->get<std::string>()] = spec->dump(-1, ' ', false, json::error_handler_t::replace);
       if (absl::Status st = AddStoredMetadata(cdi, &out, &host_files); !st.ok()) {
         bad_metadata = absl::Status(st.code(), absl::StrCat(owner, ": ", st.message()));
       }
@@ -198,7 +306,7 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::ReconcileCdi() {
     return out;
   });
   if (!bad_metadata.ok()) return bad_metadata;
-  absl::StatusOr<Reconciled> done = cdi::ReconcileCdiFiles(
+  absl::StatusOr<Reconciled> done = cdi::ReconcileCdiFileTexts(
       *cdi_, wanted,
       [&](const std::string& file) {
         if (IsMetadataCdiFileOf(driver_, file)) {

@@ -11,14 +11,17 @@
 #include <cerrno>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
 #include "common/json_parse.h"
+#include "driver/state/canonical_json.h"
 
 namespace topodra::state {
 namespace {
@@ -157,6 +160,45 @@ absl::Status ReadAllocation(const json& v, absl::string_view where, int version,
   });
 }
 
+// ReadAllocation of an allocation's canonical text (checked by ScanCanonical) without a tree of
+// its answer and CDI spec: they are kept as the text they are. nullopt for anything ReadAllocation
+// might refuse or read otherwise (the caller then takes the full parser, for its message).
+std::optional<Allocation> FastAllocation(absl::string_view text, int version) {
+  canonical::Members members;
+  if (!canonical::ObjectMembers(text, &members)) return std::nullopt;
+  json small = json::object();
+  absl::string_view answer, cdi;
+  bool has_answer = false, has_cdi = false;
+  for (const auto& [key, value] : members) {
+    if (key == "answer") {
+      answer = value;
+      has_answer = true;
+      small["answer"] = nullptr;
+      continue;
+    }
+    if (key == "cdi") {
+      // ReadAllocation takes an object or null.
+      if (value != "null" && value.front() != '{') return std::nullopt;
+      cdi = value;
+      has_cdi = true;
+      small["cdi"] = nullptr;
+      continue;
+    }
+    if (absl::string_view plain; canonical::PlainString(value, &plain)) {
+      small[std::string(key)] = std::string(plain);
+      continue;
+    }
+    json parsed = json::parse(value.begin(), value.end(), nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_discarded()) return std::nullopt;
+    small[std::string(key)] = std::move(parsed);
+  }
+  Allocation a;
+  if (!ReadAllocation(small, "allocation", version, &a).ok()) return std::nullopt;
+  if (has_answer) a.answer = JsonText::FromCanonicalText(answer);
+  if (has_cdi) a.cdi = JsonText::FromCanonicalText(cdi);
+  return a;
+}
+
 absl::Status ReadReservation(const json& v, absl::string_view where, Reservation* r) {
   static const std::set<std::string> kKeys = {"uid",       "name",  "cpus",      "gpus", "placedAt",
                                               "expiresAt", "ended", "endReason", "spec"};
@@ -254,6 +296,11 @@ json AllocationToJson(const Allocation& a) {
   if (!a.reservation.empty()) out["reservation"] = a.reservation;
   if (!a.mems.Empty()) out["mems"] = a.mems.ToString();
   return out;
+}
+
+std::optional<Allocation> AllocationFromCanonicalText(absl::string_view text, bool scanned) {
+  if (!scanned && canonical::ScanCanonical(text, kMaxDepth) != text.size()) return std::nullopt;
+  return FastAllocation(text, kCheckpointVersion);
 }
 
 absl::StatusOr<Allocation> AllocationFromJson(const json& value) {
@@ -372,36 +419,122 @@ namespace {
 
 // EncodeCheckpoint writes `{"checksum":"<8 hex>","payload":<CanonicalText(payload)>,"version":N}`:
 // in a file as written, the payload's canonical text is there already and need not be made
-// again (tens of MB for 10,000 claims, at every start). "" when the text is not of that shape.
-std::string RawPayloadChecksum(absl::string_view text) {
+// again (tens of MB for 10,000 claims, at every start).
+struct Layout {
+  absl::string_view checksum;  // the 8 characters of the "checksum" string
+  absl::string_view payload;   // the payload's text
+  absl::string_view version;   // the version's digits
+};
+std::optional<Layout> SplitLayout(absl::string_view text) {
   constexpr absl::string_view kHead = "{\"checksum\":\"";
   constexpr absl::string_view kPayload = "\",\"payload\":";
   constexpr absl::string_view kVersion = ",\"version\":";
   const size_t begin = kHead.size() + 8 + kPayload.size();
   if (!absl::StartsWith(text, kHead) || text.size() < begin ||
       text.substr(kHead.size() + 8, kPayload.size()) != kPayload) {
-    return "";
+    return std::nullopt;
   }
   const size_t end = text.rfind(kVersion);
-  if (end == absl::string_view::npos || end < begin) return "";
+  if (end == absl::string_view::npos || end < begin) return std::nullopt;
   absl::string_view tail = text.substr(end + kVersion.size());
   if (absl::EndsWith(tail, "\n")) tail.remove_suffix(1);
-  if (!absl::EndsWith(tail, "}")) return "";
+  if (!absl::EndsWith(tail, "}")) return std::nullopt;
   tail.remove_suffix(1);
-  if (tail.empty()) return "";
+  if (tail.empty()) return std::nullopt;
   for (const char c : tail) {
-    if (c < '0' || c > '9') return "";
+    if (c < '0' || c > '9') return std::nullopt;
   }
-  const uint32_t crc = Crc32c(text.substr(begin, end - begin));
+  return Layout{text.substr(kHead.size(), 8), text.substr(begin, end - begin), tail};
+}
+
+std::string Hex8(uint32_t crc) {
   std::string hex(8, '0');
   for (int i = 7, shift = 0; i >= 0; --i, shift += 4)
     hex[i] = "0123456789abcdef"[(crc >> shift) & 0xFu];
   return hex;
 }
 
+// The checksum of the payload's own bytes, for a file in Save's layout; "" for another layout.
+std::string RawPayloadChecksum(absl::string_view text) {
+  const std::optional<Layout> layout = SplitLayout(text);
+  return layout ? Hex8(Crc32c(layout->payload)) : "";
+}
+
+// DecodeCheckpoint of a file in Save's layout, its payload in canonical form and its checksum
+// right, without a JSON tree of the payload (ReadPayload's rules, in its order). nullopt for
+// anything else, and for anything ReadPayload would refuse: the full parser then decides, and
+// says what is wrong.
+std::optional<State> FastDecode(absl::string_view text, uint64_t* seq) {
+  const std::optional<Layout> layout = SplitLayout(text);
+  if (!layout) return std::nullopt;
+  int version = 0;
+  // Digits only (SplitLayout), and no leading zero, which JSON does not allow.
+  if (layout->version.size() > 9 || layout->version.front() == '0' ||
+      !absl::SimpleAtoi(layout->version, &version) || version < kOldestCheckpointVersion ||
+      version > kCheckpointVersion) {
+    return std::nullopt;
+  }
+  if (Hex8(Crc32c(layout->payload)) != layout->checksum) return std::nullopt;
+  if (canonical::ScanCanonical(layout->payload, kMaxDepth) != layout->payload.size()) {
+    return std::nullopt;
+  }
+  canonical::Members members;
+  if (!canonical::ObjectMembers(layout->payload, &members)) return std::nullopt;
+  absl::string_view allocations, reservations;
+  bool has_allocations = false, has_reservations = false;
+  uint64_t snapshot_seq = 0;
+  for (const auto& [key, value] : members) {
+    if (key == "allocations") {
+      allocations = value;
+      has_allocations = true;
+    } else if (key == "reservations" && version >= 2) {
+      reservations = value;
+      has_reservations = true;
+    } else if (key == "seq") {
+      if (value.front() == '-' || !absl::SimpleAtoi(value, &snapshot_seq)) return std::nullopt;
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (!has_allocations || (version >= 2 && !has_reservations)) return std::nullopt;
+  std::vector<absl::string_view> items;
+  if (!canonical::ArrayElements(allocations, &items)) return std::nullopt;
+  State state;
+  for (absl::string_view item : items) {
+    std::optional<Allocation> a = FastAllocation(item, version);
+    if (!a || state.Find(a->owner) != nullptr || !state.Add(*std::move(a)).ok()) {
+      return std::nullopt;
+    }
+  }
+  if (has_reservations) {
+    if (!canonical::ArrayElements(reservations, &items)) return std::nullopt;
+    for (absl::string_view item : items) {
+      // Few and small: the tree is cheap.
+      json value = json::parse(item.begin(), item.end(), nullptr, /*allow_exceptions=*/false);
+      Reservation r;
+      if (value.is_discarded() || !ReadReservation(value, "reservation", &r).ok() ||
+          state.FindReservation(r.uid) != nullptr || !state.PutReservation(std::move(r)).ok()) {
+        return std::nullopt;
+      }
+    }
+  }
+  *seq = snapshot_seq;
+  return state;
+}
+
 }  // namespace
 
 absl::StatusOr<State> DecodeCheckpoint(absl::string_view text, uint64_t* seq) {
+  if (text.size() > kMaxCheckpointBytes) {
+    return Corrupt(
+        absl::StrCat(text.size(), " bytes is larger than the limit of ", kMaxCheckpointBytes));
+  }
+  if (std::optional<State> fast = FastDecode(text, seq)) return *std::move(fast);
+  return DecodeCheckpointFullParse(text, seq);
+}
+
+absl::StatusOr<State> DecodeCheckpointFullParse(absl::string_view text, uint64_t* seq) {
+  *seq = 0;
   if (text.size() > kMaxCheckpointBytes) {
     return Corrupt(
         absl::StrCat(text.size(), " bytes is larger than the limit of ", kMaxCheckpointBytes));

@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -40,10 +41,20 @@ std::string EncodeCheckpoint(const State& state, uint64_t seq = 0, bool prepared
 // Messages do not name a file; Checkpoint::Load adds that.
 absl::StatusOr<State> DecodeCheckpoint(absl::string_view text);
 absl::StatusOr<State> DecodeCheckpoint(absl::string_view text, uint64_t* seq);
+// DecodeCheckpoint always through a JSON tree of the whole file. DecodeCheckpoint reads a file in
+// the layout and canonical form Save writes without one (canonical_json.h), and gives the same
+// result for every text (checkpoint_fuzz compares them); this is the reference it is checked
+// against, and what it falls back to for any other text.
+absl::StatusOr<State> DecodeCheckpointFullParse(absl::string_view text, uint64_t* seq);
 
 // One allocation as the checkpoint and the journal spell it, and its strict inverse (DataLoss).
 nlohmann::json AllocationToJson(const Allocation& allocation);
 absl::StatusOr<Allocation> AllocationFromJson(const nlohmann::json& value);
+// AllocationFromJson of the text of an allocation in canonical form (CanonicalText), without a
+// JSON tree of its answer and CDI spec; nullopt when the text is not canonical or
+// AllocationFromJson would refuse it (the caller then takes the full parser, for its message).
+// `scanned`: ScanCanonical accepted the text already (as part of a larger one).
+std::optional<Allocation> AllocationFromCanonicalText(absl::string_view text, bool scanned = false);
 // One reservation, likewise: {"uid", "name", "cpus": "<cpu list>", "gpus": [...], "placedAt",
 // "expiresAt", "ended", "endReason", "spec"}, every field always present.
 nlohmann::json ReservationToJson(const Reservation& reservation);

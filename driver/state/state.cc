@@ -45,6 +45,12 @@ JsonText::JsonText(const nlohmann::json& value) {
     text_ = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+JsonText JsonText::FromCanonicalText(absl::string_view text) {
+  JsonText out;
+  if (text != "null") out.text_ = std::string(text);
+  return out;
+}
+
 nlohmann::json JsonText::Parse() const {
   if (text_.empty()) return nullptr;
   nlohmann::json j = nlohmann::json::parse(text_, nullptr, /*allow_exceptions=*/false);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 #include "topology/cpuset.h"
 
@@ -26,7 +27,10 @@ class JsonText {
  public:
   JsonText() = default;                   // null
   JsonText(const nlohmann::json& value);  // NOLINT: implicit, so values assign naturally
-  nlohmann::json Parse() const;           // null for null; never throws
+  // `text` must be the compact text JsonText makes of a value ("null" for null), e.g. a value of
+  // a state file that canonical::ScanCanonical accepted: kept as it is, without parsing it.
+  static JsonText FromCanonicalText(absl::string_view text);
+  nlohmann::json Parse() const;  // null for null; never throws
   const std::string& text() const { return text_; }
   bool is_null() const { return text_.empty(); }
   std::string dump() const { return is_null() ? "null" : text_; }

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -141,6 +142,39 @@ TEST_F(ReconcileTest, LeftoversOfALostStateAreListedWithWhatToDo) {
                 "these files out of ",
                 store_.dir(), " and restart"));
   EXPECT_EQ(CdiFiles().size(), 13u) << "nothing removed";
+}
+
+}  // namespace
+}  // namespace topodra::cdi
+
+namespace topodra::cdi {
+namespace {
+
+// The start-up compares each stored spec's file with IndentCompactJson of the stored compact text
+// instead of printing a JSON tree of it: it must be nlohmann's dump(2), byte for byte.
+TEST(IndentCompactJsonTest, IsTheIndentedDumpOfTheValue) {
+  const std::vector<nlohmann::json> values = {
+      nullptr,
+      1,
+      "x",
+      nlohmann::json::object(),
+      nlohmann::json::array(),
+      nlohmann::json::parse(R"({"a":{},"b":[],"c":[1,[2,{}],{"d":"e,f:g{[\"]}"}],"k":"\u0001\n"})"),
+      nlohmann::json::parse(R"([{"x":[[]]},{"y":{"z":null}},true,false,-3])"),
+      nlohmann::json::parse(
+          R"({"cdiVersion":"0.5.0","devices":[{"containerEdits":{"env":["A=1","B=x y"],)"
+          R"("mounts":[{"containerPath":"/c","hostPath":"/h","options":["ro","bind"]}]},)"
+          R"("name":"u_cpus"}],"kind":"dra.cpu/metadata"})"),
+  };
+  for (const nlohmann::json& v : values) {
+    const std::string compact = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    SCOPED_TRACE(compact);
+    EXPECT_EQ(IndentCompactJson(compact),
+              v.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+  // Text that is not a compact dump: anything, never a crash.
+  for (const char* odd : {"", "\"", "{", "}", "]]", "\"\\", "{\"a\":"})
+    (void)IndentCompactJson(odd);
 }
 
 }  // namespace

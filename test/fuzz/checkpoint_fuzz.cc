@@ -1,11 +1,15 @@
 // DecodeCheckpoint (what Checkpoint::Load does with the file's bytes) on arbitrary input: any
 // input is a status, never a crash, a hang or a leak. Random bytes almost never carry a right
 // CRC-32C, so when the input is a JSON object the target also decodes it with its checksum
-// fixed, to reach the payload parser. A state that decodes must re-encode to text that decodes
-// to the same state and the same text.
+// fixed, to reach the payload parser, and in the layout Save writes, to reach the fast path that
+// reads it without a JSON tree. A state that decodes must re-encode to text that decodes to the
+// same state and the same text, and the fast path must give exactly what the full parser gives
+// (DecodeCheckpointFullParse; AllocationFromCanonicalText against AllocationFromJson).
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "common/json_parse.h"
@@ -16,7 +20,12 @@
 namespace {
 
 void Check(const std::string& text) {
-  absl::StatusOr<topodra::state::State> state = topodra::state::DecodeCheckpoint(text);
+  uint64_t seq = 0, full_seq = 0;
+  absl::StatusOr<topodra::state::State> state = topodra::state::DecodeCheckpoint(text, &seq);
+  absl::StatusOr<topodra::state::State> full =
+      topodra::state::DecodeCheckpointFullParse(text, &full_seq);
+  if (state.status() != full.status()) std::abort();
+  if (state.ok() && (!(*state == *full) || seq != full_seq)) std::abort();
   if (!state.ok()) {
     if (state.status().message().empty()) std::abort();
     return;
@@ -36,6 +45,16 @@ void Check(const std::string& text) {
 void CheckJournalLine(const std::string& text) {
   absl::StatusOr<nlohmann::json> body = topodra::state::DecodeJournalLine(text);
   if (!body.ok()) return;
+  // The journal's fast path: a canonical allocation reads as AllocationFromJson reads it.
+  if (body->contains("put")) {
+    const std::string put =
+        (*body)["put"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    std::optional<topodra::state::Allocation> fast =
+        topodra::state::AllocationFromCanonicalText(put);
+    absl::StatusOr<topodra::state::Allocation> slow =
+        topodra::state::AllocationFromJson((*body)["put"]);
+    if (fast.has_value() && (!slow.ok() || !(*fast == *slow))) std::abort();
+  }
   if (body->contains("put")) (void)topodra::state::AllocationFromJson((*body)["put"]);
   if (body->contains("putReservation")) {
     (void)topodra::state::ReservationFromJson((*body)["putReservation"]);
@@ -73,5 +92,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (too_deep || !doc.is_object() || !doc.contains("payload")) return 0;
   doc["checksum"] = topodra::state::ChecksumOf(doc["payload"]);
   Check(doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  // In Save's layout with the payload's own bytes checksummed, whatever the version says.
+  if (doc.contains("version") && doc["version"].is_number_integer()) {
+    const std::string payload =
+        doc["payload"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    char hex[9];
+    std::snprintf(hex, sizeof(hex), "%08x", topodra::state::Crc32c(payload));
+    Check("{\"checksum\":\"" + std::string(hex) + "\",\"payload\":" + payload +
+          ",\"version\":" + doc["version"].dump() + "}\n");
+  }
   return 0;
 }

@@ -714,3 +714,108 @@ TEST(AllocationJsonTest, ReservationIsOptionalAndWrittenOnlyWhenSet) {
 
 }  // namespace
 }  // namespace topodra::state
+
+namespace topodra::state {
+namespace {
+
+// A claim as a node holds thousands of them: its answer and CDI spec are what start keeps as
+// text, with the characters the canonical printer escapes.
+State ClaimsWithTexts() {
+  State state;
+  for (int i = 0; i < 3; ++i) {
+    Allocation a;
+    a.owner = absl::StrCat("dra.cpu/uid-", i);
+    a.claim_namespace = "default";
+    a.claim_name = absl::StrCat("claim-", i);
+    a.driver = "dra.cpu";
+    a.cpus = CpuSet{i};
+    a.phase = Phase::kPrepared;
+    a.answer = json{{"devices",
+                     {{{"cdiDeviceIds", {absl::StrCat("dra.cpu/claim=uid-", i)}},
+                       {"device", "cpudevnuma000"},
+                       {"requestNames", {"cpus"}}}}}};
+    a.cdi = json{{"file", absl::StrCat("dra.cpu-claim_uid-", i, ".json")},
+                 {"spec", {{"cdiVersion", "0.5.0"}, {"kind", "dra.cpu/claim"}, {"n", -i}}},
+                 {"metadata",
+                  {{{"content", "{\n  \"kind\": \"DeviceMetadata\",\t\x01 \xc3\xbc\"\\\n}\n"},
+                    {"cdiSpec", json::object()}}}}};
+    if (i == 1) a.mems = CpuSet{0};
+    if (i == 2) a.answer = JsonText();
+    EXPECT_TRUE(state.Add(a).ok());
+  }
+  Reservation r;
+  r.uid = "r-uid";
+  r.name = "r";
+  r.cpus = CpuSet{7};
+  r.spec = json{{"owners", json::array()}};
+  EXPECT_TRUE(state.PutReservation(r).ok());
+  return state;
+}
+
+// DecodeCheckpoint reads a file as Save writes it without a JSON tree (its answers and CDI specs
+// are kept as the text they are); it must give what the full parser gives, for that file and for
+// any other, canonical or not, right or damaged.
+TEST(CheckpointFastPathTest, GivesWhatTheFullParserGives) {
+  const State state = ClaimsWithTexts();
+  const std::string saved = EncodeCheckpoint(state, /*seq=*/42);
+  const json doc = json::parse(saved);
+  const std::string payload = doc["payload"].dump();
+  auto laid_out = [](const std::string& payload_text, const std::string& version) {
+    char hex[9];
+    std::snprintf(hex, sizeof(hex), "%08x", Crc32c(payload_text));
+    return absl::StrCat("{\"checksum\":\"", hex, "\",\"payload\":", payload_text,
+                        ",\"version\":", version, "}\n");
+  };
+  const std::vector<std::string> texts = {
+      saved,
+      EncodeCheckpoint(Sample()),  // a float in an answer: not canonical for the fast path
+      EncodeCheckpoint(State()),
+      doc.dump(2),                            // another layout
+      laid_out(doc["payload"].dump(1), "3"),  // whitespace
+      laid_out(payload, "03"),
+      laid_out(payload, "4"),
+      laid_out(payload, "1"),  // "reservations" and "mems" unknown in version 1
+      laid_out(absl::StrReplaceAll(payload, {{"\"seq\":42", "\"seq\":-42"}}), "3"),
+      laid_out(absl::StrReplaceAll(payload, {{"\"phase\":\"Prepared\"", "\"phase\":\"Done\""}}),
+               "3"),
+      laid_out(absl::StrReplaceAll(payload, {{"\"cpus\":\"1\"", "\"cpus\":\"0\""}}), "3"),
+      laid_out(absl::StrReplaceAll(payload, {{"\"cdi\":{", "\"cdi\":[{"}, {"}]}}", "}]}]}"}}), "3"),
+      absl::StrReplaceAll(saved, {{"uid-1", "uid-2"}}),  // damaged: checksum mismatch
+      saved.substr(0, saved.size() / 2),                 // torn
+  };
+  for (size_t i = 0; i < texts.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("text ", i, ": ", texts[i].substr(0, 200)));
+    uint64_t fast_seq = 1, full_seq = 1;
+    absl::StatusOr<State> fast = DecodeCheckpoint(texts[i], &fast_seq);
+    absl::StatusOr<State> full = DecodeCheckpointFullParse(texts[i], &full_seq);
+    ASSERT_EQ(fast.status(), full.status());
+    if (!fast.ok()) continue;
+    EXPECT_EQ(*fast, *full);
+    EXPECT_EQ(fast_seq, full_seq);
+    EXPECT_EQ(EncodeCheckpoint(*fast), EncodeCheckpoint(*full));
+  }
+  uint64_t seq = 0;
+  absl::StatusOr<State> read = DecodeCheckpoint(saved, &seq);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, state);
+  EXPECT_EQ(seq, 42u);
+  EXPECT_EQ(read->Find("dra.cpu/uid-0")->cdi.text(), state.Find("dra.cpu/uid-0")->cdi.text());
+  EXPECT_TRUE(read->Find("dra.cpu/uid-2")->answer.is_null());
+}
+
+TEST(CheckpointFastPathTest, AnAllocationsCanonicalTextReadsAsItsJson) {
+  const State state = ClaimsWithTexts();
+  for (const auto& [owner, a] : state.allocations()) {
+    const std::string text = CanonicalText(AllocationToJson(a));
+    std::optional<Allocation> fast = AllocationFromCanonicalText(text);
+    ASSERT_TRUE(fast.has_value()) << text;
+    EXPECT_EQ(*fast, a);
+  }
+  // Not canonical, or not an allocation: the caller takes AllocationFromJson.
+  EXPECT_FALSE(AllocationFromCanonicalText(R"({"owner": "x"})").has_value());
+  EXPECT_FALSE(AllocationFromCanonicalText(R"({"owner":"x"})").has_value());
+  EXPECT_FALSE(AllocationFromCanonicalText("[]").has_value());
+}
+
+}  // namespace
+}  // namespace topodra::state

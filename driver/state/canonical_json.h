@@ -1,0 +1,39 @@
+// Reading the state files without building a JSON tree of them.
+//
+// Every start reads the whole state: with 10,000 prepared claims, 33 MB of JSON, most of it the
+// claims' answers and CDI specs, which start only keeps as text (JsonText). Parsing them into trees
+// and printing the trees back was most of the start's instructions. The files are written in
+// canonical form (CanonicalText: compact, keys sorted), so a value of a file in that form is
+// already the text JsonText would make of it.
+//
+// ScanCanonical accepts exactly the texts that are the canonical form of a JSON value it can
+// prove so cheaply: compact, object keys strictly increasing and without escapes, integers of at
+// most 18 digits and no other numbers, strings in valid UTF-8 escaped as the canonical printer
+// escapes them. Anything else (a float, a key with an escape, whitespace, ...) is refused, and the
+// caller takes the full parser, whose answer is authoritative: the fast path only ever accepts
+// what the full parser accepts and decodes it the same way (checked by checkpoint_fuzz).
+#pragma once
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+
+namespace topodra::state::canonical {
+
+// The length of the canonical JSON value at the start of `text`, or 0 when it does not start with
+// one (or nests deeper than `max_depth` arrays and objects).
+size_t ScanCanonical(absl::string_view text, int max_depth);
+
+// The members of an object (each key without its quotes, and its value's text) and the elements
+// of an array, for text ScanCanonical accepted as a whole already (it is not checked again: one
+// pass checks the whole file, these only split it). False when it is not an object, an array.
+using Members = std::vector<std::pair<absl::string_view, absl::string_view>>;
+bool ObjectMembers(absl::string_view object, Members* out);
+bool ArrayElements(absl::string_view array, std::vector<absl::string_view>* out);
+
+// The contents of a canonical string without escapes ("\"abc\"" -> "abc"), or false.
+bool PlainString(absl::string_view value, absl::string_view* out);
+
+}  // namespace topodra::state::canonical
