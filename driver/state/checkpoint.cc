@@ -475,7 +475,8 @@ std::optional<State> FastDecode(absl::string_view text, uint64_t* seq) {
     return std::nullopt;
   }
   if (Hex8(Crc32c(layout->payload)) != layout->checksum) return std::nullopt;
-  if (canonical::ScanCanonical(layout->payload, kMaxDepth) != layout->payload.size()) {
+  // The payload is one level inside the document, whose depth the full parser limits.
+  if (canonical::ScanCanonical(layout->payload, kMaxDepth - 1) != layout->payload.size()) {
     return std::nullopt;
   }
   canonical::Members members;

@@ -766,7 +766,7 @@ TEST(CheckpointFastPathTest, GivesWhatTheFullParserGives) {
     return absl::StrCat("{\"checksum\":\"", hex, "\",\"payload\":", payload_text,
                         ",\"version\":", version, "}\n");
   };
-  const std::vector<std::string> texts = {
+  std::vector<std::string> texts = {
       saved,
       EncodeCheckpoint(Sample()),  // a float in an answer: not canonical for the fast path
       EncodeCheckpoint(State()),
@@ -783,6 +783,16 @@ TEST(CheckpointFastPathTest, GivesWhatTheFullParserGives) {
       absl::StrReplaceAll(saved, {{"uid-1", "uid-2"}}),  // damaged: checksum mismatch
       saved.substr(0, saved.size() / 2),                 // torn
   };
+  // Nested as deep as the reader allows, one level more, and one less (in a reservation's spec,
+  // kept as it is): the payload sits one level inside the document, whose depth is what the full
+  // parser limits.
+  for (const int arrays : {27, 28, 29}) {
+    const std::string deep = absl::StrReplaceAll(
+        payload, {{"\"owners\":[]", absl::StrCat("\"owners\":[],\"zz\":", std::string(arrays, '['),
+                                                 "1", std::string(arrays, ']'))}});
+    ASSERT_NE(deep, payload);
+    texts.push_back(laid_out(deep, "3"));
+  }
   for (size_t i = 0; i < texts.size(); ++i) {
     SCOPED_TRACE(absl::StrCat("text ", i, ": ", texts[i].substr(0, 200)));
     uint64_t fast_seq = 1, full_seq = 1;
