@@ -103,62 +103,6 @@ absl::Status AddStoredMetadata(const json& cdi, std::map<std::string, std::strin
   return absl::OkStatus();
 }
 
-// The contents of a string the canonical printer wrote (its escapes only); false for another.
-bool UnescapeCanonical(absl::string_view quoted, std::string* out) {
-  if (quoted.size() < 2 || quoted.front() != '"' || quoted.back() != '"') return false;
-  out->clear();
-  out->reserve(quoted.size());
-  for (size_t i = 1; i + 1 < quoted.size(); ++i) {
-    // The run up to the next escape, at once.
-    const size_t escape = std::min(quoted.find('\\', i), quoted.size() - 1);
-    out->append(quoted.data() + i, escape - i);
-    i = escape;
-    if (i + 1 >= quoted.size()) break;
-    if (i + 2 >= quoted.size()) return false;
-    switch (quoted[++i]) {
-      case '"':
-        *out += '"';
-        break;
-      case '\\':
-        *out += '\\';
-        break;
-      case 'b':
-        *out += '\b';
-        break;
-      case 'f':
-        *out += '\f';
-        break;
-      case 'n':
-        *out += '\n';
-        break;
-      case 'r':
-        *out += '\r';
-        break;
-      case 't':
-        *out += '\t';
-        break;
-      case 'u': {
-        // \u00xx: a control character (ScanCanonical allows no other \u).
-        int v = 0;
-        if (i + 4 >= quoted.size()) return false;
-        for (int k = 1; k <= 4; ++k) {
-          const char h = quoted[i + k];
-          const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : -1;
-          if (d < 0) return false;
-          v = v * 16 + d;
-        }
-        if (v >= 0x20) return false;
-        *out += static_cast<char>(v);
-        i += 4;
-        break;
-      }
-      default:
-        return false;
-    }
-  }
-  return true;
-}
-
 // The start-up's AddStoredMetadata and more, from the stored "cdi" text without a JSON tree of it:
 // the state keeps it in canonical form, so its parts are found by scanning (parsing 10,000 of
 // them was a third of a start's instructions). kParse: not canonical, or not the shape the
@@ -197,7 +141,7 @@ StoredCdi AddStoredCdiText(absl::string_view text, std::map<std::string, std::st
     }
     std::string unescaped;
     if (strings != 5 || cdi_spec.empty() || !absl::StartsWith(host_path, "/") || cdi_file.empty() ||
-        !UnescapeCanonical(content, &unescaped)) {
+        !state::canonical::UnescapedString(content, &unescaped)) {
       return StoredCdi::kParse;
     }
     more_specs.emplace_back(std::string(cdi_file), std::string(cdi_spec));

@@ -1,7 +1,9 @@
 #include "driver/state/canonical_json.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 namespace topodra::state::canonical {
 namespace {
@@ -258,6 +260,61 @@ bool PlainString(absl::string_view value, absl::string_view* out) {
   const absl::string_view inner = value.substr(1, value.size() - 2);
   if (inner.find('\\') != absl::string_view::npos) return false;
   *out = inner;
+  return true;
+}
+
+bool UnescapedString(absl::string_view quoted, std::string* out) {
+  if (quoted.size() < 2 || quoted.front() != '"' || quoted.back() != '"') return false;
+  out->clear();
+  out->reserve(quoted.size());
+  for (size_t i = 1; i + 1 < quoted.size(); ++i) {
+    // The run up to the next escape, at once.
+    const size_t escape = std::min(quoted.find('\\', i), quoted.size() - 1);
+    out->append(quoted.data() + i, escape - i);
+    i = escape;
+    if (i + 1 >= quoted.size()) break;
+    if (i + 2 >= quoted.size()) return false;
+    switch (quoted[++i]) {
+      case '"':
+        *out += '"';
+        break;
+      case '\\':
+        *out += '\\';
+        break;
+      case 'b':
+        *out += '\b';
+        break;
+      case 'f':
+        *out += '\f';
+        break;
+      case 'n':
+        *out += '\n';
+        break;
+      case 'r':
+        *out += '\r';
+        break;
+      case 't':
+        *out += '\t';
+        break;
+      case 'u': {
+        // \u00xx: a control character (ScanCanonical allows no other \u).
+        int v = 0;
+        if (i + 4 >= quoted.size()) return false;
+        for (int k = 1; k <= 4; ++k) {
+          const char h = quoted[i + k];
+          const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : -1;
+          if (d < 0) return false;
+          v = v * 16 + d;
+        }
+        if (v >= 0x20) return false;
+        *out += static_cast<char>(v);
+        i += 4;
+        break;
+      }
+      default:
+        return false;
+    }
+  }
   return true;
 }
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -35,5 +36,9 @@ bool ArrayElements(absl::string_view array, std::vector<absl::string_view>* out)
 
 // The contents of a canonical string without escapes ("\"abc\"" -> "abc"), or false.
 bool PlainString(absl::string_view value, absl::string_view* out);
+
+// The contents of a canonical string with its escapes undone ("\"a\\nb\"" -> "a", newline, "b"),
+// or false for a text the canonical printer does not write (\/, \u0041, a cut escape).
+bool UnescapedString(absl::string_view value, std::string* out);
 
 }  // namespace topodra::state::canonical

@@ -107,5 +107,29 @@ TEST(CanonicalJsonTest, SplitsObjectsAndArraysItScanned) {
   EXPECT_FALSE(PlainString("12", &plain));
 }
 
+// A string as the canonical printer writes it reads back as itself; what it never writes does
+// not read at all (the caller then takes the full parser).
+TEST(CanonicalJsonTest, UnescapedStringUndoesThePrintersEscapes) {
+  const std::vector<std::string> strings = {"",
+                                            "plain",
+                                            "a\"b\\c",
+                                            "\b\f\n\r\t",
+                                            std::string("\x01\x1f\0", 3),
+                                            "\x7f",
+                                            "\xc3\xbcnic\xf0\x9f\x98\x80"};
+  for (const std::string& s : strings) {
+    const std::string printed = json(s).dump();
+    ASSERT_EQ(ScanCanonical(printed, 1), printed.size()) << printed;
+    std::string out = "left over";
+    EXPECT_TRUE(UnescapedString(printed, &out)) << printed;
+    EXPECT_EQ(out, s) << printed;
+  }
+  std::string out;
+  for (const std::string bad : {R"("\/")", R"("\u0041")", R"("\u00")", R"("\x")", R"("a\")", R"(")",
+                                R"(abc)", R"("\U001f")"}) {
+    EXPECT_FALSE(UnescapedString(bad, &out)) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace topodra::state::canonical
