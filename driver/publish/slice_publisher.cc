@@ -170,6 +170,25 @@ void SlicePublisher::Stop() {
   informer_.Stop();
 }
 
+void SlicePublisher::HoldWrites() {
+  std::lock_guard<std::mutex> lock(mu_);
+  writes_held_ = true;
+}
+
+void SlicePublisher::ReleaseWrites() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    writes_held_ = false;
+  }
+  cv_.notify_all();
+}
+
+bool SlicePublisher::WritesAllowed() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return stopped_ || !writes_held_; });
+  return !stopped_;
+}
+
 bool SlicePublisher::WaitPublished(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   const uint64_t want = desired_.version;
@@ -686,6 +705,15 @@ absl::Status SlicePublisher::Reconcile() {
   }
   int64_t writes = 0;
   if (!in_sync) {
+    // Held at start until the daemon may publish: what to write is known by then.
+    if (!WritesAllowed()) return absl::CancelledError("stopped before publishing");
+    bool changed = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      changed = desired_.version != version;
+    }
+    // A new pool came while the writes were held: publish that one, not this.
+    if (changed) return Reconcile();
     // Every change gets a new generation in every slice, so consumers never mix old and new.
     ++generation;
     for (auto it = cache_.begin(); it != cache_.end();) {
