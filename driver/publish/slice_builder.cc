@@ -6,6 +6,7 @@
 #include <optional>
 #include <set>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 
@@ -537,8 +538,12 @@ absl::Status ValidateSlices(const std::vector<Slice>& slices, const SliceLimits&
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<Slice>> BuildSlices(const Pool& pool, SliceForm form,
-                                               const SliceLimits& limits) {
+namespace {
+
+// `pool` is a Pool& whose devices are moved, or a const Pool& whose devices are copied.
+template <typename PoolRef>
+absl::StatusOr<std::vector<Slice>> BuildSlicesOf(PoolRef& pool, SliceForm form,
+                                                 const SliceLimits& limits) {
   const size_t per_slice = static_cast<size_t>(DeviceLimit(pool.devices, limits));
   std::vector<Slice> slices;
   for (size_t start = 0; start < pool.devices.size() || slices.empty(); start += per_slice) {
@@ -547,8 +552,13 @@ absl::StatusOr<std::vector<Slice>> BuildSlices(const Pool& pool, SliceForm form,
     s.pool = pool.name;
     s.node_name = pool.node_name;
     const size_t end = std::min(pool.devices.size(), start + per_slice);
-    s.devices.assign(pool.devices.begin() + static_cast<long>(std::min(start, end)),
-                     pool.devices.begin() + static_cast<long>(end));
+    auto first = pool.devices.begin() + static_cast<long>(std::min(start, end));
+    auto last = pool.devices.begin() + static_cast<long>(end);
+    if constexpr (std::is_const_v<PoolRef>) {
+      s.devices.assign(first, last);
+    } else {
+      s.devices.assign(std::make_move_iterator(first), std::make_move_iterator(last));
+    }
     if (form == SliceForm::kMixins) {
       // The savings estimate is per group; the exact size decides, so a mixin form is never
       // larger than the flat one (small pools have little to share). Compacted in place and
@@ -575,6 +585,18 @@ absl::StatusOr<std::vector<Slice>> BuildSlices(const Pool& pool, SliceForm form,
   }
   if (absl::Status st = ValidateSlices(slices, limits); !st.ok()) return st;
   return slices;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Slice>> BuildSlices(const Pool& pool, SliceForm form,
+                                               const SliceLimits& limits) {
+  return BuildSlicesOf(pool, form, limits);
+}
+
+absl::StatusOr<std::vector<Slice>> BuildSlices(Pool&& pool, SliceForm form,
+                                               const SliceLimits& limits) {
+  return BuildSlicesOf(pool, form, limits);
 }
 
 absl::StatusOr<std::vector<Slice>> Flatten(const std::vector<Slice>& slices,

@@ -137,8 +137,7 @@ class SlicePublisher : private kube::InformerHandler {
   absl::StatusOr<bool> ListAttributesSupported(const Pool& pool);
   absl::StatusOr<NodeAllocatableField> NodeAllocatableFieldKept(const Pool& pool);
   absl::StatusOr<Pool> ApplyGatedFields(Pool p, Form* form);
-  absl::StatusOr<std::vector<nlohmann::json>> DesiredObjects(const std::optional<Pool>& pool,
-                                                             Form* form);
+  absl::StatusOr<std::vector<nlohmann::json>> DesiredObjects(std::optional<Pool> pool, Form* form);
   nlohmann::json ObjectFor(const Slice& s, int64_t generation) const;
   void RecordResult(const absl::Status& s);
 
