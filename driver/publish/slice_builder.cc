@@ -76,7 +76,8 @@ size_t HashValue(const AttributeValue& v) {
 struct FieldRefHash {
   size_t operator()(const FieldRef& f) const {
     const size_t h = Mix(f.key, f.capacity ? 1 : 0);
-    return Mix(h, f.capacity ? std::hash<std::string_view>()(*f.quantity) : HashValue(*f.attribute));
+    return Mix(h,
+               f.capacity ? std::hash<std::string_view>()(*f.quantity) : HashValue(*f.attribute));
   }
 };
 
@@ -169,7 +170,9 @@ struct Group {
   std::vector<const Holding*> fields;
   long Saving() const {
     long field_bytes = 0;
-    for (const Holding* f : fields) field_bytes += static_cast<long>(f->key->size() + f->json_size) + 4;
+    for (const Holding* f : fields) {
+      field_bytes += static_cast<long>(f->key->size() + f->json_size) + 4;
+    }
     const long n = static_cast<long>(devices.size());
     constexpr long kMixinEnvelope = 32;  // {"name":"m12","attributes":{}},
     constexpr long kIncludeRef = 6;      // ,"m12"

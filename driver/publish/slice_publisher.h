@@ -148,8 +148,8 @@ class SlicePublisher : private kube::InformerHandler {
   std::condition_variable cv_;
   Desired desired_;
   PublisherStatus status_;
-  bool stopped_ = false;       // guarded by mu_
-  bool writes_held_ = false;   // guarded by mu_
+  bool stopped_ = false;      // guarded by mu_
+  bool writes_held_ = false;  // guarded by mu_
 
   kube::Informer informer_;
   // Owned by the Run thread (or SyncOnce's caller); synced_version_ is written under mu_ too, for

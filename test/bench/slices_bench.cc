@@ -343,7 +343,8 @@ int main(int argc, char** argv) {
   };
   // BENCH_ONLY=4096: only the machines whose label holds that text.
   if (const char* only = std::getenv("BENCH_ONLY")) {
-    std::erase_if(machines, [&](const Machine& m) { return m.label.find(only) == std::string::npos; });
+    std::erase_if(machines,
+                  [&](const Machine& m) { return m.label.find(only) == std::string::npos; });
   }
   std::printf("individual mode; JSON sizes are compact (as sent)\n");
   for (const Machine& m : machines) BuildFigures(m, iterations);
