@@ -313,9 +313,20 @@ Publishing::Publishing(kube::RestClient* client, const NodeConfig& config, const
   OnInventory(first);
 }
 
+Publishing::~Publishing() { Stop(); }
+
+void Publishing::Prepare() {
+  for (Publisher& p : publishers_) {
+    if (p.thread.joinable()) continue;
+    p.publisher->HoldWrites();
+    p.thread = std::thread([pub = p.publisher.get()] { pub->Run(); });
+  }
+}
+
 absl::Status Publishing::Start() {
   for (Publisher& p : publishers_) {
-    p.thread = std::thread([pub = p.publisher.get()] { pub->Run(); });
+    if (!p.thread.joinable()) p.thread = std::thread([pub = p.publisher.get()] { pub->Run(); });
+    p.publisher->ReleaseWrites();
   }
   return absl::OkStatus();
 }

@@ -126,7 +126,12 @@ class DevicePlugins : public Component {
 class Publishing : public Component {
  public:
   Publishing(kube::RestClient* client, const NodeConfig& config, const Inventory& first);
+  ~Publishing() override;  // Stop(): Prepare may have started the publishers
   const char* name() const override { return "publishing"; }
+  // Runs the publishers with their writes held: the list, the probes (dry runs) and building the
+  // slices overlap the start of the components before this one; Start() lets the writes go, so
+  // slices still go out only once claims on them can be prepared.
+  void Prepare();
   absl::Status Start() override;
   void Stop() override;
   void OnInventory(const Inventory& now) override;

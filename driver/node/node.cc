@@ -241,6 +241,7 @@ void Node::AddHealth() {
 }
 
 absl::Status Node::Start() {
+  publishing_->Prepare();
   absl::Status st = components_.Start();
   // Discovery and start-up leave freed heap behind; give it back to the system.
   malloc_trim(0);

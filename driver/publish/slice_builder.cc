@@ -1,10 +1,13 @@
 #include "driver/publish/slice_builder.h"
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
 #include <string_view>
+#include <type_traits>
+#include <unordered_map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -38,63 +41,123 @@ int DeviceLimit(const std::vector<Device>& devices, const SliceLimits& limits,
   return limits.max_devices;
 }
 
-// One attribute or capacity of one device, identified by key and value, so identical entries of
-// different devices compare equal. `value` is a cheap encoding of the value that is equal exactly
-// when the values are (not JSON: printing every value of every device was most of the mixin
-// form's cost).
-struct Field {
+// One attribute or capacity as found on a device while collecting: equal exactly when the key and
+// the value are, so identical entries of different devices meet. Keys are numbered (devices of a
+// slice share a handful of keys) and values point into the device's maps (nothing is erased while
+// collecting). Hashed, not ordered: encoding or comparing values as text was most of the mixin
+// form's cost, and the order of the fields decides nothing (a group's fields go into a mixin's
+// sorted maps).
+struct FieldRef {
   bool capacity = false;
-  std::string key;
-  std::string value;
-  bool operator<(const Field& o) const {
-    return std::tie(capacity, key, value) < std::tie(o.capacity, o.key, o.value);
+  uint32_t key = 0;
+  const AttributeValue* attribute = nullptr;  // set for an attribute
+  const std::string* quantity = nullptr;      // set for a capacity: its value
+};
+
+size_t Mix(size_t h, size_t v) { return h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2)); }
+
+size_t HashValue(const AttributeValue& v) {
+  const size_t tag = v.index();
+  if (const int64_t* i = std::get_if<int64_t>(&v)) return Mix(tag, std::hash<int64_t>()(*i));
+  if (const bool* b = std::get_if<bool>(&v)) return Mix(tag, *b ? 1 : 0);
+  if (const std::string* str = std::get_if<std::string>(&v)) {
+    return Mix(tag, std::hash<std::string_view>()(*str));
+  }
+  if (const Version* ver = std::get_if<Version>(&v)) {
+    return Mix(tag, std::hash<std::string_view>()(ver->value));
+  }
+  size_t h = tag;
+  for (const std::string& e : std::get<StringList>(v).values) {
+    h = Mix(h, std::hash<std::string_view>()(e));
+  }
+  return h;
+}
+
+struct FieldRefHash {
+  size_t operator()(const FieldRef& f) const {
+    const size_t h = Mix(f.key, f.capacity ? 1 : 0);
+    return Mix(h,
+               f.capacity ? std::hash<std::string_view>()(*f.quantity) : HashValue(*f.attribute));
   }
 };
 
-// Type tag, then the value; list elements carry their lengths, so no two lists encode alike.
-std::string EncodeAttribute(const AttributeValue& v) {
-  if (const int64_t* i = std::get_if<int64_t>(&v)) return absl::StrCat("i", *i);
-  if (const bool* b = std::get_if<bool>(&v)) return *b ? "b1" : "b0";
-  if (const std::string* str = std::get_if<std::string>(&v)) return absl::StrCat("s", *str);
-  if (const StringList* l = std::get_if<StringList>(&v)) {
-    std::string out = "l";
-    for (const std::string& e : l->values) absl::StrAppend(&out, e.size(), ":", e);
-    return out;
+struct FieldRefEq {
+  bool operator()(const FieldRef& a, const FieldRef& b) const {
+    if (a.capacity != b.capacity || a.key != b.key) return false;
+    return a.capacity ? *a.quantity == *b.quantity : *a.attribute == *b.attribute;
   }
-  return absl::StrCat("v", std::get<Version>(v).value);
-}
+};
 
-// The devices holding a field, and its value (copied: devices lose their copies to mixins) with
-// the length of its JSON text, which the savings estimate counts.
+// The devices holding a field, and its key and value (copied: devices lose their copies to
+// mixins) with the length of its JSON text, which the savings estimate counts.
 struct Holding {
+  bool capacity = false;
+  const std::string* key = nullptr;  // in Holdings::keys
   std::vector<size_t> devices;
   size_t json_size = 0;
   std::optional<AttributeValue> attribute;
-  std::optional<Capacity> capacity;
+  std::optional<Capacity> capacity_value;
 };
-using Holdings = std::map<Field, Holding>;
+struct Holdings {
+  std::deque<std::string> keys;  // every key seen, once (attributes and capacities apart)
+  std::vector<Holding> fields;
+};
+
+// Numbers the keys of a slice's devices. Devices of a slice mostly carry the same keys in the
+// same order, so the key at each position of the previous device is tried first.
+class KeyNumbers {
+ public:
+  explicit KeyNumbers(std::deque<std::string>& keys) : keys_(keys) {}
+  uint32_t Of(size_t position, const std::string& key) {
+    if (position < at_.size() && keys_[at_[position]] == key) return at_[position];
+    auto [it, added] = ids_.try_emplace(key, static_cast<uint32_t>(keys_.size()));
+    if (added) keys_.push_back(key);
+    if (position >= at_.size()) at_.resize(position + 1);
+    at_[position] = it->second;
+    return it->second;
+  }
+
+ private:
+  std::deque<std::string>& keys_;
+  std::unordered_map<std::string, uint32_t> ids_;
+  std::vector<uint32_t> at_;  // position in a device's map -> the key last seen there
+};
 
 void CollectFields(const std::vector<Device>& devices, Holdings& out) {
+  std::unordered_map<FieldRef, size_t, FieldRefHash, FieldRefEq> index;
+  index.reserve(devices.size() * 4);
+  KeyNumbers attribute_keys(out.keys), capacity_keys(out.keys);
+  auto holding = [&](const FieldRef& ref) -> Holding& {
+    auto [it, added] = index.try_emplace(ref, out.fields.size());
+    if (added) {
+      out.fields.emplace_back();
+      out.fields.back().capacity = ref.capacity;
+      out.fields.back().key = &out.keys[ref.key];
+    }
+    return out.fields[it->second];
+  };
   for (size_t i = 0; i < devices.size(); ++i) {
     const Device& d = devices[i];
+    size_t position = 0;
     for (const auto& [k, v] : d.attributes) {
-      auto [it, added] = out.try_emplace(Field{false, k, EncodeAttribute(v)});
-      if (added) {
-        it->second.json_size = AttributeJsonSize(v);
-        it->second.attribute = v;
+      Holding& h = holding(FieldRef{false, attribute_keys.Of(position++, k), &v, nullptr});
+      if (!h.attribute) {
+        h.json_size = AttributeJsonSize(v);
+        h.attribute = v;
       }
-      it->second.devices.push_back(i);
+      h.devices.push_back(i);
     }
+    position = 0;
     for (const auto& [k, c] : d.capacity) {
       // A request policy is only valid on a device that allows multiple allocations, which a
       // mixin cannot say; servers may validate mixins on their own, so such capacities stay put.
       if (c.request_policy) continue;
-      auto [it, added] = out.try_emplace(Field{true, k, c.value});
-      if (added) {
-        it->second.json_size = CapacityJsonSize(c);
-        it->second.capacity = c;
+      Holding& h = holding(FieldRef{true, capacity_keys.Of(position++, k), nullptr, &c.value});
+      if (!h.capacity_value) {
+        h.json_size = CapacityJsonSize(c);
+        h.capacity_value = c;
       }
-      it->second.devices.push_back(i);
+      h.devices.push_back(i);
     }
   }
 }
@@ -104,11 +167,12 @@ void CollectFields(const std::vector<Device>& devices, Holdings& out) {
 // one include reference per device.
 struct Group {
   std::vector<size_t> devices;  // sorted
-  std::vector<const Holdings::value_type*> fields;
+  std::vector<const Holding*> fields;
   long Saving() const {
     long field_bytes = 0;
-    for (const Holdings::value_type* f : fields)
-      field_bytes += static_cast<long>(f->first.key.size() + f->second.json_size) + 4;
+    for (const Holding* f : fields) {
+      field_bytes += static_cast<long>(f->key->size() + f->json_size) + 4;
+    }
     const long n = static_cast<long>(devices.size());
     constexpr long kMixinEnvelope = 32;  // {"name":"m12","attributes":{}},
     constexpr long kIncludeRef = 6;      // ,"m12"
@@ -124,15 +188,27 @@ bool Nested(const std::vector<size_t>& a, const std::vector<size_t>& b) {
   return common.empty();
 }
 
+// Erases from `from` every key of `keys`: one walk over both (their keys are in the same order),
+// not a search per key.
+template <typename Map, typename Keys>
+void EraseKeysOf(Map& from, const Keys& keys) {
+  auto it = from.begin();
+  for (const auto& kv : keys) {
+    while (it != from.end() && it->first < kv.first) ++it;
+    if (it == from.end()) return;
+    if (it->first == kv.first) it = from.erase(it);
+  }
+}
+
 DeviceMixin MixinOf(std::string name, const std::vector<const Group*>& parts) {
   DeviceMixin mixin;
   mixin.name = std::move(name);
   for (const Group* g : parts) {
-    for (const Holdings::value_type* f : g->fields) {
-      if (f->first.capacity) {
-        mixin.capacity[f->first.key] = *f->second.capacity;
+    for (const Holding* f : g->fields) {
+      if (f->capacity) {
+        mixin.capacity[*f->key] = *f->capacity_value;
       } else {
-        mixin.attributes[f->first.key] = *f->second.attribute;
+        mixin.attributes[*f->key] = *f->attribute;
       }
     }
   }
@@ -147,12 +223,12 @@ void CompactSlice(Slice& slice, const SliceLimits& limits) {
   Holdings holders;
   CollectFields(slice.devices, holders);
   std::map<std::vector<size_t>, Group> by_devices;
-  for (const Holdings::value_type& held : holders) {
-    const std::vector<size_t>& devs = held.second.devices;
+  for (const Holding& held : holders.fields) {
+    const std::vector<size_t>& devs = held.devices;
     if (devs.size() < 2) continue;
-    Group& g = by_devices[devs];
-    g.devices = devs;
-    g.fields.push_back(&held);
+    auto [it, added] = by_devices.try_emplace(devs);
+    if (added) it->second.devices = devs;
+    it->second.fields.push_back(&held);
   }
   std::vector<Group> groups;
   for (auto& [devs, g] : by_devices) {
@@ -183,8 +259,8 @@ void CompactSlice(Slice& slice, const SliceLimits& limits) {
     if (users.size() < 2) return;
     for (size_t di : users) {
       Device& d = slice.devices[di];
-      for (const auto& [k, v] : mixin.attributes) d.attributes.erase(k);
-      for (const auto& [k, c] : mixin.capacity) d.capacity.erase(k);
+      EraseKeysOf(d.attributes, mixin.attributes);
+      EraseKeysOf(d.capacity, mixin.capacity);
       includes[di].push_back(mixin.name);
     }
     slice.mixins.push_back(std::move(mixin));
@@ -214,6 +290,22 @@ void CompactSlice(Slice& slice, const SliceLimits& limits) {
   for (size_t di = 0; di < slice.devices.size(); ++di) {
     slice.devices[di].includes = std::move(includes[di]);
   }
+}
+
+// Undoes CompactSlice on a slice whose devices included nothing before it: every field a device
+// lost to a mixin is in that mixin with the same value, so putting them back is the flat slice.
+void Uncompact(Slice& slice) {
+  std::map<std::string_view, const DeviceMixin*> mixins;
+  for (const DeviceMixin& m : slice.mixins) mixins.emplace(m.name, &m);
+  for (Device& d : slice.devices) {
+    for (const std::string& inc : d.includes) {
+      const DeviceMixin& m = *mixins.at(inc);
+      d.attributes.insert(m.attributes.begin(), m.attributes.end());
+      d.capacity.insert(m.capacity.begin(), m.capacity.end());
+    }
+    d.includes.clear();
+  }
+  slice.mixins.clear();
 }
 
 // The device's attributes after its includes are applied, as pointers into the device and its
@@ -276,6 +368,21 @@ absl::Status CheckValues(const std::string& where, const Device& d,
   return TooManyValues(where, d, values, limits);
 }
 
+// How many keys two maps of the same ordering have in common.
+template <typename A, typename B>
+int SharedKeys(const A& a, const B& b) {
+  int n = 0;
+  auto i = a.begin();
+  auto j = b.begin();
+  while (i != a.end() && j != b.end()) {
+    const int c = i->first.compare(j->first);
+    if (c == 0) ++n;
+    if (c <= 0) ++i;
+    if (c >= 0) ++j;
+  }
+  return n;
+}
+
 // Attributes and capacities after flattening: the device's own, plus the names its mixins add.
 struct FlatCounts {
   int attributes = 0;
@@ -284,6 +391,16 @@ struct FlatCounts {
 FlatCounts FlatCount(const Device& d, const std::map<std::string, const DeviceMixin*>& mixins) {
   FlatCounts count{static_cast<int>(d.attributes.size()), static_cast<int>(d.capacity.size())};
   if (d.includes.empty()) return count;
+  if (d.includes.size() == 1) {
+    // One mixin (the common case): its names the device does not have, in one walk over both.
+    auto it = mixins.find(d.includes.front());
+    if (it == mixins.end()) return count;
+    count.attributes += static_cast<int>(it->second->attributes.size()) -
+                        SharedKeys(it->second->attributes, d.attributes);
+    count.capacities += static_cast<int>(it->second->capacity.size()) -
+                        SharedKeys(it->second->capacity, d.capacity);
+    return count;
+  }
   std::set<std::pair<bool, std::string_view>> added;
   for (const std::string& inc : d.includes) {
     auto it = mixins.find(inc);
@@ -424,8 +541,12 @@ absl::Status ValidateSlices(const std::vector<Slice>& slices, const SliceLimits&
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<Slice>> BuildSlices(const Pool& pool, SliceForm form,
-                                               const SliceLimits& limits) {
+namespace {
+
+// `pool` is a Pool& whose devices are moved, or a const Pool& whose devices are copied.
+template <typename PoolRef>
+absl::StatusOr<std::vector<Slice>> BuildSlicesOf(PoolRef& pool, SliceForm form,
+                                                 const SliceLimits& limits) {
   const size_t per_slice = static_cast<size_t>(DeviceLimit(pool.devices, limits));
   std::vector<Slice> slices;
   for (size_t start = 0; start < pool.devices.size() || slices.empty(); start += per_slice) {
@@ -434,15 +555,28 @@ absl::StatusOr<std::vector<Slice>> BuildSlices(const Pool& pool, SliceForm form,
     s.pool = pool.name;
     s.node_name = pool.node_name;
     const size_t end = std::min(pool.devices.size(), start + per_slice);
-    s.devices.assign(pool.devices.begin() + static_cast<long>(std::min(start, end)),
-                     pool.devices.begin() + static_cast<long>(end));
+    auto first = pool.devices.begin() + static_cast<long>(std::min(start, end));
+    auto last = pool.devices.begin() + static_cast<long>(end);
+    if constexpr (std::is_const_v<PoolRef>) {
+      s.devices.assign(first, last);
+    } else {
+      s.devices.assign(std::make_move_iterator(first), std::make_move_iterator(last));
+    }
     if (form == SliceForm::kMixins) {
       // The savings estimate is per group; the exact size decides, so a mixin form is never
-      // larger than the flat one (small pools have little to share).
-      Slice compact = s;
-      CompactSlice(compact, limits);
-      if (SliceJsonSize(compact) < SliceJsonSize(s)) {
-        s = std::move(compact);
+      // larger than the flat one (small pools have little to share). Compacted in place and
+      // flattened back when it does not pay: copying every device's maps cost more than the
+      // compaction.
+      const size_t flat_size = SliceJsonSize(s);
+      const bool own_includes = std::any_of(s.devices.begin(), s.devices.end(),
+                                            [](const Device& d) { return !d.includes.empty(); });
+      if (own_includes) {
+        Slice compact = s;
+        CompactSlice(compact, limits);
+        if (SliceJsonSize(compact) < flat_size) s = std::move(compact);
+      } else {
+        CompactSlice(s, limits);
+        if (SliceJsonSize(s) >= flat_size) Uncompact(s);
       }
     }
     slices.push_back(std::move(s));
@@ -454,6 +588,18 @@ absl::StatusOr<std::vector<Slice>> BuildSlices(const Pool& pool, SliceForm form,
   }
   if (absl::Status st = ValidateSlices(slices, limits); !st.ok()) return st;
   return slices;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Slice>> BuildSlices(const Pool& pool, SliceForm form,
+                                               const SliceLimits& limits) {
+  return BuildSlicesOf(pool, form, limits);
+}
+
+absl::StatusOr<std::vector<Slice>> BuildSlices(Pool&& pool, SliceForm form,
+                                               const SliceLimits& limits) {
+  return BuildSlicesOf(pool, form, limits);
 }
 
 absl::StatusOr<std::vector<Slice>> Flatten(const std::vector<Slice>& slices,

@@ -20,6 +20,9 @@ enum class SliceForm { kMixins, kFlat };
 // publisher sets the generation. Fails only when a device alone breaks a limit.
 absl::StatusOr<std::vector<Slice>> BuildSlices(const Pool& pool, SliceForm form,
                                                const SliceLimits& limits = {});
+// The same, moving the pool's devices into the slices instead of copying them.
+absl::StatusOr<std::vector<Slice>> BuildSlices(Pool&& pool, SliceForm form,
+                                               const SliceLimits& limits = {});
 
 // Applies KEP-5234: each device gets its mixins' attributes and capacities in include order, a
 // later mixin overriding an earlier one and the device's own values overriding both; includes and

@@ -170,6 +170,25 @@ void SlicePublisher::Stop() {
   informer_.Stop();
 }
 
+void SlicePublisher::HoldWrites() {
+  std::lock_guard<std::mutex> lock(mu_);
+  writes_held_ = true;
+}
+
+void SlicePublisher::ReleaseWrites() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    writes_held_ = false;
+  }
+  cv_.notify_all();
+}
+
+bool SlicePublisher::WritesAllowed() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return stopped_ || !writes_held_; });
+  return !stopped_;
+}
+
 bool SlicePublisher::WaitPublished(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   const uint64_t want = desired_.version;
@@ -214,9 +233,8 @@ absl::Status SlicePublisher::OnList(std::vector<json> items) {
 }
 
 json SlicePublisher::ObjectFor(const Slice& s, int64_t generation) const {
-  Slice copy = s;
-  copy.generation = generation;
-  json obj = SliceToJson(copy, api_.api_version());
+  json obj = SliceToJson(s, api_.api_version());
+  obj["spec"]["pool"]["generation"] = generation;
   if (!node_uid_.empty()) {
     // Slices die with their Node (garbage collection), as the upstream helper arranges.
     obj["metadata"]["ownerReferences"] = json::array({{{"apiVersion", "v1"},
@@ -448,14 +466,14 @@ absl::StatusOr<Pool> SlicePublisher::ApplyGatedFields(Pool p, Form* form) {
   return p;
 }
 
-absl::StatusOr<std::vector<json>> SlicePublisher::DesiredObjects(const std::optional<Pool>& pool,
+absl::StatusOr<std::vector<json>> SlicePublisher::DesiredObjects(std::optional<Pool> pool,
                                                                  Form* form) {
   *form = Form{};
   std::vector<json> out;
   if (!pool) return out;
   // Taints and list attributes first: they change how many devices fit in a slice, and so the
   // slices the mixins probe looks at.
-  Pool p = *pool;
+  Pool p = *std::move(pool);
   if (HasTaints(p)) {
     bool keep = opts_.taints == TaintMode::kOn;
     if (opts_.taints == TaintMode::kAuto) {
@@ -475,7 +493,7 @@ absl::StatusOr<std::vector<json>> SlicePublisher::DesiredObjects(const std::opti
     if (!ok.ok()) return ok.status();
     if (*ok) slice_form = SliceForm::kMixins;
   }
-  absl::StatusOr<std::vector<Slice>> slices = BuildSlices(p, slice_form, opts_.limits);
+  absl::StatusOr<std::vector<Slice>> slices = BuildSlices(std::move(p), slice_form, opts_.limits);
   if (!slices.ok()) return slices.status();
   for (const Slice& s : *slices) {
     if (!s.mixins.empty()) form->mixins = true;
@@ -488,9 +506,15 @@ absl::StatusOr<std::vector<json>> SlicePublisher::DesiredObjects(const std::opti
 // most of the start-up's CPU time, thrown away by servers without KEP-5234): the first devices'
 // slice, or the whole pool when those share nothing.
 absl::StatusOr<bool> SlicePublisher::ProbeMixins(const Pool& pool) {
-  Pool head = pool;
+  // Only the head's devices are copied: on a 4096-CPU node copying the whole pool to cut it down
+  // cost more than the probe's build.
   const size_t n = static_cast<size_t>(std::max(1, opts_.limits.max_devices_with_taints));
-  if (head.devices.size() > n) head.devices.resize(n);
+  Pool head;
+  head.driver = pool.driver;
+  head.name = pool.name;
+  head.node_name = pool.node_name;
+  head.devices.assign(pool.devices.begin(),
+                      pool.devices.begin() + static_cast<long>(std::min(n, pool.devices.size())));
   const Pool* const forms[] = {&head, &pool};
   for (const Pool* from : forms) {
     absl::StatusOr<std::vector<Slice>> mixed = BuildSlices(*from, SliceForm::kMixins, opts_.limits);
@@ -663,7 +687,7 @@ absl::Status SlicePublisher::Reconcile() {
     // A missing Node (tests, a node being deleted) only costs the owner reference.
   }
   Form form;
-  absl::StatusOr<std::vector<json>> desired = DesiredObjects(pool, &form);
+  absl::StatusOr<std::vector<json>> desired = DesiredObjects(std::move(pool), &form);
   if (!desired.ok()) return desired.status();
 
   // Generations only grow, even when every slice was deleted behind our back: consumers that saw
@@ -686,6 +710,15 @@ absl::Status SlicePublisher::Reconcile() {
   }
   int64_t writes = 0;
   if (!in_sync) {
+    // Held at start until the daemon may publish: what to write is known by then.
+    if (!WritesAllowed()) return absl::CancelledError("stopped before publishing");
+    bool changed = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      changed = desired_.version != version;
+    }
+    // A new pool came while the writes were held: publish that one, not this.
+    if (changed) return Reconcile();
     // Every change gets a new generation in every slice, so consumers never mix old and new.
     ++generation;
     for (auto it = cache_.begin(); it != cache_.end();) {

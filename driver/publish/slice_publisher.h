@@ -79,6 +79,11 @@ class SlicePublisher : private kube::InformerHandler {
   // Waits until the pool last given to SetDesired is stored on the server (true), or Stop() or
   // `timeout` comes first (false).
   bool WaitPublished(std::chrono::milliseconds timeout);
+  // Holds every create, update and delete until ReleaseWrites() (or Stop()): called before Run,
+  // it lets the list, the probes (dry runs, which store nothing) and the slices' build happen
+  // while the daemon is still starting, and the first write go out as soon as it may.
+  void HoldWrites();
+  void ReleaseWrites();
   // Runs until Stop(), which interrupts a watch or a backoff at once; never returns because of
   // API errors.
   void Run();
@@ -107,6 +112,8 @@ class SlicePublisher : private kube::InformerHandler {
     NodeAllocatableField node_allocatable = NodeAllocatableField::kNone;
   };
   absl::Status Reconcile();
+  // Waits while writes are held; false when Stop() came first.
+  bool WritesAllowed();
   bool PrepareWrite(nlohmann::json& obj) const;
   absl::StatusOr<kube::Response> SendWrite(nlohmann::json& obj, bool update);
   // Writes objs[begin, begin + n), up to opts_.write_concurrency at once; the answers in order.
@@ -130,8 +137,7 @@ class SlicePublisher : private kube::InformerHandler {
   absl::StatusOr<bool> ListAttributesSupported(const Pool& pool);
   absl::StatusOr<NodeAllocatableField> NodeAllocatableFieldKept(const Pool& pool);
   absl::StatusOr<Pool> ApplyGatedFields(Pool p, Form* form);
-  absl::StatusOr<std::vector<nlohmann::json>> DesiredObjects(const std::optional<Pool>& pool,
-                                                             Form* form);
+  absl::StatusOr<std::vector<nlohmann::json>> DesiredObjects(std::optional<Pool> pool, Form* form);
   nlohmann::json ObjectFor(const Slice& s, int64_t generation) const;
   void RecordResult(const absl::Status& s);
 
@@ -142,7 +148,8 @@ class SlicePublisher : private kube::InformerHandler {
   std::condition_variable cv_;
   Desired desired_;
   PublisherStatus status_;
-  bool stopped_ = false;  // guarded by mu_
+  bool stopped_ = false;      // guarded by mu_
+  bool writes_held_ = false;  // guarded by mu_
 
   kube::Informer informer_;
   // Owned by the Run thread (or SyncOnce's caller); synced_version_ is written under mu_ too, for

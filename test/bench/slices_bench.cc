@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -196,6 +197,9 @@ Timeline RunToPublished(const std::string& kubeconfig, const Machine& m, size_t 
     args.push_back(dir + "/" + (flag + 2));
   }
   args.insert(args.end(), m.args.begin(), m.args.end());
+  // BENCH_TRACE=1: the daemon logs at debug level and each start's log is kept (its path printed).
+  const bool trace = std::getenv("BENCH_TRACE") != nullptr;
+  if (trace) args.push_back("-v");
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -244,6 +248,13 @@ Timeline RunToPublished(const std::string& kubeconfig, const Machine& m, size_t 
   t.first_added = first.load();
   t.stored = result.load();
   ReadLogTimes(log, fork_epoch_ms, t);
+  if (trace) {
+    static int kept = 0;
+    const std::string copy = "/tmp/topodra-slices-bench-log-" + std::to_string(++kept) + ".txt";
+    std::error_code ec;
+    std::filesystem::copy_file(log, copy, std::filesystem::copy_options::overwrite_existing, ec);
+    std::printf("  (daemon log, fork at epoch ms %.0f: %s)\n", fork_epoch_ms, copy.c_str());
+  }
   std::filesystem::remove_all(dir);
   return t;
 }
@@ -313,7 +324,7 @@ int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);  // the in-process publisher's info lines
   const std::string synth = "pack:4 numa:2 l3:4 core:16 pu:2";
   const std::string synth4k = "pack:8 numa:2 l3:4 core:32 pu:2";
-  const std::vector<Machine> machines = {
+  std::vector<Machine> machines = {
       {"192em64t-24n8c2t.xml (384)",
        topology::TopologySource::XmlFile(dir + "/192em64t-24n8c2t.xml"),
        {"--topology-file", dir + "/192em64t-24n8c2t.xml"},
@@ -330,6 +341,11 @@ int main(int argc, char** argv) {
        40,
        300},
   };
+  // BENCH_ONLY=4096: only the machines whose label holds that text.
+  if (const char* only = std::getenv("BENCH_ONLY")) {
+    std::erase_if(machines,
+                  [&](const Machine& m) { return m.label.find(only) == std::string::npos; });
+  }
   std::printf("individual mode; JSON sizes are compact (as sent)\n");
   for (const Machine& m : machines) BuildFigures(m, iterations);
   std::printf("target: mixin form >= 3x smaller; build < 20 ms for 1024 PUs\n\n");

@@ -442,6 +442,43 @@ TEST_F(SlicePublisherTest, WaitPublishedReturnsOnceTheLastPoolIsStored) {
   EXPECT_FALSE(p.WaitPublished(std::chrono::seconds(30)));
 }
 
+// The daemon's start: the publisher lists, asks for its Node and probes (dry runs, nothing
+// stored) while the DRA socket is still coming up; its first write waits for ReleaseWrites.
+TEST_F(SlicePublisherTest, HeldWritesWaitForReleaseAndStopEndsTheWait) {
+  const Pool pool = PoolFor(k32);
+  // Stopped while held first: it leaves nothing behind, so the second publisher starts alike.
+  for (bool release : {false, true}) {
+    SCOPED_TRACE(release ? "released" : "stopped while held");
+    fake_.ClearRequests();
+    SlicePublisher& p = Make();
+    p.HoldWrites();
+    p.SetDesired(pool);
+    Start(&p);
+    // The mixin probe is the last request before the writes.
+    ASSERT_TRUE(fake_.Await([&] {
+      for (const FakeRestClient::Request& r : fake_.Requests()) {
+        if (r.verb == "POST" && r.path.find("dryRun=All") != std::string::npos) return true;
+      }
+      return false;
+    }));
+    for (const FakeRestClient::Request& r : fake_.Requests()) {
+      EXPECT_TRUE(r.verb == "GET" || r.path.find("dryRun=All") != std::string::npos)
+          << r.verb << " " << r.path;
+    }
+    EXPECT_TRUE(fake_.Objects(kSlices).empty());
+    EXPECT_FALSE(p.status().published_once);
+    if (!release) {
+      StopRunning();  // would hang here if the held write did not see Stop
+      EXPECT_TRUE(fake_.Objects(kSlices).empty());
+      continue;
+    }
+    p.ReleaseWrites();
+    ASSERT_TRUE(p.WaitPublished(std::chrono::seconds(30)));
+    ExpectStored(pool, 1);
+    StopRunning();
+  }
+}
+
 TEST_F(SlicePublisherTest, StopBeforeADesiredStateReturnsAtOnce) {
   SlicePublisher& p = Make();
   fake_.ClearRequests();
