@@ -124,17 +124,18 @@ absl::Status DraDrivers::Start() {
     // claims reading every file was most of a restart. Until a file is checked the kubelet and
     // the runtime see it as the crash left it.
     spdlog::info("driver {}: checking CDI files in the background", driver);
-    d.service->StartFileCheck([driver, dir = cdi_dir_](
-                                  const absl::StatusOr<prepare::ClaimService::Reconciled>& r) {
-      if (absl::IsCancelled(r.status())) return;
-      if (!r.ok()) {
-        spdlog::error("driver {}: CDI files in {}: {}", driver, dir, r.status().message());
-        return;
-      }
-      // Also marks the end of the check in the log (restart_bench times it).
-      spdlog::info("driver {}: CDI files checked: {} written, {} removed", driver, r->written,
-                   r->removed);
-    });
+    d.service->StartFileCheck(
+        [driver, dir = cdi_dir_](const absl::StatusOr<prepare::ClaimService::Reconciled>& r) {
+          if (absl::IsCancelled(r.status())) return;
+          if (!r.ok()) {
+            spdlog::error("driver {}: CDI files in {}: {}", driver, dir,
+                          std::string(r.status().message()));
+            return;
+          }
+          // Also marks the end of the check in the log (restart_bench times it).
+          spdlog::info("driver {}: CDI files checked: {} written, {} removed", driver, r->written,
+                       r->removed);
+        });
     plugin::PluginOptions po;
     po.driver = driver;
     po.kubelet_root = kubelet_root_;
@@ -178,8 +179,8 @@ std::vector<std::string> DraDrivers::Problems() const {
     }
     for (std::string& p : d.plugin->SocketProblems()) out.push_back(std::move(p));
     if (std::string p = d.service->FileCheckProblem(); !p.empty()) {
-      out.push_back(absl::StrCat("driver ", d.service->driver(), ": CDI files in ", cdi_dir_, ": ",
-                                 p));
+      out.push_back(
+          absl::StrCat("driver ", d.service->driver(), ": CDI files in ", cdi_dir_, ": ", p));
     }
   }
   return out;

@@ -1633,8 +1633,7 @@ TEST_F(ClaimServiceFileCheckTest, CallsRacingTheCheckAlwaysSeeCorrectFiles) {
         const std::map<std::string, std::string> after_race = Snapshot({names[i]});
         for (const auto& [path, content] : after_race) std::filesystem::remove(path);
         PrepareOk(refs[i]);
-        EXPECT_EQ(after_race, Snapshot({names[i]}))
-            << "files of a prepared claim";
+        EXPECT_EQ(after_race, Snapshot({names[i]})) << "files of a prepared claim";
       } else {
         EXPECT_FALSE(CdiExists(absl::StrCat("dra.cpu-claim_uid-", names[i], ".json")));
         EXPECT_FALSE(CdiExists(absl::StrCat("dra.cpu_metadata_uid-", names[i], "_cpus.json")));
