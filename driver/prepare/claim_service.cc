@@ -414,7 +414,13 @@ void ClaimService::StartFileCheck(std::function<void(const absl::StatusOr<Reconc
   stop_check_ = false;
   checking_ = true;
   check_thread_ = std::thread([this, done = std::move(done)] {
-    absl::StatusOr<Reconciled> r = RunFileCheck();
+    absl::StatusOr<Reconciled> r;
+    try {
+      r = RunFileCheck();
+    } catch (const std::exception& e) {
+      // STYLE.md: nothing throws on purpose; a bug here must not take the daemon down.
+      r = absl::InternalError(absl::StrCat("the file check failed: ", e.what()));
+    }
     checking_ = false;
     {
       std::lock_guard<std::mutex> lock(gate_mu_);
