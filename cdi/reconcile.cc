@@ -79,62 +79,78 @@ absl::StatusOr<ReconciledCdi> ReconcileCdiFiles(
   return ReconcileCdiFileTexts(store, texts, classify, label);
 }
 
-absl::StatusOr<ReconciledCdi> ReconcileCdiFileTexts(
-    const cdi::SpecStore& store, const std::map<std::string, std::string>& wanted,
-    const std::function<CdiFileClass(const std::string&)>& classify, const std::string& label) {
-  ReconciledCdi out;
-  for (const auto& [file, spec_text] : wanted) {
-    // The name comes from the state: never a path outside the CDI directory, fast path or not.
-    if (absl::Status st = cdi::ValidateSpecFileName(file); !st.ok()) {
-      return absl::DataLossError(absl::StrCat("stored CDI spec of ", file, ": ", Message(st)));
-    }
-    // A file holding exactly the text Write makes of the stored spec holds that spec: no need to
-    // parse either (at start, with thousands of claims, parsing was most of the cost).
-    if (absl::StatusOr<std::string> bytes =
-            files::ReadFileBounded(store.PathOf(file), kMaxSpecBytes);
-        bytes.ok() && *bytes == FileTextOf(spec_text)) {
-      continue;
-    }
-    absl::StatusOr<cdi::Spec> want = cdi::FromJson(spec_text);
-    if (!want.ok()) {
-      return absl::DataLossError(
-          absl::StrCat("stored CDI spec of ", file, ": ", Message(want.status())));
-    }
-    absl::StatusOr<cdi::Spec> have = store.Read(file);
-    if (have.ok() && *have == *want) continue;
-    // A stored spec keeps its version (it is at least the minimum it was written with).
-    if (absl::StatusOr<cdi::Spec> w =
-            store.Write(file, *want, /*synced=*/true, VersionPolicy::kAtLeastGiven);
-        !w.ok()) {
-      return w.status();
-    }
-    spdlog::info("{}: restored CDI spec {}", label, store.PathOf(file));
-    ++out.written;
+absl::StatusOr<bool> CheckCdiFileText(const cdi::SpecStore& store, const std::string& file,
+                                      const std::string& spec_text, const std::string& label) {
+  // The name comes from the state: never a path outside the CDI directory, fast path or not.
+  if (absl::Status st = cdi::ValidateSpecFileName(file); !st.ok()) {
+    return absl::DataLossError(absl::StrCat("stored CDI spec of ", file, ": ", Message(st)));
   }
+  // A file holding exactly the text Write makes of the stored spec holds that spec: no need to
+  // parse either (at start, with thousands of claims, parsing was most of the cost).
+  if (absl::StatusOr<std::string> bytes = files::ReadFileBounded(store.PathOf(file), kMaxSpecBytes);
+      bytes.ok() && *bytes == FileTextOf(spec_text)) {
+    return false;
+  }
+  absl::StatusOr<cdi::Spec> want = cdi::FromJson(spec_text);
+  if (!want.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("stored CDI spec of ", file, ": ", Message(want.status())));
+  }
+  absl::StatusOr<cdi::Spec> have = store.Read(file);
+  if (have.ok() && *have == *want) return false;
+  // A stored spec keeps its version (it is at least the minimum it was written with).
+  if (absl::StatusOr<cdi::Spec> w =
+          store.Write(file, *want, /*synced=*/true, VersionPolicy::kAtLeastGiven);
+      !w.ok()) {
+    return w.status();
+  }
+  spdlog::info("{}: restored CDI spec {}", label, store.PathOf(file));
+  return true;
+}
+
+absl::StatusOr<int> RemoveUnwantedCdiFiles(
+    const cdi::SpecStore& store, const std::function<bool(const std::string&)>& wanted,
+    const std::function<CdiFileClass(const std::string&)>& classify, const std::string& label,
+    const FileGuard& guard) {
+  int removed = 0;
+  absl::Status failed;
   // Temporary files of writes a crash interrupted (".<file>.<pid>-<n>.tmp"): hidden and ".tmp",
   // so runtimes skip them, but they would pile up. Only ours: another instance may be writing.
+  // Guarded by the file they were writing: a prepare of its claim may be writing one now.
   absl::StatusOr<std::vector<files::DirEntry>> entries = files::ListDirectory(store.dir());
   if (!entries.ok()) return entries.status();
   for (const files::DirEntry& e : *entries) {
     if (!absl::StartsWith(e.name, ".") || !absl::EndsWith(e.name, ".tmp")) continue;
     const size_t dot = e.name.rfind('.', e.name.size() - 5);
     if (dot == std::string::npos || dot < 2) continue;
-    if (classify(e.name.substr(1, dot - 1)) != CdiFileClass::kOurs) continue;
-    if (::unlink(store.PathOf(e.name).c_str()) == 0) ++out.removed;
+    const std::string of = e.name.substr(1, dot - 1);
+    if (classify(of) != CdiFileClass::kOurs) continue;
+    guard(of, [&] {
+      if (::unlink(store.PathOf(e.name).c_str()) == 0) ++removed;
+    });
   }
-  absl::StatusOr<std::vector<std::string>> on_disk = store.List();
-  if (!on_disk.ok()) return on_disk.status();
   std::vector<std::string> unmarked;
-  for (const std::string& file : *on_disk) {
-    if (wanted.contains(file)) continue;
+  for (const files::DirEntry& e : *entries) {
+    const std::string& file = e.name;
+    if (!e.regular || !absl::EndsWith(file, ".json") || !cdi::ValidateSpecFileName(file).ok() ||
+        wanted(file)) {
+      continue;
+    }
     const CdiFileClass c = classify(file);
     if (c == CdiFileClass::kUnmarked) unmarked.push_back(file);
     if (c != CdiFileClass::kOurs) continue;
-    if (absl::Status st = store.Remove(file); !st.ok()) return st;
-    spdlog::info("{}: removed CDI spec {}: its owner holds nothing", label, store.PathOf(file));
-    ++out.removed;
+    guard(file, [&] {
+      if (absl::Status st = store.Remove(file); !st.ok()) {
+        if (failed.ok()) failed = st;
+        return;
+      }
+      spdlog::info("{}: removed CDI spec {}: its owner holds nothing", label, store.PathOf(file));
+      ++removed;
+    });
   }
+  if (!failed.ok()) return failed;
   if (!unmarked.empty()) {
+    std::sort(unmarked.begin(), unmarked.end());
     constexpr size_t kNamed = 10;
     std::string named =
         absl::StrJoin(unmarked.begin(), unmarked.begin() + std::min(unmarked.size(), kNamed), ", ");
@@ -146,6 +162,23 @@ absl::StatusOr<ReconciledCdi> ReconcileCdiFileTexts(
         "no other topodra shares that directory",
         label, unmarked.size(), store.dir(), named);
   }
+  return removed;
+}
+
+absl::StatusOr<ReconciledCdi> ReconcileCdiFileTexts(
+    const cdi::SpecStore& store, const std::map<std::string, std::string>& wanted,
+    const std::function<CdiFileClass(const std::string&)>& classify, const std::string& label) {
+  ReconciledCdi out;
+  for (const auto& [file, spec_text] : wanted) {
+    absl::StatusOr<bool> written = CheckCdiFileText(store, file, spec_text, label);
+    if (!written.ok()) return written.status();
+    if (*written) ++out.written;
+  }
+  absl::StatusOr<int> removed = RemoveUnwantedCdiFiles(
+      store, [&](const std::string& file) { return wanted.contains(file); }, classify, label,
+      [](const std::string&, const std::function<void()>& act) { act(); });
+  if (!removed.ok()) return removed.status();
+  out.removed = *removed;
   return out;
 }
 

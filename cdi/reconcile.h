@@ -42,6 +42,24 @@ absl::StatusOr<ReconciledCdi> ReconcileCdiFileTexts(
     const cdi::SpecStore& store, const std::map<std::string, std::string>& wanted,
     const std::function<CdiFileClass(const std::string&)>& classify, const std::string& label);
 
+// ReconcileCdiFileTexts in pieces, for a check that runs while the files' owners are being
+// prepared and unprepared (the DRA drivers check their files after registering):
+//
+// One wanted spec: written (synced) when missing or different. True when it was written.
+absl::StatusOr<bool> CheckCdiFileText(const cdi::SpecStore& store, const std::string& file,
+                                      const std::string& spec_text, const std::string& label);
+// Runs `act`, which changes `file` (a spec file's name; for a temporary file, the name of the
+// file it was writing), under whatever exclusion the file's owner needs, or skips it when the
+// file is no longer the check's to change.
+using FileGuard = std::function<void(const std::string& file, const std::function<void()>& act)>;
+// The removals of ReconcileCdiFileTexts: temporary files of interrupted writes and spec files
+// that `classify` says are kOurs and `wanted` does not want, each through `guard`. Returns how
+// many were removed.
+absl::StatusOr<int> RemoveUnwantedCdiFiles(
+    const cdi::SpecStore& store, const std::function<bool(const std::string&)>& wanted,
+    const std::function<CdiFileClass(const std::string&)>& classify, const std::string& label,
+    const FileGuard& guard);
+
 // nlohmann's dump(2) of the value whose compact dump() is `compact`, made from the text alone.
 // For other text (not what dump() prints) the result is unspecified, never out of bounds.
 std::string IndentCompactJson(std::string_view compact);

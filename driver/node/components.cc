@@ -119,15 +119,23 @@ DraDrivers::DraDrivers(std::vector<Driver> drivers, const NodeConfig& config)
 absl::Status DraDrivers::Start() {
   for (Driver& d : drivers_) {
     const std::string& driver = d.service->driver();
-    if (absl::StatusOr<prepare::ClaimService::Reconciled> r = d.service->ReconcileCdi(); !r.ok()) {
-      Stop();
-      return absl::Status(r.status().code(), absl::StrCat("driver ", driver, ": CDI files in ",
-                                                          cdi_dir_, ": ", r.status().message()));
-    } else {
-      // Also marks the end of the start-up reconcile in the log (restart_bench times it).
-      spdlog::info("driver {}: CDI files checked: {} written, {} removed", driver, r->written,
-                   r->removed);
-    }
+    // The claims' CDI and metadata files are checked after registering, claim by claim under
+    // the same exclusion as the kubelet's calls (ClaimService::StartFileCheck): with thousands of
+    // claims reading every file was most of a restart. Until a file is checked the kubelet and
+    // the runtime see it as the crash left it.
+    spdlog::info("driver {}: checking CDI files in the background", driver);
+    d.service->StartFileCheck(
+        [driver, dir = cdi_dir_](const absl::StatusOr<prepare::ClaimService::Reconciled>& r) {
+          if (absl::IsCancelled(r.status())) return;
+          if (!r.ok()) {
+            spdlog::error("driver {}: CDI files in {}: {}", driver, dir,
+                          std::string(r.status().message()));
+            return;
+          }
+          // Also marks the end of the check in the log (restart_bench times it).
+          spdlog::info("driver {}: CDI files checked: {} written, {} removed", driver, r->written,
+                       r->removed);
+        });
     plugin::PluginOptions po;
     po.driver = driver;
     po.kubelet_root = kubelet_root_;
@@ -150,6 +158,7 @@ void DraDrivers::Stop() {
   for (Driver& d : drivers_) {
     if (d.plugin != nullptr) d.plugin->Stop();
     d.plugin.reset();
+    d.service->StopFileCheck();
   }
 }
 
@@ -169,6 +178,10 @@ std::vector<std::string> DraDrivers::Problems() const {
           absl::StrCat("driver ", d.service->driver(), ": not registered with the kubelet"));
     }
     for (std::string& p : d.plugin->SocketProblems()) out.push_back(std::move(p));
+    if (std::string p = d.service->FileCheckProblem(); !p.empty()) {
+      out.push_back(
+          absl::StrCat("driver ", d.service->driver(), ": CDI files in ", cdi_dir_, ": ", p));
+    }
   }
   return out;
 }

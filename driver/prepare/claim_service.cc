@@ -226,32 +226,154 @@ std::vector<std::pair<std::string, std::string>> ClaimService::Devices() const {
   return out;
 }
 
-absl::StatusOr<ClaimService::Reconciled> ClaimService::ReconcileCdi() {
+ClaimService::~ClaimService() { StopFileCheck(); }
+
+namespace {
+
+// The gate key of a file of this driver's claims (CdiFileName, MetadataCdiFileName): the uid it
+// names; any other file is its own key.
+std::string KeyOfFile(const std::string& driver, const std::string& file) {
+  for (const std::string& prefix : {driver + "-claim_", driver + "_metadata_"}) {
+    if (!absl::StartsWith(file, prefix)) continue;
+    const std::string rest = file.substr(prefix.size());
+    const size_t end = std::min(rest.find('_'), rest.find(".json"));
+    if (end != std::string::npos && end > 0) return absl::StrCat("uid:", rest.substr(0, end));
+  }
+  return absl::StrCat("file:", file);
+}
+
+std::string DirKey(const std::string& ns, const std::string& name) {
+  return absl::StrCat("dir:", ns, "_", name);
+}
+
+}  // namespace
+
+void ClaimService::Guarded(const std::vector<std::string>& keys, int add,
+                           const std::function<int(int)>& fn) {
+  std::unique_lock<std::mutex> lock(gate_mu_);
+  gate_cv_.wait(lock, [&] {
+    for (const std::string& k : keys) {
+      if (auto it = gate_keys_.find(k); it != gate_keys_.end() && (it->second & kRunning) != 0) {
+        return false;
+      }
+    }
+    return true;
+  });
+  const int before = gate_keys_[keys.front()];
+  for (const std::string& k : keys) gate_keys_[k] |= kRunning;
+  lock.unlock();
+  int more = 0;
+  try {
+    more = fn(before);
+  } catch (...) {
+    lock.lock();
+    for (const std::string& k : keys) gate_keys_[k] &= ~kRunning;
+    gate_cv_.notify_all();
+    throw;
+  }
+  lock.lock();
+  for (const std::string& k : keys) gate_keys_[k] = (gate_keys_[k] & ~kRunning) | add | more;
+  gate_cv_.notify_all();
+}
+
+void ClaimService::BeforeClaimFiles(const ClaimRef& ref) {
+  if (!checking_.load()) return;
+  const std::string owner = state::DraOwner(driver_, ref.uid);
+  Guarded({absl::StrCat("uid:", ref.uid), DirKey(ref.ns, ref.name)}, kChecked | kCalled,
+          [&](int before) {
+            if ((before & kChecked) != 0) return 0;
+            if (absl::StatusOr<int> r = CheckClaimFiles(owner, nullptr); !r.ok()) {
+              spdlog::warn("{}: checking its files before the call: {}", Who(ref),
+                           Message(r.status()));
+            }
+            return 0;
+          });
+}
+
+absl::StatusOr<int> ClaimService::CheckClaimFiles(const std::string& owner, Wanted* wanted) {
+  state::JsonText stored;
+  ledger_->Read([&](const state::State& st) {
+    if (const state::Allocation* a = st.Find(owner); a != nullptr) stored = a->cdi;
+  });
+  if (stored.is_null()) return 0;
+  std::map<std::string, std::string> specs;       // CDI file -> spec text
+  std::map<std::string, std::string> host_files;  // device metadata: path -> content
+  if (AddStoredCdiText(stored.text(), &specs, &host_files) != StoredCdi::kAdded) {
+    json cdi = stored.Parse();
+    if (!cdi.is_object()) return 0;
+    const auto file = cdi.find("file");
+    const auto spec = cdi.find("spec");
+    if (file == cdi.end() || !file->is_string() || spec == cdi.end()) return 0;
+    specs[file->get<std::string>()] = spec->dump(-1, ' ', false, json::error_handler_t::replace);
+    if (absl::Status st = AddStoredMetadata(cdi, &specs, &host_files); !st.ok()) {
+      return absl::Status(st.code(), absl::StrCat(owner, ": ", st.message()));
+    }
+  }
+  const std::string metadata_root = view()->setup.metadata_root;
+  if (wanted != nullptr) {
+    for (const auto& [file, text] : specs) wanted->cdi_files.insert(file);
+    for (const auto& [path, content] : host_files) wanted->host_files.insert(path);
+  }
+  const std::string label = absl::StrCat("driver ", driver_);
+  int written = 0;
+  for (const auto& [file, text] : specs) {
+    absl::StatusOr<bool> w = cdi::CheckCdiFileText(*cdi_, file, text, label);
+    if (!w.ok()) return w.status();
+    written += *w ? 1 : 0;
+  }
+  if (metadata_root.empty()) return written;
+  for (const auto& [path, content] : host_files) {
+    absl::StatusOr<bool> w = CheckMetadataHostFile(path, content);
+    if (!w.ok()) return w.status();
+    written += *w ? 1 : 0;
+  }
+  return written;
+}
+
+absl::StatusOr<ClaimService::Reconciled> ClaimService::RunFileCheck() {
   const std::string marker = view()->setup.cdi_marker;
   const std::string metadata_root = view()->setup.metadata_root;
-  std::map<std::string, std::string> host_files;  // device metadata: path -> content
-  absl::Status bad_metadata;
-  const std::map<std::string, std::string> wanted = ledger_->Read([&](const state::State& st) {
-    std::map<std::string, std::string> out;
+  struct Loaded {
+    std::string owner;
+    std::string uid_key;
+    std::string dir_key;
+  };
+  std::vector<Loaded> loaded = ledger_->Read([&](const state::State& st) {
+    std::vector<Loaded> out;
     for (const auto& [owner, a] : st.allocations()) {
       if (a.kind != state::AllocationKind::kDraClaim || a.driver != driver_) continue;
-      if (a.cdi.is_null()) continue;
-      if (AddStoredCdiText(a.cdi.text(), &out, &host_files) == StoredCdi::kAdded) continue;
-      json cdi = a.cdi.Parse();
-      if (!cdi.is_object()) continue;
-      const auto file = cdi.find("file");
-      const auto spec = cdi.find("spec");
-      if (file == cdi.end() || !file->is_string() || spec == cdi.end()) continue;
-      out[file->get<std::string>()] = spec->dump(-1, ' ', false, json::error_handler_t::replace);
-      if (absl::Status st = AddStoredMetadata(cdi, &out, &host_files); !st.ok()) {
-        bad_metadata = absl::Status(st.code(), absl::StrCat(owner, ": ", st.message()));
-      }
+      out.push_back({owner, absl::StrCat("uid:", state::ClaimUid(a)),
+                     DirKey(a.claim_namespace, a.claim_name)});
     }
     return out;
   });
-  if (!bad_metadata.ok()) return bad_metadata;
-  absl::StatusOr<Reconciled> done = cdi::ReconcileCdiFileTexts(
-      *cdi_, wanted,
+  Reconciled out;
+  absl::Status failed;
+  Wanted wanted;
+  for (const Loaded& l : loaded) {
+    if (stop_check_.load()) return absl::CancelledError("the file check was stopped");
+    Guarded({l.uid_key, l.dir_key}, kChecked, [&](int before) {
+      if ((before & kChecked) != 0) return 0;
+      absl::StatusOr<int> r = CheckClaimFiles(l.owner, &wanted);
+      if (r.ok()) {
+        out.written += *r;
+        return 0;
+      }
+      if (failed.ok()) failed = r.status();
+      return static_cast<int>(kKeep);
+    });
+  }
+  // Files of claims not prepared, each removed under its claim's key unless a call has taken
+  // the claim over (its prepare writes the same files; its unprepare removes them itself).
+  auto skip = [](int before) { return (before & (kCalled | kKeep)) != 0; };
+  cdi::FileGuard guard = [&](const std::string& file, const std::function<void()>& act) {
+    Guarded({KeyOfFile(driver_, file)}, 0, [&](int before) {
+      if (!skip(before)) act();
+      return 0;
+    });
+  };
+  absl::StatusOr<int> removed = cdi::RemoveUnwantedCdiFiles(
+      *cdi_, [&](const std::string& file) { return wanted.cdi_files.contains(file); },
       [&](const std::string& file) {
         if (IsMetadataCdiFileOf(driver_, file)) {
           return metadata_root.empty() ? cdi::CdiFileClass::kForeign
@@ -259,13 +381,67 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::ReconcileCdi() {
         }
         return ClassifyCdiFile(IsCdiFileOf(driver_, file), file, marker);
       },
-      absl::StrCat("driver ", driver_));
-  if (!done.ok() || metadata_root.empty()) return done;
-  absl::StatusOr<ReconciledMetadata> files = ReconcileMetadataDir(metadata_root, host_files);
-  if (!files.ok()) return files.status();
-  done->written += files->written;
-  done->removed += files->removed;
-  return done;
+      absl::StrCat("driver ", driver_), guard);
+  if (!removed.ok()) return removed.status();
+  out.removed += *removed;
+  if (!metadata_root.empty()) {
+    absl::StatusOr<int> gone = RemoveUnwantedMetadata(
+        metadata_root, [&](const std::string& path) { return wanted.host_files.contains(path); },
+        [&](const std::string& dir_name, const std::function<void()>& act) {
+          Guarded({absl::StrCat("dir:", dir_name)}, 0, [&](int before) {
+            if (!skip(before)) act();
+            return 0;
+          });
+        });
+    if (!gone.ok()) return gone.status();
+    out.removed += *gone;
+  }
+  if (!failed.ok()) return failed;
+  return out;
+}
+
+absl::StatusOr<ClaimService::Reconciled> ClaimService::ReconcileCdi() {
+  checking_ = true;
+  absl::StatusOr<Reconciled> r = RunFileCheck();
+  checking_ = false;
+  std::lock_guard<std::mutex> lock(gate_mu_);
+  gate_keys_.clear();
+  return r;
+}
+
+void ClaimService::StartFileCheck(std::function<void(const absl::StatusOr<Reconciled>&)> done) {
+  StopFileCheck();
+  stop_check_ = false;
+  checking_ = true;
+  check_thread_ = std::thread([this, done = std::move(done)] {
+    absl::StatusOr<Reconciled> r;
+    try {
+      r = RunFileCheck();
+    } catch (const std::exception& e) {
+      // STYLE.md: nothing throws on purpose; a bug here must not take the daemon down.
+      r = absl::InternalError(absl::StrCat("the file check failed: ", e.what()));
+    }
+    checking_ = false;
+    {
+      std::lock_guard<std::mutex> lock(gate_mu_);
+      gate_keys_.clear();
+    }
+    {
+      std::lock_guard<std::mutex> lock(check_error_mu_);
+      check_error_ = r.ok() || absl::IsCancelled(r.status()) ? "" : Message(r.status());
+    }
+    if (done) done(r);
+  });
+}
+
+void ClaimService::StopFileCheck() {
+  stop_check_ = true;
+  if (check_thread_.joinable()) check_thread_.join();
+}
+
+std::string ClaimService::FileCheckProblem() const {
+  std::lock_guard<std::mutex> lock(check_error_mu_);
+  return check_error_;
 }
 
 struct ClaimService::Known {
@@ -488,6 +664,7 @@ ClaimService::Fetched ClaimService::FetchOne(const ClaimRef& ref, const CallLimi
     spdlog::warn("driver {}: prepare failed: {}", driver_, f.outcome.error);
     return f;
   }
+  BeforeClaimFiles(ref);
   auto fail = [&](std::string message) {
     spdlog::warn("{}: prepare failed: {}", Who(ref), message);
     f.outcome.error = std::move(message);
@@ -719,6 +896,7 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
     spdlog::warn("driver {}: unprepare failed: {}", driver_, error);
     return error;
   }
+  BeforeClaimFiles(ref);
   const std::string owner = state::DraOwner(driver_, ref.uid);
   auto fail = [&](std::string message) {
     spdlog::warn("{}: unprepare failed: {}", Who(ref), message);

@@ -124,26 +124,28 @@ cdi::CdiFileClass ClassifyMetadataSpec(const cdi::SpecStore& cdi, const std::str
   return cdi::CdiFileClass::kForeign;
 }
 
-absl::StatusOr<ReconciledMetadata> ReconcileMetadataDir(
-    const std::string& root, const std::map<std::string, std::string>& wanted) {
-  ReconciledMetadata out;
-  for (const auto& [path, content] : wanted) {
-    MetadataFile f;
-    f.host_path = path;
-    f.content = content;
-    if (HostFileProblem(f).empty()) continue;
-    if (absl::Status st = WriteHostFile(f, /*synced=*/true); !st.ok()) return st;
-    // The directories the write may have made must be on disk too.
-    const std::string request_dir = SplitPath(path).dir;
-    const std::string claim_dir = SplitPath(request_dir).dir;
-    for (const std::string& d : {claim_dir, SplitPath(claim_dir).dir}) {
-      if (absl::Status st = files::SyncDirectory(d); !st.ok()) return st;
-    }
-    spdlog::info("restored device metadata {}", path);
-    ++out.written;
+absl::StatusOr<bool> CheckMetadataHostFile(const std::string& path, const std::string& content) {
+  MetadataFile f;
+  f.host_path = path;
+  f.content = content;
+  if (HostFileProblem(f).empty()) return false;
+  if (absl::Status st = WriteHostFile(f, /*synced=*/true); !st.ok()) return st;
+  // The directories the write may have made must be on disk too.
+  const std::string request_dir = SplitPath(path).dir;
+  const std::string claim_dir = SplitPath(request_dir).dir;
+  for (const std::string& d : {claim_dir, SplitPath(claim_dir).dir}) {
+    if (absl::Status st = files::SyncDirectory(d); !st.ok()) return st;
   }
+  spdlog::info("restored device metadata {}", path);
+  return true;
+}
+
+absl::StatusOr<int> RemoveUnwantedMetadata(const std::string& root,
+                                           const std::function<bool(const std::string&)>& wanted,
+                                           const MetadataDirGuard& guard) {
+  int removed = 0;
   std::error_code ec;
-  if (!fs::is_directory(fs::symlink_status(root, ec))) return out;
+  if (!fs::is_directory(fs::symlink_status(root, ec))) return removed;
   // <root>/<ns>_<name>/<request>/metadata.json
   // Iterated with increment(ec): a directory that fails to read mid-way is an error value, not an
   // exception thrown out of the start-up.
@@ -151,42 +153,60 @@ absl::StatusOr<ReconciledMetadata> ReconcileMetadataDir(
   // (with thousands of prepared claims, that was thousands of failing rmdir calls at every start).
   for (fs::directory_iterator claim(root, ec), end; !ec && claim != end; claim.increment(ec)) {
     if (std::error_code e; !claim->is_directory(e) || claim->is_symlink(e)) continue;
-    bool claim_keeps = false;
-    std::error_code ec2;
-    for (fs::directory_iterator request(claim->path(), ec2); !ec2 && request != end;
-         request.increment(ec2)) {
-      if (std::error_code e; !request->is_directory(e) || request->is_symlink(e)) {
-        claim_keeps = true;
-        continue;
-      }
-      bool request_keeps = false;
-      std::error_code ec3;
-      for (fs::directory_iterator file(request->path(), ec3); !ec3 && file != end;
-           file.increment(ec3)) {
-        const std::string name = file->path().filename().string();
-        const std::string path = file->path().string();
-        const bool ours =
-            name == kMetadataFileName || files::IsTempNameFor(name, kMetadataFileName);
-        if (!ours || wanted.contains(path)) {
-          request_keeps = true;
+    guard(claim->path().filename().string(), [&] {
+      bool claim_keeps = false;
+      std::error_code ec2;
+      for (fs::directory_iterator request(claim->path(), ec2), none; !ec2 && request != none;
+           request.increment(ec2)) {
+        if (std::error_code e; !request->is_directory(e) || request->is_symlink(e)) {
+          claim_keeps = true;
           continue;
         }
-        if (::unlink(path.c_str()) == 0) {
-          spdlog::info("removed device metadata {}: its claim is not prepared", path);
-          ++out.removed;
-        } else {
-          request_keeps = true;
+        bool request_keeps = false;
+        std::error_code ec3;
+        for (fs::directory_iterator file(request->path(), ec3); !ec3 && file != none;
+             file.increment(ec3)) {
+          const std::string name = file->path().filename().string();
+          const std::string path = file->path().string();
+          const bool ours =
+              name == kMetadataFileName || files::IsTempNameFor(name, kMetadataFileName);
+          if (!ours || wanted(path)) {
+            request_keeps = true;
+            continue;
+          }
+          if (::unlink(path.c_str()) == 0) {
+            spdlog::info("removed device metadata {}: its claim is not prepared", path);
+            ++removed;
+          } else {
+            request_keeps = true;
+          }
         }
+        // rmdir fails, as it should, if anything is left in it after all.
+        if (request_keeps || ec3 || ::rmdir(request->path().c_str()) != 0) claim_keeps = true;
       }
-      // rmdir fails, as it should, if anything is left in it after all.
-      if (request_keeps || ec3 || ::rmdir(request->path().c_str()) != 0) claim_keeps = true;
-    }
-    if (!claim_keeps && !ec2) ::rmdir(claim->path().c_str());
+      if (!claim_keeps && !ec2) ::rmdir(claim->path().c_str());
+    });
   }
   if (ec) {
     return absl::Status(absl::ErrnoToStatusCode(ec.value()),
                         absl::StrCat("list device metadata \"", root, "\": ", ec.message()));
   }
+  return removed;
+}
+
+absl::StatusOr<ReconciledMetadata> ReconcileMetadataDir(
+    const std::string& root, const std::map<std::string, std::string>& wanted) {
+  ReconciledMetadata out;
+  for (const auto& [path, content] : wanted) {
+    absl::StatusOr<bool> written = CheckMetadataHostFile(path, content);
+    if (!written.ok()) return written.status();
+    if (*written) ++out.written;
+  }
+  absl::StatusOr<int> removed = RemoveUnwantedMetadata(
+      root, [&](const std::string& path) { return wanted.contains(path); },
+      [](const std::string&, const std::function<void()>& act) { act(); });
+  if (!removed.ok()) return removed.status();
+  out.removed = *removed;
   return out;
 }
 

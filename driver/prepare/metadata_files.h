@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -58,5 +59,18 @@ struct ReconciledMetadata {
 };
 absl::StatusOr<ReconciledMetadata> ReconcileMetadataDir(
     const std::string& root, const std::map<std::string, std::string>& wanted);
+
+// ReconcileMetadataDir in pieces, for a check that runs while claims are being prepared and
+// unprepared. One wanted host file: written (fsynced) when missing or different; true if it was.
+absl::StatusOr<bool> CheckMetadataHostFile(const std::string& path, const std::string& content);
+// Runs `act`, which changes the claim directory `<root>/<dir_name>`, under whatever exclusion
+// its claim needs, or skips it.
+using MetadataDirGuard =
+    std::function<void(const std::string& dir_name, const std::function<void()>& act)>;
+// The removals of ReconcileMetadataDir, one claim directory at a time through `guard`. Returns
+// how many files were removed.
+absl::StatusOr<int> RemoveUnwantedMetadata(const std::string& root,
+                                           const std::function<bool(const std::string&)>& wanted,
+                                           const MetadataDirGuard& guard);
 
 }  // namespace topodra::prepare

@@ -121,6 +121,21 @@ class NodeTest : public ::testing::Test {
     sim_ = *std::move(s);
     auto reg = sim_->WaitForRegistration(kCpu, 1, absl::Seconds(20));
     ASSERT_TRUE(reg.ok()) << reg.status() << "\n" << daemon_.Log();
+    WaitFilesChecked(kCpu);
+  }
+
+  // The DRA driver checks its claims' CDI and metadata files after registering, in the
+  // background: waits for the end of that check (its log line, or its error).
+  void WaitFilesChecked(const std::string& driver) {
+    const std::string done = absl::StrCat("driver ", driver, ": CDI files checked");
+    const std::string failed = absl::StrCat("driver ", driver, ": CDI files in ");
+    for (int i = 0; i < 2000; ++i) {
+      const std::string log = daemon_.Log();
+      if (log.find(done) != std::string::npos || log.find(failed) != std::string::npos) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "driver " << driver << ": no end of the file check in the log\n"
+                  << daemon_.Log();
   }
 
   void StartDaemon(std::vector<std::string> extra = {}, const std::string& machine = kMachine) {

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <latch>
 #include <map>
 #include <memory>
@@ -1501,6 +1502,149 @@ TEST_F(ClaimServiceMetadataTest, ReplayAndStartRestoreTheFilesAndRemoveLeftovers
   r = service().ReconcileCdi();
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->written + r->removed, 0);
+}
+
+// The check DraDrivers starts after registering: the same repairs and removals as ReconcileCdi,
+// on a thread of its own.
+class ClaimServiceFileCheckTest : public ClaimServiceMetadataTest {
+ protected:
+  std::string Contents(const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  }
+  // Every file of the claims, by path: its content.
+  std::map<std::string, std::string> Snapshot(const std::vector<std::string>& names) {
+    std::map<std::string, std::string> out;
+    for (const std::string& name : names) {
+      for (const std::string& path :
+           {cdi_->PathOf(absl::StrCat("dra.cpu-claim_uid-", name, ".json")),
+            cdi_->PathOf(absl::StrCat("dra.cpu_metadata_uid-", name, "_cpus.json")),
+            HostFile(name)}) {
+        out[path] = Contents(path);
+      }
+    }
+    return out;
+  }
+  // Starts the check in the background; the returned function waits for its outcome.
+  std::function<absl::StatusOr<ClaimService::Reconciled>()> StartCheck() {
+    auto done = std::make_shared<std::promise<absl::StatusOr<ClaimService::Reconciled>>>();
+    service().StartFileCheck(
+        [done](const absl::StatusOr<ClaimService::Reconciled>& r) { done->set_value(r); });
+    return [done] { return done->get_future().get(); };
+  }
+};
+
+TEST_F(ClaimServiceFileCheckTest, RepairsDamagedFilesAndRemovesStaleOnesAfterStart) {
+  const topology::Topology& topo = Load(k16);
+  const DriverSetup setup = MetadataSetup(topo);
+  Start(setup, topo);
+  const ClaimRef r1 = Add("default", "r1", "uid-r1", {Result("cpus", kNuma0, "2")});
+  const ClaimRef r2 = Add("default", "r2", "uid-r2", {Result("cpus", kNuma0, "2")});
+  const ClaimRef s1 = Add("default", "s1", "uid-s1", {Result("cpus", kNuma0, "2")});
+  PrepareOk(r1);
+  PrepareOk(r2);
+  PrepareOk(s1);
+  const std::map<std::string, std::string> good = Snapshot({"r1", "r2"});
+  // s1's files outlive its unprepare (a crash after its journal record, before the removals).
+  const std::map<std::string, std::string> stale = Snapshot({"s1"});
+  UnprepareOk(s1);
+  for (const auto& [path, content] : stale) {
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    std::ofstream(path) << content;
+  }
+  // Damage: a truncated CDI spec, a changed metadata spec, a lost host file.
+  std::ofstream(cdi_->PathOf("dra.cpu-claim_uid-r1.json")) << "{\"cdiVersion\":";
+  std::ofstream(cdi_->PathOf("dra.cpu_metadata_uid-r2_cpus.json")) << "{}";
+  std::filesystem::remove(HostFile("r1"));
+
+  Restart({{setup, k16}});
+  absl::StatusOr<ClaimService::Reconciled> r = StartCheck()();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->written, 3);
+  EXPECT_EQ(r->removed, 3);  // s1's CDI spec, metadata spec and host file
+  EXPECT_EQ(Snapshot({"r1", "r2"}), good);
+  EXPECT_FALSE(CdiExists("dra.cpu-claim_uid-s1.json"));
+  EXPECT_FALSE(CdiExists("dra.cpu_metadata_uid-s1_cpus.json"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/plugins/dra.cpu/dra-device-metadata/default_s1"));
+  EXPECT_EQ(service().FileCheckProblem(), "");
+  // The check has ended: calls go on as before, and a second check finds nothing to do.
+  UnprepareOk(r2);
+  r = StartCheck()();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->written + r->removed, 0);
+}
+
+// Calls made while the check runs: whatever the interleaving, a prepared claim's files are
+// right once its prepare answers, an unprepared claim's files stay gone (the check never brings
+// them back), and a claim prepared anew keeps the files a stale copy of it had left (the check
+// never removes them under it).
+TEST_F(ClaimServiceFileCheckTest, CallsRacingTheCheckAlwaysSeeCorrectFiles) {
+  const topology::Topology& topo = Load(k16);
+  const DriverSetup setup = MetadataSetup(topo);
+  Start(setup, topo);
+  std::vector<ClaimRef> refs;
+  std::vector<std::string> names;
+  for (int i = 0; i < 12; ++i) {
+    names.push_back(absl::StrCat("c", i));
+    refs.push_back(Add("default", names.back(), absl::StrCat("uid-", names.back()),
+                       {Result("cpus", kNuma0, "1")}));
+    PrepareOk(refs.back());
+  }
+  for (int round = 0; round < 5; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    // c0..c3 stale (their files outlive their unprepare), the others damaged.
+    for (int i = 0; i < 4; ++i) {
+      const std::map<std::string, std::string> files = Snapshot({names[i]});
+      if (Held(kCpuDriver, refs[i].uid)) UnprepareOk(refs[i]);
+      for (const auto& [path, content] : files) {
+        std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+        std::ofstream(path) << content;
+      }
+    }
+    for (int i = 4; i < 12; ++i) {
+      std::ofstream(cdi_->PathOf(absl::StrCat("dra.cpu-claim_uid-", names[i], ".json"))) << "{";
+      std::filesystem::remove(HostFile(names[i]));
+    }
+    Restart({{setup, k16}});
+    auto wait = StartCheck();
+    // At once, beside the check: prepare two stale claims anew, unprepare two damaged ones,
+    // prepare (replay) the rest.
+    std::vector<std::thread> calls;
+    std::atomic<int> failures{0};
+    for (int i = 0; i < 12; ++i) {
+      calls.emplace_back([&, i] {
+        if (i < 2 || i >= 6) {
+          if (!service().Prepare({refs[i]})[refs[i].uid].error.empty()) ++failures;
+        } else if (i >= 4) {
+          if (!service().Unprepare({refs[i]})[refs[i].uid].empty()) ++failures;
+        }
+      });
+    }
+    for (std::thread& t : calls) t.join();
+    absl::StatusOr<ClaimService::Reconciled> r = wait();
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(failures.load(), 0);
+    for (int i = 0; i < 12; ++i) {
+      SCOPED_TRACE(names[i]);
+      const bool prepared = i < 2 || i >= 6;
+      EXPECT_EQ(Held(kCpuDriver, refs[i].uid).has_value(), prepared);
+      if (prepared) {
+        // What its stored record makes: the files written again by a replayed prepare.
+        const std::map<std::string, std::string> after_race = Snapshot({names[i]});
+        for (const auto& [path, content] : after_race) std::filesystem::remove(path);
+        PrepareOk(refs[i]);
+        EXPECT_EQ(after_race, Snapshot({names[i]})) << "files of a prepared claim";
+      } else {
+        EXPECT_FALSE(CdiExists(absl::StrCat("dra.cpu-claim_uid-", names[i], ".json")));
+        EXPECT_FALSE(CdiExists(absl::StrCat("dra.cpu_metadata_uid-", names[i], "_cpus.json")));
+        EXPECT_FALSE(std::filesystem::exists(HostFile(names[i])));
+      }
+    }
+    // Back to all prepared for the next round.
+    for (int i = 0; i < 12; ++i) {
+      if (!Held(kCpuDriver, refs[i].uid)) PrepareOk(refs[i]);
+    }
+  }
 }
 
 }  // namespace
