@@ -1,5 +1,6 @@
 #include "driver/state/compact_json.h"
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 
@@ -15,19 +16,23 @@ void AppendByNlohmann(const json& value, std::string* out) {
   out->append(value.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
-// True when one of the 8 bytes of `w` is below 0x20, '"', '\\' or above 0x7F: exact, with the
-// usual word-at-a-time tests (a byte below n: (w - n*ones) & ~w & high, for n <= 0x80).
-bool AnySpecial(uint64_t w) {
-  constexpr uint64_t kOnes = 0x0101010101010101ULL;
-  constexpr uint64_t kHigh = 0x8080808080808080ULL;
-  auto has_zero = [](uint64_t v) { return ((v - kOnes) & ~v & kHigh) != 0; };
-  return (w & kHigh) != 0 || ((w - 0x20 * kOnes) & ~w & kHigh) != 0 ||
-         has_zero(w ^ (0x22 * kOnes)) || has_zero(w ^ (0x5C * kOnes));
+constexpr uint64_t kOnes = 0x0101010101010101ULL;
+constexpr uint64_t kHigh = 0x8080808080808080ULL;
+
+// The high bit of each byte of `w` that is below 0x20, '"', '\\' or above 0x7F, by the usual
+// word-at-a-time tests ((v - n*ones) & ~v: a byte below n). A borrow may flag a byte above a
+// flagged one, never below: the lowest flag is always a byte that needs handling.
+uint64_t SpecialBytes(uint64_t w) {
+  const uint64_t quote = w ^ (0x22 * kOnes);
+  const uint64_t backslash = w ^ (0x5C * kOnes);
+  return (w | ((w - 0x20 * kOnes) & ~w) | ((quote - kOnes) & ~quote) |
+          ((backslash - kOnes) & ~backslash)) &
+         kHigh;
 }
 
-// A string as nlohmann prints it. ASCII is escaped here, a word at a time where nothing needs
-// it; a string with any byte above 0x7F goes to nlohmann, which checks its UTF-8 (and replaces
-// what is not, "replace").
+// A string as nlohmann prints it. ASCII is escaped here, jumping a word at a time to the next
+// byte that needs it; a string with any byte above 0x7F goes to nlohmann, which checks its UTF-8
+// (and replaces what is not, "replace").
 void AppendString(const std::string& s, std::string* out) {
   const size_t mark = out->size();
   out->push_back('"');
@@ -39,10 +44,14 @@ void AppendString(const std::string& s, std::string* out) {
     if (i + 8 <= n) {
       uint64_t w;
       std::memcpy(&w, data + i, sizeof(w));
-      if (!AnySpecial(w)) {
+      // The first byte in memory the lowest, so that borrows run toward later bytes.
+      if constexpr (std::endian::native == std::endian::big) w = __builtin_bswap64(w);
+      const uint64_t special = SpecialBytes(w);
+      if (special == 0) {
         i += 8;
         continue;
       }
+      i += static_cast<size_t>(std::countr_zero(special)) / 8;
     }
     const unsigned char c = static_cast<unsigned char>(data[i]);
     if (c >= 0x80) {
@@ -50,7 +59,7 @@ void AppendString(const std::string& s, std::string* out) {
       AppendByNlohmann(json(s), out);
       return;
     }
-    if (c >= 0x20 && c != '"' && c != '\\') {
+    if (c >= 0x20 && c != '"' && c != '\\') {  // the tail, byte by byte
       ++i;
       continue;
     }
