@@ -627,8 +627,10 @@ nlohmann::json ToJson(const Spec& spec) {
   return out;
 }
 
-std::string ToJsonText(const Spec& spec, int indent) {
-  std::string text = Dump(ToJson(spec), indent);
+std::string ToJsonText(const Spec& spec, int indent) { return JsonTextOf(ToJson(spec), indent); }
+
+std::string JsonTextOf(const json& doc, int indent) {
+  std::string text = Dump(doc, indent);
   if (indent >= 0) text += '\n';
   return text;
 }

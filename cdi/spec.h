@@ -102,6 +102,8 @@ inline constexpr size_t kMaxSpecBytes = 4 << 20;
 nlohmann::json ToJson(const Spec& spec);
 // The same as text (indented by `indent`, -1 for one line). Never throws, even on invalid UTF-8.
 std::string ToJsonText(const Spec& spec, int indent = 2);
+// ToJsonText of the spec whose ToJson is `doc`: for a caller that keeps the document too.
+std::string JsonTextOf(const nlohmann::json& doc, int indent = 2);
 
 // Strict parse: malformed JSON, a wrong type, a value out of range or an unknown field is an
 // error naming its JSON path, e.g. `devices[0].containerEdits.deviceNodes[1].major: ...`.

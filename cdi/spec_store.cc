@@ -73,6 +73,16 @@ absl::StatusOr<Spec> SpecStore::Write(absl::string_view file_name, const Spec& s
   return out;
 }
 
+absl::Status SpecStore::WriteValidatedText(absl::string_view file_name, absl::string_view text,
+                                          bool synced) const {
+  if (absl::Status st = ValidateSpecFileName(file_name); !st.ok()) return st;
+  if (absl::Status st = WriteAtomically(std::string(file_name), text, synced); !st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("write CDI spec \"", PathOf(file_name),
+                                                "\": ", st.message()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SpecStore::WriteAtomically(const std::string& file_name, absl::string_view content,
                                         bool synced) const {
   // The runtime reads specs whatever our umask is; the directory is the usual 0755.

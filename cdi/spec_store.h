@@ -43,6 +43,12 @@ class SpecStore {
   absl::StatusOr<Spec> Write(absl::string_view file_name, const Spec& spec, bool synced = true,
                              VersionPolicy version = VersionPolicy::kMinimum) const;
 
+  // Write for a spec already validated with its MinimumVersion and printed by ToJsonText (or
+  // JsonTextOf): the same file, without validating and printing it again. Prepare writes one per
+  // claim right after the planner did both.
+  absl::Status WriteValidatedText(absl::string_view file_name, absl::string_view text,
+                                  bool synced = true) const;
+
   // Parses and validates dir/file_name.
   absl::StatusOr<Spec> Read(absl::string_view file_name) const;
 

@@ -53,7 +53,10 @@ absl::Status WriteAll(int fd, absl::string_view content, const std::string& path
 // leftover with the same pid.
 std::string TempName(const std::string& file_name) {
   static std::atomic<uint64_t> counter{0};
-  return absl::StrCat(".", file_name, ".", ::getpid(), "-", counter.fetch_add(1), ".tmp");
+  // Read once (getpid is a system call): a child of a fork shares the number and the counter
+  // with its parent, and the name is created with O_EXCL, so a clash only takes the next one.
+  static const pid_t pid = ::getpid();
+  return absl::StrCat(".", file_name, ".", pid, "-", counter.fetch_add(1), ".tmp");
 }
 
 }  // namespace
@@ -115,13 +118,21 @@ absl::Status WriteFileAtomically(const std::string& dir, const std::string& file
                                  absl::string_view content, mode_t file_mode, mode_t dir_mode,
                                  Durability durability) {
   const bool sync = durability == Durability::kSynced;
-  if (absl::Status st = MakeDirectories(dir, dir_mode); !st.ok()) return st;
   const std::string target = absl::StrCat(dir, "/", file_name);
   std::string temp;
   int raw_fd = -1;
+  // The directory is made when the file cannot be created for want of it, not checked before
+  // every write: most writes go to a directory that is there (a mkdir saved per write).
+  bool made_dirs = false;
   for (int attempt = 0; attempt < 100 && raw_fd < 0; ++attempt) {
     temp = absl::StrCat(dir, "/", TempName(file_name));
     raw_fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, file_mode);
+    if (raw_fd < 0 && (errno == ENOENT || errno == ENOTDIR) && !made_dirs) {
+      made_dirs = true;
+      if (absl::Status st = MakeDirectories(dir, dir_mode); !st.ok()) return st;
+      --attempt;
+      continue;
+    }
     if (raw_fd < 0 && errno != EEXIST) return ErrnoStatus(errno, "create", temp);
   }
   if (raw_fd < 0) return ErrnoStatus(EEXIST, "create", temp);

@@ -158,6 +158,12 @@ std::vector<std::string> CdiFilesOf(const std::vector<MetadataFile>& files) {
   return out;
 }
 
+std::vector<std::string> HostFilesOf(const std::vector<MetadataFile>& files) {
+  std::vector<std::string> out;
+  for (const MetadataFile& f : files) out.push_back(f.host_path);
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<json> ApiClaimSource::GetClaim(const std::string& ns, const std::string& name,
@@ -198,6 +204,7 @@ ClaimService::ClaimService(DriverSetup setup, topology::Topology topo, state::Le
       ledger_(ledger),
       cdi_(cdi),
       source_(source),
+      fetchers_(kMaxFetcherThreads),
       view_(std::make_shared<const View>(View{std::move(setup), std::move(topo)})) {}
 
 std::shared_ptr<const ClaimService::View> ClaimService::view() const {
@@ -469,9 +476,11 @@ std::string GiveUpText(int why) {
 
 }  // namespace
 
-// The fetching half of one Prepare call: up to FetchOptions::parallel threads (or, when none can
-// be made, the caller's own) run FetchOne over the claims in request order; Take(i) waits for
-// claim i, polling the caller meanwhile. Destroyed, it stops the GETs and joins its threads.
+// The fetching half of one Prepare call: up to FetchOptions::parallel of the service's fetcher
+// threads (or, when none is free, the caller's own) run FetchOne over the claims in request
+// order; Take(i) waits for claim i, polling the caller meanwhile (CallLimits::cancelled may only
+// be asked on the caller's thread, which is why the GETs run elsewhere). Destroyed, it stops the
+// GETs and waits for its jobs to end.
 class ClaimService::Call {
  public:
   Call(ClaimService* service, const std::vector<ClaimRef>& claims, const CallLimits& limits)
@@ -488,9 +497,9 @@ class ClaimService::Call {
     int none = kGoOn;
     give_up_.compare_exchange_strong(none, kCancelled);
     stop_gets_ = true;
-    for (std::thread& t : fetchers_) {
-      if (t.joinable()) t.join();
-    }
+    // The jobs use this call: it ends after the last of them.
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return running_ == 0; });
   }
 
   size_t size() const { return work_.size(); }
@@ -506,18 +515,20 @@ class ClaimService::Call {
 
   void Start() {
     const size_t wanted = std::min<size_t>(std::max(1, service_->fetch_.parallel), work_.size());
-    for (size_t t = 0; t < wanted; ++t) {
-      try {
-        fetchers_.emplace_back([this] { Fetch(); });
-      } catch (const std::system_error& e) {
-        if (fetchers_.empty()) {
-          spdlog::warn("driver {}: no thread for claim GETs, one at a time: {}", service_->driver_,
-                       e.what());
-        }
+    size_t started = 0;
+    for (; started < wanted; ++started) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++running_;
+      }
+      if (!service_->fetchers_.TryRun([this] { FetchAndFinish(); })) {
+        std::lock_guard<std::mutex> lock(mu_);
+        --running_;
         break;
       }
     }
-    if (fetchers_.empty()) {  // one at a time on this thread, still within the limits
+    if (started == 0) {  // one at a time on this thread, still within the limits
+      spdlog::debug("driver {}: no thread free for claim GETs, one at a time", service_->driver_);
       on_this_thread_ = true;
       Fetch();
     }
@@ -570,6 +581,15 @@ class ClaimService::Call {
     }
   }
 
+  // A job on one of the service's fetcher threads.
+  void FetchAndFinish() {
+    Fetch();
+    // Told under the lock: once it is released the call may be gone.
+    std::lock_guard<std::mutex> lock(mu_);
+    --running_;
+    done_cv_.notify_all();
+  }
+
   Fetched FetchGuarded(const ClaimRef& ref) {
     Fetched f;
     try {
@@ -606,8 +626,9 @@ class ClaimService::Call {
   // A GiveUp: set on the caller's thread, read by the fetchers (and the GETs they run) to stop.
   std::atomic<int> give_up_{kGoOn};
   std::atomic<bool> stop_gets_{false};
-  bool on_this_thread_ = false;  // no fetcher thread could be made
-  std::vector<std::thread> fetchers_;
+  bool on_this_thread_ = false;  // no fetcher thread was free
+  int running_ = 0;              // jobs given to fetcher threads and not finished; guarded by mu_
+  std::condition_variable done_cv_;
 };
 
 std::map<std::string, ClaimOutcome> ClaimService::Prepare(const std::vector<ClaimRef>& claims,
@@ -828,17 +849,21 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref, const claims::Claim& 
     if (!plan.metadata.empty()) {
       (void)RemoveMetadataFiles(
           *cdi_, MetadataClaimDir(v->setup.metadata_root, claim.namespace_name, claim.name),
-          CdiFilesOf(plan.metadata));
+          CdiFilesOf(plan.metadata), HostFilesOf(plan.metadata));
     }
     if (!plan.cdi_file.empty()) (void)cdi_->Remove(plan.cdi_file, /*synced=*/false);
     Forget(plan.allocation.owner);
     ledger_->Abort(*txn);
   };
   if (!plan.cdi_file.empty()) {
-    if (absl::StatusOr<cdi::Spec> w = cdi_->Write(plan.cdi_file, plan.cdi_spec, /*synced=*/false);
-        !w.ok()) {
+    // Validated and printed by the planner, when it could.
+    absl::Status w =
+        !plan.cdi_text.empty()
+            ? cdi_->WriteValidatedText(plan.cdi_file, plan.cdi_text, /*synced=*/false)
+            : cdi_->Write(plan.cdi_file, plan.cdi_spec, /*synced=*/false).status();
+    if (!w.ok()) {
       undo();
-      return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(w.status())));
+      return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(w)));
     }
   }
   // Not synced, as the CDI spec: the journal record below holds the content, start restores it.
@@ -853,7 +878,8 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref, const claims::Claim& 
   if (!plan.cdi_file.empty()) {
     Remember(plan.allocation.owner, plan.allocation.cdi,
              {plan.cdi_file, CdiFilesOf(plan.metadata),
-              plan.metadata.empty() ? std::string() : plan.metadata.front().host_path});
+              plan.metadata.empty() ? std::string() : plan.metadata.front().host_path,
+              HostFilesOf(plan.metadata)});
   }
   if (absl::Status st = ledger_->Commit(*txn); !st.ok()) {
     undo();
@@ -965,7 +991,8 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
       claim_dir =
           MetadataClaimDir(view()->setup.metadata_root, held.claim_namespace, held.claim_name);
     }
-    if (absl::Status st = RemoveMetadataFiles(*cdi_, claim_dir, files->metadata_cdi_files);
+    if (absl::Status st = RemoveMetadataFiles(*cdi_, claim_dir, files->metadata_cdi_files,
+                                              files->metadata_host_files);
         !st.ok()) {
       ledger_->Abort(*txn);
       return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(st)));
@@ -1027,6 +1054,7 @@ absl::StatusOr<ClaimService::ClaimFiles> ClaimService::FilesOf(const std::string
   if (!metadata.ok()) return metadata.status();
   files.metadata_cdi_files = CdiFilesOf(*metadata);
   if (!metadata->empty()) files.metadata_host_path = metadata->front().host_path;
+  files.metadata_host_files = HostFilesOf(*metadata);
   return files;
 }
 

@@ -36,6 +36,7 @@
 #include "cdi/spec_store.h"
 #include "driver/metrics/observer.h"
 #include "driver/prepare/planner.h"
+#include "driver/prepare/worker_pool.h"
 #include "driver/state/ledger.h"
 #include "driver/state/state.h"
 #include "nlohmann/json.hpp"
@@ -202,6 +203,7 @@ class ClaimService {
     std::string cdi_file;                         // "" for none
     std::vector<std::string> metadata_cdi_files;  // in the CDI directory
     std::string metadata_host_path;               // the first metadata file's; "" for none
+    std::vector<std::string> metadata_host_files;  // all of them
   };
   // Kept at prepare, so unprepare need not parse the stored CDI JSON (the CDI spec, the metadata
   // files' contents and specs) back to find a few file names: that parse was a sixth of a
@@ -262,6 +264,10 @@ class ClaimService {
   };
   std::mutex files_mu_;
   std::map<std::string, Remembered> files_;
+  // The threads of the claim GETs, kept from call to call (a thread made and joined per call
+  // was a large part of a prepare's system time). One per concurrent GET, at most this many.
+  static constexpr size_t kMaxFetcherThreads = 64;
+  WorkerPool fetchers_;
   mutable absl::Mutex view_mu_;
   std::shared_ptr<const View> view_ ABSL_GUARDED_BY(view_mu_);
 };

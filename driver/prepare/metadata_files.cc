@@ -1,8 +1,10 @@
 #include "driver/prepare/metadata_files.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <system_error>
@@ -51,6 +53,39 @@ std::error_code Removed(const std::string& path) {
   return ec;
 }
 
+// The claim's directory as prepare made it: "<claim_dir>/<request>/<file>" for each host file,
+// nothing else. Removes those files, their directories and the claim's: five system calls for
+// one request where remove_all's walk takes about fifteen. False, having removed what it could,
+// when anything else is found (a file left by hand, a torn write's temporary file, a link where a
+// directory should be) or a name is not of that shape: the caller then removes the whole tree.
+bool RemovedOneByOne(const std::string& claim_dir, const std::vector<std::string>& host_files) {
+  std::vector<std::string> dirs;
+  for (const std::string& path : host_files) {
+    const Split p = SplitPath(path);
+    const Split request = SplitPath(p.dir);
+    if (request.dir != claim_dir || request.name.empty() || request.name == "." ||
+        request.name == ".." || p.name.empty() || p.name == "." || p.name == "..") {
+      return false;
+    }
+    // Through the request directory itself, never a link in its place (remove_all does not
+    // follow links either).
+    const int fd = ::open(p.dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) continue;
+      return false;
+    }
+    const bool removed = ::unlinkat(fd, p.name.c_str(), 0) == 0 || errno == ENOENT;
+    ::close(fd);
+    if (!removed) return false;
+    if (std::find(dirs.begin(), dirs.end(), p.dir) == dirs.end()) dirs.push_back(p.dir);
+  }
+  dirs.push_back(claim_dir);
+  for (const std::string& dir : dirs) {
+    if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::Status WriteMetadataFiles(const cdi::SpecStore& cdi, const std::vector<MetadataFile>& files,
@@ -86,11 +121,13 @@ absl::StatusOr<std::string> RestoreMetadataFiles(const cdi::SpecStore& cdi,
 }
 
 absl::Status RemoveMetadataFiles(const cdi::SpecStore& cdi, const std::string& claim_dir,
-                                 const std::vector<std::string>& cdi_files) {
+                                 const std::vector<std::string>& cdi_files,
+                                 const std::vector<std::string>& host_files) {
   // The CDI specs first: none may mount a file that is gone.
   for (const std::string& file : cdi_files) {
     if (absl::Status st = cdi.Remove(file, /*synced=*/false); !st.ok()) return st;
   }
+  if (!host_files.empty() && RemovedOneByOne(claim_dir, host_files)) return absl::OkStatus();
   if (std::error_code ec = Removed(claim_dir); ec) {
     return absl::Status(absl::ErrnoToStatusCode(ec.value()),
                         absl::StrCat("remove device metadata \"", claim_dir, "\": ", ec.message()));

@@ -33,9 +33,12 @@ absl::StatusOr<std::string> RestoreMetadataFiles(const cdi::SpecStore& cdi,
                                                  const std::vector<MetadataFile>& files);
 
 // Removes a claim's metadata: `claim_dir` (MetadataClaimDir) with everything in it, and the CDI
-// specs `cdi_files`. What is not there is fine, so unprepare can be repeated.
+// specs `cdi_files`. What is not there is fine, so unprepare can be repeated. `host_files`, when
+// given, are the host files the claim was prepared with (all under `claim_dir`): they and their
+// directories are removed one by one, and only a directory holding anything else is walked.
 absl::Status RemoveMetadataFiles(const cdi::SpecStore& cdi, const std::string& claim_dir,
-                                 const std::vector<std::string>& cdi_files);
+                                 const std::vector<std::string>& cdi_files,
+                                 const std::vector<std::string>& host_files = {});
 
 // The metadata CDI specs of `driver` for claim `uid` in the CDI directory, by name (a claim the
 // state does not know may still have the files of a prepare that crashed).

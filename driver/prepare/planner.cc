@@ -477,7 +477,10 @@ absl::StatusOr<Plan> PlanClaim(const claims::Claim& claim, const DriverSetup& se
   a.phase = state::Phase::kPreparing;
   a.answer = DevicesToJson(plan->devices);
   if (!plan->cdi_file.empty()) {
-    json cdi = {{"file", plan->cdi_file}, {"spec", cdi::ToJson(plan->cdi_spec)}};
+    // One document for the file and the stored answer: prepare writes the text as it is.
+    json spec = cdi::ToJson(plan->cdi_spec);
+    if (!plan->cdi_spec.devices.empty()) plan->cdi_text = cdi::JsonTextOf(spec);  // validated
+    json cdi = {{"file", plan->cdi_file}, {"spec", std::move(spec)}};
     if (!plan->metadata.empty()) cdi["metadata"] = MetadataFilesToJson(plan->metadata);
     a.cdi = cdi;
   }

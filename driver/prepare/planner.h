@@ -97,6 +97,9 @@ struct Plan {
   std::vector<PreparedDevice> devices;
   std::string cdi_file;  // "" when the claim has no result of this driver
   cdi::Spec cdi_spec;
+  // cdi_spec validated and printed as SpecStore::Write prints it; "" when it was not validated
+  // (no devices), which SpecStore::Write then does.
+  std::string cdi_text;
   // With DriverSetup::metadata_root: one file and CDI spec per request (their CDI ids are in
   // `devices`), and why some metadata was left out (for the log).
   std::vector<MetadataFile> metadata;

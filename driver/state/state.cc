@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "driver/state/compact_json.h"
 
 namespace topodra::state {
 namespace {
@@ -41,8 +42,8 @@ std::string Quoted(const Reservation& r) { return absl::StrCat("Reservation \"",
 }  // namespace
 
 JsonText::JsonText(const nlohmann::json& value) {
-  if (!value.is_null())
-    text_ = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  // The same bytes as value.dump(-1, ' ', false, replace), printed faster.
+  if (!value.is_null()) text_ = CompactJson(value);
 }
 
 JsonText JsonText::FromCanonicalText(absl::string_view text) {

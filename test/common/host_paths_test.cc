@@ -200,6 +200,35 @@ TEST_F(MakeDirectoriesTest, MakesWhatIsMissingWithTheModeAndRefusesAFileInTheWay
   ::umask(old);
 }
 
+using WriteFileAtomicallyTest = TempDir;
+
+// The directory is made only when the create finds it missing: a write into a directory that is
+// there, into one that is not (made with the exact mode, whatever the umask), and below a file
+// (refused as MakeDirectories refuses it, nothing written).
+TEST_F(WriteFileAtomicallyTest, MakesTheDirectoryOnlyWhenMissingAndRefusesAFileInTheWay) {
+  ASSERT_EQ(::mkdir((dir_ + "/there").c_str(), 0700), 0);
+  std::ofstream(dir_ + "/file") << "x";
+  const mode_t old = ::umask(077);
+  const absl::Status there = WriteFileAtomically(dir_ + "/there", "a.json", "A", 0644, 0751,
+                                                 Durability::kAtomicOnly);
+  const absl::Status missing =
+      WriteFileAtomically(dir_ + "/b/c", "b.json", "B", 0644, 0751, Durability::kSynced);
+  const absl::Status below_file =
+      WriteFileAtomically(dir_ + "/file/d", "c.json", "C", 0644, 0751, Durability::kAtomicOnly);
+  ::umask(old);
+  ASSERT_TRUE(there.ok()) << there;
+  ASSERT_TRUE(missing.ok()) << missing;
+  EXPECT_EQ(Slurp(dir_ + "/there/a.json"), "A");
+  EXPECT_EQ(ModeOf(dir_ + "/there/a.json"), 0644u);
+  EXPECT_EQ(ModeOf(dir_ + "/there"), 0700u);  // not touched
+  EXPECT_EQ(Slurp(dir_ + "/b/c/b.json"), "B");
+  EXPECT_EQ(ModeOf(dir_ + "/b/c/b.json"), 0644u);
+  EXPECT_EQ(ModeOf(dir_ + "/b"), 0751u);
+  EXPECT_EQ(ModeOf(dir_ + "/b/c"), 0751u);
+  EXPECT_THAT(std::string(below_file.message()),
+              HasSubstr("create directory \"" + dir_ + "/file/d\""));
+}
+
 TEST_F(PrepareOwnedDirectoryTest, RefusesAWorldWritableDirectoryNamingItsModeAndOwner) {
   const std::string cdi = dir_ + "/cdi";
   ASSERT_EQ(::mkdir(cdi.c_str(), 0700), 0);
