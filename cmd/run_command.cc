@@ -56,9 +56,9 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   std::shared_ptr<const node::TopologyCache> cache;
   if (cmd.topology_cache == "on") {
     cache = std::make_shared<node::TopologyCache>(
-        cmd.state_dir, node::MachineKeyInputs{source, TOPODRA_VERSION_STRING,
-                                              topology::DiscovererVersion(),
-                                              node::HwlocEnvironment()});
+        cmd.state_dir,
+        node::MachineKeyInputs{source, TOPODRA_VERSION_STRING, topology::DiscovererVersion(),
+                               node::HwlocEnvironment()});
   }
   absl::StatusOr<node::StartTopology> start =
       node::FindTopologyAtStart(cache.get(), [&source] { return topology::Discover(source); });

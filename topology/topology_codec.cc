@@ -154,8 +154,8 @@ class Fields {
       Fail(absl::StrCat(fields_.size() - next_, " fields too many"));
     }
     if (ok()) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat("line ", number_, " (\"", Excerpt(), "\"): ",
-                                                   error_));
+    return absl::InvalidArgumentError(
+        absl::StrCat("line ", number_, " (\"", Excerpt(), "\"): ", error_));
   }
 
  private:
@@ -198,9 +198,7 @@ class Fields {
 // The bound on every count in a record: no machine has more CPUs than a CpuSet holds.
 constexpr int64_t kMaxCount = CpuSet::kMaxCpuId + 1;
 
-absl::Status Invalid(std::string message) {
-  return absl::InvalidArgumentError(std::move(message));
-}
+absl::Status Invalid(std::string message) { return absl::InvalidArgumentError(std::move(message)); }
 
 // What the daemon relies on without checking: indexes in range, references that resolve, each
 // CPU once and inside its core.
@@ -236,8 +234,8 @@ absl::Status CheckModel(const Topology& t) {
   }
   const size_t n = t.numa_distances.size();
   if (n != 0 && n != t.numa_nodes.size()) {
-    return Invalid(absl::StrCat("distances for ", n, " NUMA nodes, the machine has ",
-                                t.numa_nodes.size()));
+    return Invalid(
+        absl::StrCat("distances for ", n, " NUMA nodes, the machine has ", t.numa_nodes.size()));
   }
   return absl::OkStatus();
 }

@@ -442,10 +442,10 @@ void MachineWatch::Run() {
     const bool due = timer || WaitForChange(next);
     if (!due || Stopping()) continue;
     // Every discovery the daemon makes after its start has one of three causes; say which.
-    spdlog::debug("rediscovering the machine: {}",
-                  timer ? absl::StrCat("--topology-refresh (", absl::ToInt64Seconds(refresh_),
-                                       " s) elapsed")
-                        : std::string("a device uevent or a request (SIGUSR1)"));
+    spdlog::debug(
+        "rediscovering the machine: {}",
+        timer ? absl::StrCat("--topology-refresh (", absl::ToInt64Seconds(refresh_), " s) elapsed")
+              : std::string("a device uevent or a request (SIGUSR1)"));
     next = absl::Now() + refresh_;
     changed_();
   }

@@ -139,9 +139,8 @@ void Node::Assemble(topology::Topology topo, std::optional<PinningSetup> pinning
   if (config_.reservations) AddReservations();
   std::function<void()> first;
   if (deps_.topology_cache != nullptr) first = [this] { SettleStoredTopology(); };
-  watch_ = components_.Add(std::make_unique<MachineWatch>(config_.topology_refresh,
-                                                          deps_.watch_uevents,
-                                                          [this] { OnMachineChanged(); }, first));
+  watch_ = components_.Add(std::make_unique<MachineWatch>(
+      config_.topology_refresh, deps_.watch_uevents, [this] { OnMachineChanged(); }, first));
 }
 
 void Node::AddKubeletComponents() {

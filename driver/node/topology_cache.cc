@@ -70,8 +70,8 @@ absl::StatusOr<std::string> FileKey(const std::string& path) {
       files::ReadFileBounded(path, kMaxTopologyFileBytes, files::Links::kFollow);
   if (!bytes.ok()) return bytes.status();
   if (bytes->size() > kMaxTopologyFileBytes) {
-    return absl::FailedPreconditionError(absl::StrCat("\"", path, "\" is larger than ",
-                                                      kMaxTopologyFileBytes, " bytes"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("\"", path, "\" is larger than ", kMaxTopologyFileBytes, " bytes"));
   }
   return absl::StrCat(bytes->size(), " bytes, mtime ", st.st_mtim.tv_sec, ".",
                       absl::StrFormat("%09d", st.st_mtim.tv_nsec), ", crc32c ",
@@ -162,8 +162,8 @@ std::string EncodeTopologyCache(const MachineKey& key, const topology::Topology&
   }
   body += "model\n";
   body += topology::EncodeTopology(topo);
-  return absl::StrCat(kMagic, " ", kTopologyCacheVersion, "\nchecksum ",
-                      Hex32(state::Crc32c(body)), "\n", body);
+  return absl::StrCat(kMagic, " ", kTopologyCacheVersion, "\nchecksum ", Hex32(state::Crc32c(body)),
+                      "\n", body);
 }
 
 absl::StatusOr<StoredTopology> DecodeTopologyCache(absl::string_view text) {
@@ -178,12 +178,12 @@ absl::StatusOr<StoredTopology> DecodeTopologyCache(absl::string_view text) {
                                 absl::CEscape(Shorten(std::string(first))), "\")"));
   }
   if (!absl::SimpleAtoi(first.substr(prefix.size()), &version) || version < 1) {
-    return Corrupt(absl::StrCat("bad version \"", absl::CEscape(first.substr(prefix.size())),
-                                "\""));
+    return Corrupt(
+        absl::StrCat("bad version \"", absl::CEscape(first.substr(prefix.size())), "\""));
   }
   if (version != kTopologyCacheVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "version ", version, ", this daemon reads version ", kTopologyCacheVersion));
+    return absl::FailedPreconditionError(
+        absl::StrCat("version ", version, ", this daemon reads version ", kTopologyCacheVersion));
   }
   text.remove_prefix(first_end + 1);
   const size_t second_end = text.find('\n');
@@ -212,14 +212,12 @@ absl::StatusOr<StoredTopology> DecodeTopologyCache(absl::string_view text) {
     const size_t space = line.find(' ', key_prefix.size());
     std::string value;
     if (!absl::StartsWith(line, key_prefix) || space == absl::string_view::npos ||
-        space == key_prefix.size() ||
-        !absl::CUnescape(line.substr(space + 1), &value)) {
-      return Corrupt(absl::StrCat("bad key line \"", absl::CEscape(Shorten(std::string(line))),
-                                  "\""));
+        space == key_prefix.size() || !absl::CUnescape(line.substr(space + 1), &value)) {
+      return Corrupt(
+          absl::StrCat("bad key line \"", absl::CEscape(Shorten(std::string(line))), "\""));
     }
-    out.key.entries.emplace_back(std::string(line.substr(key_prefix.size(),
-                                                          space - key_prefix.size())),
-                                 std::move(value));
+    out.key.entries.emplace_back(
+        std::string(line.substr(key_prefix.size(), space - key_prefix.size())), std::move(value));
   }
   absl::StatusOr<topology::Topology> topo = topology::DecodeTopology(rest);
   if (!topo.ok()) return Corrupt(absl::StrCat("model: ", topo.status().message()));
@@ -252,8 +250,8 @@ absl::StatusOr<topology::Topology> TopologyCache::Load(const MachineKey& key) co
 }
 
 absl::Status TopologyCache::Store(const MachineKey& key, const topology::Topology& topo) const {
-  return files::WriteFileAtomically(dir_, kTopologyCacheFile, EncodeTopologyCache(key, topo),
-                                    0600, 0700);
+  return files::WriteFileAtomically(dir_, kTopologyCacheFile, EncodeTopologyCache(key, topo), 0600,
+                                    0700);
 }
 
 absl::StatusOr<StartTopology> FindTopologyAtStart(
@@ -284,8 +282,8 @@ absl::StatusOr<StartTopology> FindTopologyAtStart(
                     : std::string(stored.status().message());
       out.key = *std::move(key);
     } else {
-      why_not = absl::StrCat("the machine's key cannot be read (",
-                             key.status().message(), "), so nothing is stored either");
+      why_not = absl::StrCat("the machine's key cannot be read (", key.status().message(),
+                             "), so nothing is stored either");
     }
   }
   absl::StatusOr<topology::Topology> found = discover();

@@ -46,8 +46,8 @@ void CheckFile(const std::string& text) {
     return;
   }
   Use(s->topology);
-  absl::StatusOr<topodra::node::StoredTopology> again = topodra::node::DecodeTopologyCache(
-      topodra::node::EncodeTopologyCache(s->key, s->topology));
+  absl::StatusOr<topodra::node::StoredTopology> again =
+      topodra::node::DecodeTopologyCache(topodra::node::EncodeTopologyCache(s->key, s->topology));
   if (!again.ok() || !(again->key == s->key) || !(again->topology == s->topology)) std::abort();
 }
 
@@ -57,8 +57,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string input(reinterpret_cast<const char*>(data), size);
   CheckFile(input);
   CheckFile(absl::StrFormat("topodra-topology-cache %d\nchecksum %08x\n",
-                            topodra::node::kTopologyCacheVersion,
-                            topodra::state::Crc32c(input)) +
+                            topodra::node::kTopologyCacheVersion, topodra::state::Crc32c(input)) +
             input);
   const size_t model = input.find("model\n");
   CheckModel(model == std::string::npos ? input : input.substr(model + 6));

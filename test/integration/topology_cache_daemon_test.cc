@@ -58,7 +58,7 @@ TEST(TopologyCacheDaemonTest, StartsFromTheStoredMachineAndRepublishesWhatDiffer
   std::filesystem::copy_file(topodra::testing::FixturePath("192em64t-24n8c2t.xml"), machine);
   const std::string cache = dirs.state + "/topology-cache";
   const std::vector<std::string> args = {
-      "--kubeconfig", kc, "--node-name", "node-a", "--topology-file", machine,
+      "--kubeconfig",      kc,           "--node-name",        "node-a", "--topology-file", machine,
       "--cpu-device-mode", "individual", "--topology-refresh", "3600"};
   Daemon d;
 
@@ -108,7 +108,8 @@ TEST(TopologyCacheDaemonTest, StartsFromTheStoredMachineAndRepublishesWhatDiffer
   d.Start(dirs, args);
   EXPECT_TRUE(Eventually([&] { return Devices(**client).size() == 16; })) << d.Log();
   EXPECT_EQ(d.Terminate(), 0);
-  EXPECT_THAT(d.Log(), HasSubstr("machine discovered (stored for another machine or boot: file \""));
+  EXPECT_THAT(d.Log(),
+              HasSubstr("machine discovered (stored for another machine or boot: file \""));
 
   // Off: discovered, the file neither read nor written.
   const std::string before_off = ReadAll(cache);

@@ -193,7 +193,8 @@ TEST_F(StoredTopologyTest, AStartFromTheStoredModelServesWhatADiscoveredStartDoe
   const Inventory stored = second->inventory();
   EXPECT_TRUE(stored.SamePools(discovered));
   EXPECT_TRUE(stored.topology() == discovered.topology());
-  EXPECT_EQ(stored.CpuSetup().cpu_pool.devices.size(), discovered.CpuSetup().cpu_pool.devices.size());
+  EXPECT_EQ(stored.CpuSetup().cpu_pool.devices.size(),
+            discovered.CpuSetup().cpu_pool.devices.size());
   EXPECT_EQ(stored.PublishedGpus().size(), 16u);
   ASSERT_TRUE(second->Start().ok());
   EXPECT_TRUE(Eventually([&] { return api_.Devices("gpu.topodra.io") == 16; }));

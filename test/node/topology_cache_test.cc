@@ -81,8 +81,8 @@ TEST_F(TopologyCacheTest, ADamagedTornOrOtherVersionFileIsRefused) {
   std::string other_version = good;
   other_version.replace(0, other_version.find('\n'), "topodra-topology-cache 2");
   const size_t body = good.find("\nkey ") + 1;
-  const std::string bad_sum = good.substr(0, good.find("checksum ")) + "checksum 00000000\n" +
-                              good.substr(body);
+  const std::string bad_sum =
+      good.substr(0, good.find("checksum ")) + "checksum 00000000\n" + good.substr(body);
   const std::vector<Case> cases = {
       {"", absl::StatusCode::kDataLoss, "damaged: no complete first line"},
       {"{\"version\": 1}\n", absl::StatusCode::kDataLoss, "not a topology cache"},
@@ -202,8 +202,8 @@ TEST_F(TopologyCacheTest, TheStartUsesTheFileOnlyWhenItsKeyMatches) {
   EXPECT_THAT(off->note, HasSubstr("--topology-cache=off"));
 
   // A discovery that fails is the start's error, as without the file.
-  absl::StatusOr<StartTopology> failed = FindTopologyAtStart(
-      &cache, []() -> absl::StatusOr<topology::Topology> {
+  absl::StatusOr<StartTopology> failed =
+      FindTopologyAtStart(&cache, []() -> absl::StatusOr<topology::Topology> {
         return absl::InvalidArgumentError("topology file \"x\" is not valid hwloc XML");
       });
   EXPECT_THAT(failed.status().message(), HasSubstr("is not valid hwloc XML"));
