@@ -80,6 +80,9 @@ struct RunCommand {
   std::string kubeconfig;  // empty: $KUBECONFIG, else in-cluster
   std::string slice_mixins = "auto";
   int topology_refresh_seconds = 30;
+  // --topology-cache: "on" starts from the machine model stored in --state-dir when it is proved
+  // current, confirming it in the background; "off" discovers at every start.
+  std::string topology_cache = "on";
   std::string log_format = "text";  // text | json
   int verbosity = 0;
   std::string kubelet_root_dir = "/var/lib/kubelet";

@@ -156,6 +156,12 @@ void AddRunFlags(CLI::App* run, topodra::cmd::RunCommand* cmd, std::string* conf
                   "Seconds between rediscoveries of the machine (CPU hotplug, GPU loss)")
       ->check(CLI::Range(1, 86400))
       ->capture_default_str();
+  run->add_option("--topology-cache", cmd->topology_cache,
+                  "on: start from the machine model stored in --state-dir when the boot and the "
+                  "machine's inputs are the same, and confirm it by a discovery in the "
+                  "background; off: discover at every start")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   run->add_option("--log-format", cmd->log_format, "text or json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();

@@ -52,9 +52,22 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   // gRPC and the publishers run a dozen threads; glibc would give each its own malloc arena
   // (tens of MB of reserved, partly touched memory) for a daemon that allocates little.
   mallopt(M_ARENA_MAX, 2);
-  int code = kExitOk;
-  std::optional<topology::Topology> topo = DiscoverOrReport(cmd.topology, "run", err, &code);
-  if (!topo) return code;
+  const topology::TopologySource source = SourceFromFlags(cmd.topology);
+  std::shared_ptr<const node::TopologyCache> cache;
+  if (cmd.topology_cache == "on") {
+    cache = std::make_shared<node::TopologyCache>(
+        cmd.state_dir,
+        node::MachineKeyInputs{source, TOPODRA_VERSION_STRING, topology::DiscovererVersion(),
+                               node::HwlocEnvironment()});
+  }
+  absl::StatusOr<node::StartTopology> start =
+      node::FindTopologyAtStart(cache.get(), [&source] { return topology::Discover(source); });
+  if (!start.ok()) {
+    err << "topodra run: error: " << start.status().message() << "\n";
+    // A named file or description is the user's input; the live machine failing is ours.
+    return source.kind == topology::TopologySource::Kind::kLive ? kExitFailure : kExitUsage;
+  }
+  std::optional<topology::Topology> topo = std::move(start->topology);
   absl::StatusOr<node::NodeConfig> config = NodeConfigFromFlags(cmd, *topo);
   absl::StatusOr<kube::ClusterConfig> cluster =
       config.ok() ? ClusterConfigFor(cmd) : config.status();
@@ -74,8 +87,9 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   signal(SIGPIPE, SIG_IGN);
   SetUpLogging(cmd.log_format, cmd.verbosity);
 
-  const topology::TopologySource source = SourceFromFlags(cmd.topology);
   node::NodeDeps deps{client->get(), [source] { return topology::Discover(source); }};
+  deps.topology_cache = std::move(cache);
+  deps.topology_start = *std::move(start);
   absl::StatusOr<std::unique_ptr<node::Node>> node =
       node::Node::Create(*std::move(config), *std::move(topo), std::move(deps));
   absl::Status started = node.ok() ? (*node)->Start() : node.status();

@@ -30,6 +30,10 @@ class Discoverer {
 // The production implementation; the only code in the project that includes hwloc.
 std::unique_ptr<Discoverer> NewHwlocDiscoverer(TopologySource source);
 
+// The discovery library and its version, as this process loaded it ("hwloc API 2.8.0"): another
+// version may find another model in the same machine.
+std::string DiscovererVersion();
+
 // Convenience for one-shot callers (CLI, tests, benchmarks).
 absl::StatusOr<Topology> Discover(const TopologySource& source);
 

@@ -467,6 +467,11 @@ absl::StatusOr<Topology> HwlocDiscoverer::Discover() {
   return std::move(b.topo);
 }
 
+std::string DiscovererVersion() {
+  const unsigned v = hwloc_get_api_version();
+  return absl::StrFormat("hwloc API %u.%u.%u", v >> 16, (v >> 8) & 0xff, v & 0xff);
+}
+
 std::unique_ptr<Discoverer> NewHwlocDiscoverer(TopologySource source) {
   return std::make_unique<HwlocDiscoverer>(std::move(source));
 }

@@ -23,6 +23,7 @@ const char* CoreTypeName(CoreType t);
 struct Package {
   int id = 0;  // OS index (physical package id)
   CpuSet cpus;
+  bool operator==(const Package&) const = default;
 };
 
 struct NumaNode {
@@ -33,6 +34,7 @@ struct NumaNode {
   CpuSet local_cpus;    // locality reported by hwloc; a superset of cpus
   std::string subtype;  // "MCDRAM", "HBM", "GPUMemory", ... ; empty for ordinary DRAM
   uint64_t memory_bytes = 0;
+  bool operator==(const NumaNode&) const = default;
 };
 
 struct Cache {
@@ -40,6 +42,7 @@ struct Cache {
   int id = 0;  // index among the caches of this level, in topology order
   uint64_t size_bytes = 0;
   CpuSet cpus;
+  bool operator==(const Cache&) const = default;
 };
 
 struct Core {
@@ -51,6 +54,7 @@ struct Core {
   int l2 = kNone;
   CoreType type = CoreType::kUnknown;
   CpuSet cpus;  // online hardware threads
+  bool operator==(const Core&) const = default;
 };
 
 struct CpuKind {
@@ -58,12 +62,14 @@ struct CpuKind {
   CoreType type = CoreType::kUnknown;
   CpuSet cpus;
   std::map<std::string, std::string> infos;  // e.g. CoreType, FrequencyMaxMHz
+  bool operator==(const CpuKind&) const = default;
 };
 
 struct OsDevice {
   std::string name;     // "card0", "renderD128", "nvml0", "cuda0", "opencl0d0"
   std::string kind;     // "gpu", "coproc", "dma", ... (hwloc OS device type)
   std::string subtype;  // "CUDA", "NVML", "OpenCL", ... when hwloc knows it
+  bool operator==(const OsDevice&) const = default;
 };
 
 struct Gpu {
@@ -87,6 +93,7 @@ struct Gpu {
   std::vector<std::string> pci_path;
   uint64_t memory_bytes = 0;  // 0 when unknown
   std::vector<OsDevice> os_devices;
+  bool operator==(const Gpu&) const = default;
 };
 
 // A PCI host bridge: the root of one PCIe hierarchy, named as sysfs names its directory
@@ -103,6 +110,7 @@ struct PcieRoot {
 struct Cpu {
   int id = 0;
   int core = kNone;  // index into Topology::cores
+  bool operator==(const Cpu&) const = default;
 };
 
 struct Topology {
@@ -146,6 +154,10 @@ struct Topology {
   // Rebuilds derived indexes after the vectors were filled; the discoverer and hand-built test
   // topologies both call it.
   void Finalize();
+
+  // Every field, the derived index included (it follows from cpus once Finalize ran): a
+  // rediscovery compares the machine it found with the one the daemon runs on.
+  bool operator==(const Topology&) const = default;
 
  private:
   std::vector<int> cpu_index_;  // cpu id -> position in cpus, -1 where absent

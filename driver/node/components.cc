@@ -373,10 +373,12 @@ std::vector<std::pair<std::string, publish::PublisherStatus>> Publishing::Status
 
 // ---- MachineWatch
 
-MachineWatch::MachineWatch(absl::Duration refresh, bool uevents, std::function<void()> changed)
+MachineWatch::MachineWatch(absl::Duration refresh, bool uevents, std::function<void()> changed,
+                           std::function<void()> first)
     : refresh_(refresh),
       uevents_(uevents),
       changed_(std::move(changed)),
+      first_(std::move(first)),
       beat_(absl::ToUnixNanos(absl::Now())) {}
 
 absl::Status MachineWatch::Start() {
@@ -456,11 +458,18 @@ bool MachineWatch::Stopping() {
 }
 
 void MachineWatch::Run() {
+  if (first_ && !Stopping()) first_();
   absl::Time next = absl::Now() + refresh_;
   while (!Stopping()) {
     beat_ = absl::ToUnixNanos(absl::Now());
-    const bool due = absl::Now() >= next || WaitForChange(next);
+    const bool timer = absl::Now() >= next;
+    const bool due = timer || WaitForChange(next);
     if (!due || Stopping()) continue;
+    // Every discovery the daemon makes after its start has one of three causes; say which.
+    spdlog::debug(
+        "rediscovering the machine: {}",
+        timer ? absl::StrCat("--topology-refresh (", absl::ToInt64Seconds(refresh_), " s) elapsed")
+              : std::string("a device uevent or a request (SIGUSR1)"));
     next = absl::Now() + refresh_;
     changed_();
   }

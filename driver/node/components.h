@@ -171,9 +171,12 @@ class Reservations : public Component {
 // CPUs going offline, GPUs disappearing: the kernel says so at once (uevents), so the device
 // lists follow within milliseconds; the rediscovery every --topology-refresh stays as the
 // fallback. Calls `changed` (Node::OnMachineChanged) on its own thread, which beats on every turn.
+// `first`, when set, runs once on that thread before the first wait (the node confirms or
+// stores the machine model it started from: topology_cache.h); the refresh timer starts after it.
 class MachineWatch : public Component {
  public:
-  MachineWatch(absl::Duration refresh, bool uevents, std::function<void()> changed);
+  MachineWatch(absl::Duration refresh, bool uevents, std::function<void()> changed,
+               std::function<void()> first = nullptr);
   const char* name() const override { return "machine-watch"; }
   absl::Status Start() override;
   void Stop() override;
@@ -195,6 +198,7 @@ class MachineWatch : public Component {
   const absl::Duration refresh_;
   const bool uevents_;
   const std::function<void()> changed_;
+  const std::function<void()> first_;
   // null: no uevents. Set before the loop starts, reset after it ends; Request and Stop wake it
   // under mu_.
   std::unique_ptr<uevent::Listener> listener_;

@@ -35,7 +35,10 @@ Node::Node(NodeConfig config, NodeDeps deps)
     : config_(std::move(config)),
       deps_(std::move(deps)),
       cdi_store_(config_.cdi_dir),
-      claim_source_(deps_.client) {}
+      claim_source_(deps_.client) {
+  // The file holds what the node starts from; a model discovered at start is stored later.
+  if (deps_.topology_start.from_cache) stored_key_ = deps_.topology_start.key;
+}
 
 Node::~Node() { Stop(); }
 
@@ -43,6 +46,7 @@ absl::StatusOr<std::unique_ptr<Node>> Node::Create(NodeConfig config, topology::
                                                    NodeDeps deps) {
   if (absl::Status st = Validate(config, topo); !st.ok()) return st;
   LogStart(config, topo);
+  if (!deps.topology_start.note.empty()) spdlog::info("{}", deps.topology_start.note);
   if (absl::Status st = PrepareOwnedDirectories(config); !st.ok()) return st;
   absl::StatusOr<std::vector<std::unique_ptr<plugin::InstanceLock>>> locks =
       AcquireInstanceLocks(config);
@@ -133,8 +137,10 @@ void Node::Assemble(topology::Topology topo, std::optional<PinningSetup> pinning
   if (config_.metrics_listen || config_.health_listen) AddHealth();
   publishing_ = components_.Add(std::make_unique<Publishing>(deps_.client, config_, inventory_));
   if (config_.reservations) AddReservations();
+  std::function<void()> first;
+  if (deps_.topology_cache != nullptr) first = [this] { SettleStoredTopology(); };
   watch_ = components_.Add(std::make_unique<MachineWatch>(
-      config_.topology_refresh, deps_.watch_uevents, [this] { OnMachineChanged(); }));
+      config_.topology_refresh, deps_.watch_uevents, [this] { OnMachineChanged(); }, first));
 }
 
 void Node::AddKubeletComponents() {
@@ -250,18 +256,54 @@ absl::Status Node::Start() {
 
 void Node::Stop() { components_.Stop(); }
 
-bool Node::Republish(const topology::Topology& now) {
+bool Node::Republish(const topology::Topology& now, bool machine_changed) {
   inventory_options_.publish.unhealthy_gpus = DeviceHealth::Unhealthy(gpu_verdicts_);
   Inventory next = Inventory::Build(inventory_options_, now, held_);
   const bool changed = !next.SamePools(inventory_);
   inventory_ = std::move(next);
   // Health first: the streams tell the kubelet at once, the slices follow.
   device_health_->Publish(inventory_, gpu_verdicts_);
-  if (changed) components_.OnInventory(inventory_);
+  if (changed || machine_changed) components_.OnInventory(inventory_);
   return changed;
 }
 
-bool Node::OnMachineChanged() {
+void Node::SettleStoredTopology() {
+  const StartTopology& start = deps_.topology_start;
+  if (start.from_cache) {
+    Rediscover(true);
+    return;
+  }
+  // Without a key nothing proves which machine and boot the model would be for.
+  if (!start.key) return;
+  topology::Topology topo;
+  {
+    std::lock_guard<std::mutex> lock(publish_mu_);
+    topo = inventory_.topology();
+  }
+  KeepTopology(*start.key, topo, false);
+}
+
+void Node::KeepTopology(const MachineKey& key, const topology::Topology& topo,
+                        bool machine_changed) {
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  if (!machine_changed && stored_key_ == key) return;
+  const absl::Status st = deps_.topology_cache->Store(key, topo);
+  if (!st.ok()) {
+    // Once per failure streak: the next start discovers the machine, nothing worse.
+    if (stored_key_.has_value() || !store_failed_) {
+      spdlog::warn("cannot store the machine model for the next start: {}",
+                   std::string(st.message()));
+    }
+    store_failed_ = true;
+    stored_key_.reset();
+    return;
+  }
+  store_failed_ = false;
+  stored_key_ = key;
+  spdlog::debug("machine model stored in {} for the next start", deps_.topology_cache->path());
+}
+
+bool Node::Rediscover(bool confirming) {
   // The GPUs' health first, on the machine as last seen: a few sysfs files, so the health
   // streams hear of a fault before the (slower) rediscovery and republishing.
   {
@@ -278,7 +320,20 @@ bool Node::OnMachineChanged() {
       device_health_->Publish(inventory_, gpu_verdicts_);
     }
   }
+  // Read before the discovery: a change in between makes the stored key older than the model,
+  // so the next start discovers again rather than trusting it.
+  std::optional<MachineKey> key;
+  if (deps_.topology_cache != nullptr) {
+    absl::StatusOr<MachineKey> k = deps_.topology_cache->ReadKey();
+    if (k.ok()) {
+      key = *std::move(k);
+    } else {
+      spdlog::debug("the machine's key cannot be read; the model found is not stored: {}",
+                    std::string(k.status().message()));
+    }
+  }
   // CPUs hot-plugged or offlined, GPUs gone or back: rediscover and republish on change.
+  const absl::Time started = absl::Now();
   absl::StatusOr<topology::Topology> now = deps_.discover();
   if (!now.ok()) {
     spdlog::warn("topology rediscovery failed, keeping the last one: {}",
@@ -289,12 +344,25 @@ bool Node::OnMachineChanged() {
   // AER counter can change without a uevent, and the refresh timer catches it.
   std::map<std::string, health::Verdict> verdicts = device_health_->Assess(*now);
   bool changed = false;
+  bool machine_changed = false;
   {
     std::lock_guard<std::mutex> lock(publish_mu_);
     gpu_verdicts_ = std::move(verdicts);
-    changed = Republish(*now);
+    machine_changed = !(*now == inventory_.topology());
+    changed = Republish(*now, machine_changed);
   }
+  if (key) KeepTopology(*key, *now, machine_changed);
   malloc_trim(0);
+  if (confirming) {
+    spdlog::info("{} ({} ms)",
+                 !machine_changed ? "stored machine model confirmed by the discovery"
+                 : changed        ? "the discovery found the machine differs from the stored model"
+                                  : "the discovery found the machine differs from the stored "
+                                    "model in details its devices do not show; now using it",
+                 absl::ToInt64Milliseconds(absl::Now() - started));
+  } else if (machine_changed && !changed) {
+    spdlog::info("the machine changed in details its devices do not show; now using it");
+  }
   if (!changed) return false;
   spdlog::info("topology changed: {} CPUs online, {} GPUs; republishing", now->cpus.size(),
                now->gpus.size());

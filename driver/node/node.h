@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@
 #include "driver/node/config.h"
 #include "driver/node/device_health.h"
 #include "driver/node/inventory.h"
+#include "driver/node/topology_cache.h"
 #include "driver/plugin/instance_lock.h"
 #include "driver/prepare/claim_service.h"
 #include "driver/state/ledger.h"
@@ -58,6 +60,12 @@ struct NodeDeps {
   // The DeviceClasses the device plugins' check reads (--extended-resource-check); null: the
   // API server's, through `client`.
   std::function<std::unique_ptr<deviceclass::MappingSource>()> device_classes;
+  // --topology-cache=on: where the machine model is kept (null: off), and how the topology given
+  // to Create was found (FindTopologyAtStart; `topology` unused). From the file, the machine
+  // watch's first turn discovers the machine and republishes on a difference; discovered, it
+  // stores the model with the key read before the discovery.
+  std::shared_ptr<const TopologyCache> topology_cache;
+  StartTopology topology_start;
 };
 
 class Node {
@@ -77,7 +85,7 @@ class Node {
 
   // The machine may have changed: rediscovers it and, when what is published differs,
   // republishes and updates every component. Returns true when something changed.
-  bool OnMachineChanged();
+  bool OnMachineChanged() { return Rediscover(false); }
   // Asks the machine watch to rediscover soon (SIGUSR1 from outside), without blocking.
   void RequestRediscovery();
 
@@ -96,7 +104,16 @@ class Node {
   void AddHealth();
   // With publish_mu_ held: rebuilds the inventory from `now` and held_; when it differs, every
   // component gets it. True when it changed.
-  bool Republish(const topology::Topology& now);
+  // `machine_changed`: the model differs from the one in use in details the pools may not show;
+  // every component gets it all the same.
+  bool Republish(const topology::Topology& now, bool machine_changed = false);
+  // OnMachineChanged; `confirming`: the first turn after a start from the stored model.
+  bool Rediscover(bool confirming);
+  // On the machine watch's thread before its first wait (topology_cache.h).
+  void SettleStoredTopology();
+  // Stores the model found with `key` (read before its discovery) unless the file already holds
+  // both.
+  void KeepTopology(const MachineKey& key, const topology::Topology& topo, bool machine_changed);
   metrics::NodeSnapshot Snapshot();
   metrics::Probe Ready();
   CpuSet Online() const;
@@ -123,6 +140,10 @@ class Node {
   // GPU health as last read (guarded by publish_mu_); boards read by the health streams.
   std::unique_ptr<DeviceHealth> device_health_;
   std::map<std::string, health::Verdict> gpu_verdicts_;
+  // What the topology cache file holds (stored or loaded at start); guarded by cache_mu_.
+  std::mutex cache_mu_;
+  std::optional<MachineKey> stored_key_;
+  bool store_failed_ = false;  // the last Store failed (its warning was logged)
   mutable std::mutex online_mu_;
   CpuSet online_;  // guarded by online_mu_
 

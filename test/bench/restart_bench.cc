@@ -11,6 +11,8 @@
 // Printed beside floors measured in the same run:
 //   - the same start, killed and restarted the same way, with an empty state (what starting a
 //     12,800-CPU machine costs whatever the claims; the difference is the per-claim cost);
+//   - both starts again with --topology-cache=off: the machine discovered by hwloc at every
+//     start instead of read from the model the daemon stored in its state directory;
 //   - discovering the machine in this process (hwloc alone, both ways);
 //   - reading and parsing the state files alone (StateStore::Peek in this process);
 //   - reading the CDI spec files the claims left (listing the directory and reading every file);
@@ -343,7 +345,10 @@ int main(int argc, char** argv) {
   // Floor: the same kill -9 and start, nothing in the state.
   const Restarted empty = Restarts(n, xml, restarts);
   const Restarted empty_synthetic = Restarts(n, synthetic, restarts);
-  if (empty.ms.empty() || empty_synthetic.ms.empty()) return 1;
+  std::vector<std::string> xml_discovered = xml;
+  xml_discovered.insert(xml_discovered.end(), {"--topology-cache", "off"});
+  const Restarted empty_discovered = Restarts(n, xml_discovered, restarts);
+  if (empty.ms.empty() || empty_synthetic.ms.empty() || empty_discovered.ms.empty()) return 1;
 
   const auto c0 = Clock::now();
   std::vector<PrepareClaim> claims =
@@ -371,8 +376,9 @@ int main(int argc, char** argv) {
   const long rss_held = n.daemon.RssKib();
 
   const Restarted full_synthetic = Restarts(n, synthetic, restarts);
+  const Restarted full_discovered = Restarts(n, xml_discovered, restarts);
   const Restarted full = Restarts(n, xml, restarts);
-  if (full.ms.empty() || full_synthetic.ms.empty()) return 1;
+  if (full.ms.empty() || full_synthetic.ms.empty() || full_discovered.ms.empty()) return 1;
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const long rss_loaded = n.daemon.RssKib();
   // The floors that read files: the daemon is idle, its files are as it left them.
@@ -406,6 +412,10 @@ int main(int argc, char** argv) {
       empty.median(), empty.ms.front(), empty_synthetic.median(), empty_synthetic.ms.front());
   std::printf("  phases, empty state, XML: %s\n", PhaseLine(empty).c_str());
   std::printf(
+      "  the same with --topology-cache=off (hwloc at every start): median %.1f ms, min %.1f ms; "
+      "phases: %s\n",
+      empty_discovered.median(), empty_discovered.ms.front(), PhaseLine(empty_discovered).c_str());
+  std::printf(
       "floor: read+parse the state files (%d allocations, StateStore::Peek): %.1f ms; list+read "
       "the %d CDI files: %.1f ms\n",
       loaded, peek, cdi_files, cdi_read);
@@ -417,6 +427,10 @@ int main(int argc, char** argv) {
       full_synthetic.median() - empty_synthetic.median(),
       (full_synthetic.median() - empty_synthetic.median()) * 1000.0 / std::max(held, 1));
   std::printf("  phases, %d claims, XML: %s\n", held, PhaseLine(full).c_str());
+  std::printf(
+      "  the same with --topology-cache=off (hwloc at every start): median %.1f ms, min %.1f ms; "
+      "phases: %s\n",
+      full_discovered.median(), full_discovered.ms.front(), PhaseLine(full_discovered).c_str());
   const double per_claim_us = (full.median() - empty.median()) * 1000.0 / std::max(held, 1);
   std::printf(
       "kill -9 with %d prepared claims -> registered (machine from its XML export, as a node "

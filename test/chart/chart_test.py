@@ -437,6 +437,7 @@ class ChartTest(unittest.TestCase):
         "--dra-health": None,
         "--extended-resource-check": "devicePlugin.extendedResourceCheck",
         "--device-metadata": None,  # kubelet.deviceMetadata, a boolean: on/off
+        "--topology-cache": None,  # topology.cache, a boolean: on/off
     }
 
     def test_schema_matches_daemon_flags(self):

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "test/node/fake_mapping_source.h"
 #include "test/node/stub_rest_client.h"
@@ -135,6 +136,93 @@ TEST_F(NodeTest, ARequestedRediscoveryRunsOnTheMachineWatch) {
   SetMachine("16em64t-4s2c2t-offlines.xml");
   node->RequestRediscovery();
   EXPECT_TRUE(Eventually([&] { return node->inventory().CpuPool()->devices.size() < 16; }));
+  node->Stop();
+}
+
+// --topology-cache: the machine kept in the state directory, on a key read from a tree of the
+// test's own (the boot id is all a synthetic-source key reads).
+class StoredTopologyTest : public NodeTest {
+ protected:
+  void SetUp() override {
+    NodeTest::SetUp();
+    std::filesystem::create_directories(dir_ + "/root/proc/sys/kernel/random");
+    std::ofstream(dir_ + "/root/proc/sys/kernel/random/boot_id") << "b1\n";
+    MachineKeyInputs in;
+    in.source = topology::TopologySource::Synthetic("the test's machine");
+    in.version = "test";
+    in.root = dir_ + "/root";
+    cache_ = std::make_shared<TopologyCache>(dir_ + "/state", in);
+  }
+  // Create as `topodra run` does: the file when its key matches, else a discovery.
+  std::unique_ptr<Node> CreateAtStart(NodeConfig config, bool* from_cache) {
+    NodeDeps deps = Deps();
+    absl::StatusOr<StartTopology> start = FindTopologyAtStart(cache_.get(), deps.discover);
+    EXPECT_TRUE(start.ok()) << start.status();
+    if (!start.ok()) return nullptr;
+    *from_cache = start->from_cache;
+    topology::Topology topo = std::move(start->topology);
+    deps.topology_cache = cache_;
+    deps.topology_start = *std::move(start);
+    absl::StatusOr<std::unique_ptr<Node>> node =
+        Node::Create(std::move(config), std::move(topo), std::move(deps));
+    EXPECT_TRUE(node.ok()) << node.status();
+    return node.ok() ? *std::move(node) : nullptr;
+  }
+  std::shared_ptr<TopologyCache> cache_;
+};
+
+TEST_F(StoredTopologyTest, AStartFromTheStoredModelServesWhatADiscoveredStartDoes) {
+  NodeConfig c = Config();
+  c.publish.cpu_mode = publish::CpuDeviceMode::kIndividual;
+  fixture_ = "nvidiaDGX2.xml";  // CPUs, GPUs, PCIe roots, distances
+  bool from_cache = true;
+  std::unique_ptr<Node> first = CreateAtStart(c, &from_cache);
+  ASSERT_NE(first, nullptr);
+  EXPECT_FALSE(from_cache);
+  const std::string file = dir_ + "/state/topology-cache";
+  EXPECT_FALSE(std::filesystem::exists(file));  // stored by the running node, not at Create
+  ASSERT_TRUE(first->Start().ok());
+  EXPECT_TRUE(Eventually([&] { return std::filesystem::exists(file); }));
+  const Inventory discovered = first->inventory();
+  first->Stop();
+  first.reset();
+
+  std::unique_ptr<Node> second = CreateAtStart(c, &from_cache);
+  ASSERT_NE(second, nullptr);
+  EXPECT_TRUE(from_cache);
+  const Inventory stored = second->inventory();
+  EXPECT_TRUE(stored.SamePools(discovered));
+  EXPECT_TRUE(stored.topology() == discovered.topology());
+  EXPECT_EQ(stored.CpuSetup().cpu_pool.devices.size(),
+            discovered.CpuSetup().cpu_pool.devices.size());
+  EXPECT_EQ(stored.PublishedGpus().size(), 16u);
+  ASSERT_TRUE(second->Start().ok());
+  EXPECT_TRUE(Eventually([&] { return api_.Devices("gpu.topodra.io") == 16; }));
+  second->Stop();
+}
+
+TEST_F(StoredTopologyTest, TheConfirmingDiscoveryRepublishesAStoredModelThatDiffers) {
+  NodeConfig c = Config();
+  c.publish.cpu_mode = publish::CpuDeviceMode::kIndividual;
+  c.topology_refresh = absl::Hours(1);  // only the first turn discovers
+  // Stored under this boot's key: the machine with CPUs offline. The machine has them all.
+  absl::StatusOr<MachineKey> key = cache_->ReadKey();
+  ASSERT_TRUE(key.ok()) << key.status();
+  ASSERT_TRUE(
+      cache_->Store(*key, topodra::testing::LoadTopology("16em64t-4s2c2t-offlines.xml")).ok());
+  bool from_cache = false;
+  std::unique_ptr<Node> node = CreateAtStart(c, &from_cache);
+  ASSERT_NE(node, nullptr);
+  EXPECT_TRUE(from_cache);
+  EXPECT_EQ(node->inventory().CpuPool()->devices.size(), 7u);
+  ASSERT_TRUE(node->Start().ok());
+  EXPECT_TRUE(Eventually([&] { return node->inventory().CpuPool()->devices.size() == 16; }));
+  EXPECT_TRUE(Eventually([&] { return api_.Devices("dra.cpu") == 16; })) << api_.Devices("dra.cpu");
+  // And the file holds the machine now.
+  EXPECT_TRUE(Eventually([&] {
+    absl::StatusOr<topology::Topology> now = cache_->Load(*key);
+    return now.ok() && now->cpus.size() == 16;
+  }));
   node->Stop();
 }
 

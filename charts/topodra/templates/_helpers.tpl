@@ -92,6 +92,7 @@ daemon's default applies. --node-name comes from the downward API.
 {{- with .Values.topology.synthetic }}
 - --topology-synthetic={{ . }}
 {{- end }}
+- --topology-cache={{ if .Values.topology.cache }}on{{ else }}off{{ end }}
 {{- with .Values.kubeconfig }}
 - --kubeconfig={{ . }}
 {{- end }}
