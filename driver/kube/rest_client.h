@@ -115,6 +115,13 @@ class RestClient {
 // CURLOPT_CONNECT_TO connects to the server's real host, named in the Host header.
 absl::StatusOr<std::unique_ptr<RestClient>> NewCurlRestClient(const ClusterConfig& config);
 
+// Our own HTTP/1.1 client on OpenSSL (http_rest_client.cc), with the same contract. Connections
+// are kept alive in a pool of up to 16, each used by one request at a time; every watch has a
+// connection of its own. tls_server_name: SNI and the certificate check use that name while the
+// connection goes to the server's host, named in the Host header. Ignores SIGPIPE when it is
+// not handled (TLS writes through the socket with write()).
+absl::StatusOr<std::unique_ptr<RestClient>> NewHttpRestClient(const ClusterConfig& config);
+
 // "spec.driver=dra.cpu,spec.nodeName=n1" -> percent-encoded for a query string.
 std::string UrlEncode(const std::string& s);
 

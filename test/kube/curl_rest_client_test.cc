@@ -14,6 +14,7 @@
 #include "common/status.h"
 #include "driver/kube/rest_client.h"
 #include "gtest/gtest.h"
+#include "test/kube/client_under_test.h"
 #include "test/kube/stub_server.h"
 
 namespace topodra::kube {
@@ -32,7 +33,7 @@ ClusterConfig ConfigFor(const StubServer& stub) {
 }
 
 std::unique_ptr<RestClient> MustClient(const ClusterConfig& config) {
-  absl::StatusOr<std::unique_ptr<RestClient>> client = NewCurlRestClient(config);
+  absl::StatusOr<std::unique_ptr<RestClient>> client = NewClientUnderTest(config);
   EXPECT_TRUE(client.ok()) << client.status();
   return client.ok() ? *std::move(client) : nullptr;
 }
@@ -365,25 +366,25 @@ TEST(CurlRestClientTest, ConstructionErrorsNameTheValue) {
   TempDir dir;
   ClusterConfig config;
   config.server = "ftp://k:21";
-  EXPECT_EQ(Message(NewCurlRestClient(config).status()),
+  EXPECT_EQ(Message(NewClientUnderTest(config).status()),
             "server \"ftp://k:21\" is not an http(s) URL");
   config.server = "";
-  EXPECT_EQ(Message(NewCurlRestClient(config).status()), "server \"\" is not a URL");
+  EXPECT_EQ(Message(NewClientUnderTest(config).status()), "server \"\" is not a URL");
 
   config.server = "https://k:6443";
   config.token_file = dir.File("token");
-  absl::Status s = NewCurlRestClient(config).status();
+  absl::Status s = NewClientUnderTest(config).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Message(s), absl::StrCat("cannot read token file \"", dir.File("token"),
                                      "\": No such file or directory"));
   dir.Write("token", " \n");
-  EXPECT_EQ(Message(NewCurlRestClient(config).status()),
+  EXPECT_EQ(Message(NewClientUnderTest(config).status()),
             absl::StrCat("token file \"", dir.File("token"), "\" is empty"));
 
   config.token_file = "";
   config.ca_file = dir.File("ca.crt");
   EXPECT_EQ(
-      Message(NewCurlRestClient(config).status()),
+      Message(NewClientUnderTest(config).status()),
       absl::StrCat("cannot read CA file \"", dir.File("ca.crt"), "\": No such file or directory"));
 }
 

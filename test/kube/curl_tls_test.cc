@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "driver/kube/rest_client.h"
 #include "gtest/gtest.h"
+#include "test/kube/client_under_test.h"
 #include "test/kube/stub_server.h"
 
 namespace topodra::kube {
@@ -60,7 +61,7 @@ class CurlTlsTest : public ::testing::Test {
     return config;
   }
   static absl::StatusOr<Response> Get(const ClusterConfig& config, const std::string& path) {
-    absl::StatusOr<std::unique_ptr<RestClient>> client = NewCurlRestClient(config);
+    absl::StatusOr<std::unique_ptr<RestClient>> client = NewClientUnderTest(config);
     if (!client.ok()) return client.status();
     return (*client)->Get(path);
   }

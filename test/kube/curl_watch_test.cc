@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "driver/kube/rest_client.h"
 #include "gtest/gtest.h"
+#include "test/kube/client_under_test.h"
 #include "test/kube/stub_server.h"
 
 namespace topodra::kube {
@@ -33,7 +34,7 @@ json WatchRoute(json chunks, double hold = 0) {
 std::unique_ptr<RestClient> MustClient(const StubServer& stub) {
   ClusterConfig config;
   config.server = stub.url();
-  absl::StatusOr<std::unique_ptr<RestClient>> client = NewCurlRestClient(config);
+  absl::StatusOr<std::unique_ptr<RestClient>> client = NewClientUnderTest(config);
   EXPECT_TRUE(client.ok()) << client.status();
   return client.ok() ? *std::move(client) : nullptr;
 }
@@ -57,7 +58,8 @@ TEST(CurlWatchTest, EventsSplitAcrossChunksAndSeveralPerChunk) {
   ASSERT_NE(client, nullptr);
   Recorder recorder;
   std::atomic<bool> stop{false};
-  EXPECT_TRUE(client->Watch(kPath, recorder.Handler(), &stop).ok());
+  const absl::Status s = client->Watch(kPath, recorder.Handler(), &stop);
+  EXPECT_TRUE(s.ok()) << s;
   EXPECT_EQ(recorder.events, (std::vector<json>{Event("ADDED", 1), Event("MODIFIED", 2),
                                                 Event("DELETED", 3), Event("BOOKMARK", 4)}));
 }
@@ -67,7 +69,8 @@ TEST(CurlWatchTest, LastLineWithoutNewlineIsDelivered) {
   auto client = MustClient(stub);
   ASSERT_NE(client, nullptr);
   Recorder recorder;
-  EXPECT_TRUE(client->Watch(kPath, recorder.Handler(), nullptr).ok());
+  const absl::Status s = client->Watch(kPath, recorder.Handler(), nullptr);
+  EXPECT_TRUE(s.ok()) << s;
   EXPECT_EQ(recorder.events, (std::vector<json>{Event("ADDED", 1), Event("DELETED", 2)}));
 }
 
@@ -219,7 +222,7 @@ TEST(CurlWatchTest, RetriesConnectWithRotatedToken) {
   ClusterConfig config;
   config.server = stub.url();
   config.token_file = dir.Write("token", "old");
-  absl::StatusOr<std::unique_ptr<RestClient>> client = NewCurlRestClient(config);
+  absl::StatusOr<std::unique_ptr<RestClient>> client = NewClientUnderTest(config);
   ASSERT_TRUE(client.ok()) << client.status();
   dir.Write("token", "new");
   Recorder recorder;
