@@ -72,7 +72,8 @@ absl::StatusOr<ServerUrl> ParseServerUrl(const std::string& server) {
   const std::string authority = server.substr(authority_start, slash - authority_start);
   url.prefix = slash == std::string::npos ? "" : server.substr(slash);
   while (!url.prefix.empty() && url.prefix.back() == '/') url.prefix.pop_back();
-  if (authority.find('@') != std::string::npos || url.prefix.find_first_of("?#") != std::string::npos) {
+  if (authority.find('@') != std::string::npos ||
+      url.prefix.find_first_of("?#") != std::string::npos) {
     return absl::InvalidArgumentError(
         absl::StrCat("server \"", server, "\" has user info, a query or a fragment"));
   }
@@ -96,8 +97,7 @@ absl::StatusOr<ServerUrl> ParseServerUrl(const std::string& server) {
   }
   if ((url.host.front() == '[') != (url.host.back() == ']') ||
       url.host.find_first_of(" \t\r\n/") != std::string::npos) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("server \"", server, "\" has an invalid host"));
+    return absl::InvalidArgumentError(absl::StrCat("server \"", server, "\" has an invalid host"));
   }
   return url;
 }
@@ -191,8 +191,8 @@ absl::StatusOr<BodyFraming> FramingOf(const ResponseHead& head) {
     }
     // We ask for no compression, so chunked is the only coding an answer may have.
     if (all.size() != 1 || all[0] != "chunked") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unsupported HTTP Transfer-Encoding \"", Shown(absl::StrJoin(codings, ", ")), "\""));
+      return absl::InvalidArgumentError(absl::StrCat("unsupported HTTP Transfer-Encoding \"",
+                                                     Shown(absl::StrJoin(codings, ", ")), "\""));
     }
     framing.kind = BodyFraming::kChunked;
     // With a Content-Length too, the message may be an attempt at request smuggling: read it
@@ -211,10 +211,10 @@ absl::StatusOr<BodyFraming> FramingOf(const ResponseHead& head) {
     for (absl::string_view part : absl::StrSplit(value, ',')) {
       part = absl::StripAsciiWhitespace(part);
       std::uint64_t n = 0;
-      const bool digits = !part.empty() && part.size() <= 18 &&
-                          std::all_of(part.begin(), part.end(), [](char c) {
-                            return absl::ascii_isdigit(static_cast<unsigned char>(c));
-                          });
+      const bool digits =
+          !part.empty() && part.size() <= 18 && std::all_of(part.begin(), part.end(), [](char c) {
+            return absl::ascii_isdigit(static_cast<unsigned char>(c));
+          });
       if (!digits || !absl::SimpleAtoi(part, &n) || (length.has_value() && *length != n)) {
         return absl::InvalidArgumentError(
             absl::StrCat("invalid HTTP Content-Length \"", Shown(value), "\""));
@@ -298,9 +298,9 @@ absl::Status ChunkedDecoder::EndOfLine() {
       std::uint64_t size = 0;
       for (const char c : digits) {
         const int v = absl::ascii_isdigit(static_cast<unsigned char>(c)) ? c - '0'
-                      : (c >= 'a' && c <= 'f')                          ? c - 'a' + 10
-                      : (c >= 'A' && c <= 'F')                          ? c - 'A' + 10
-                                                                        : -1;
+                      : (c >= 'a' && c <= 'f')                           ? c - 'a' + 10
+                      : (c >= 'A' && c <= 'F')                           ? c - 'A' + 10
+                                                                         : -1;
         if (v < 0) {
           return absl::InvalidArgumentError(
               absl::StrCat("malformed HTTP chunk size \"", Shown(line), "\""));

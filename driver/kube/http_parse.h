@@ -19,9 +19,9 @@ namespace topodra::kube::http {
 
 // The parts of ClusterConfig::server ("https://host:port/prefix").
 struct ServerUrl {
-  std::string scheme;  // "http" or "https"
-  std::string host;    // as written, IPv6 brackets kept
-  std::string port;    // as written, else the scheme's default
+  std::string scheme;         // "http" or "https"
+  std::string host;           // as written, IPv6 brackets kept
+  std::string port;           // as written, else the scheme's default
   bool default_port = false;  // the port was not written
   std::string prefix;         // path prefix without its trailing slashes, may be empty
 };

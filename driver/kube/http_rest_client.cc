@@ -19,8 +19,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
-#include <algorithm>
 #include <arpa/inet.h>
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <exception>
@@ -190,17 +190,18 @@ absl::StatusOr<SslCtx> NewTlsContext(const ClusterConfig& config) {
     if (absl::Status s = UseClientCertData(ctx.get(), config.client_cert_data); !s.ok()) return s;
   } else if (!config.client_cert_file.empty() &&
              SSL_CTX_use_certificate_chain_file(ctx.get(), config.client_cert_file.c_str()) != 1) {
-    return absl::FailedPreconditionError(absl::StrCat("client certificate file \"",
-                                                      config.client_cert_file,
-                                                      "\" is not a PEM certificate: ", SslErrors()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("client certificate file \"", config.client_cert_file,
+                     "\" is not a PEM certificate: ", SslErrors()));
   }
   if (!config.client_key_data.empty()) {
     if (absl::Status s = UseClientKeyData(ctx.get(), config.client_key_data); !s.ok()) return s;
   } else if (!config.client_key_file.empty() &&
              SSL_CTX_use_PrivateKey_file(ctx.get(), config.client_key_file.c_str(),
                                          SSL_FILETYPE_PEM) != 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "client key file \"", config.client_key_file, "\" is not a PEM private key: ", SslErrors()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("client key file \"", config.client_key_file,
+                     "\" is not a PEM private key: ", SslErrors()));
   }
   const bool has_cert = !config.client_cert_data.empty() || !config.client_cert_file.empty();
   const bool has_key = !config.client_key_data.empty() || !config.client_key_file.empty();
@@ -259,7 +260,8 @@ enum class IoResult { kReady, kStopped, kError };
 
 class HttpRestClient : public RestClient {
  public:
-  explicit HttpRestClient(ClusterConfig config) : config_(std::move(config)), tls_(nullptr, SSL_CTX_free) {}
+  explicit HttpRestClient(ClusterConfig config)
+      : config_(std::move(config)), tls_(nullptr, SSL_CTX_free) {}
   ~HttpRestClient() override = default;
   HttpRestClient(const HttpRestClient&) = delete;
   HttpRestClient& operator=(const HttpRestClient&) = delete;
@@ -289,8 +291,8 @@ class HttpRestClient : public RestClient {
       absl::StatusOr<SslCtx> ctx = NewTlsContext(config_);
       if (!ctx.ok()) return ctx.status();
       tls_ = *std::move(ctx);
-      verify_name_ = http::Unbracketed(
-          config_.tls_server_name.empty() ? url_.host : config_.tls_server_name);
+      verify_name_ =
+          http::Unbracketed(config_.tls_server_name.empty() ? url_.host : config_.tls_server_name);
     }
     return absl::OkStatus();
   }
@@ -334,8 +336,9 @@ class HttpRestClient : public RestClient {
     x.wait.stop = stop;
     x.wait.wake_fd = wake;
     const long server_timeout = http::WatchTimeoutSeconds(path);
-    x.wait.low_speed_window = std::chrono::seconds(
-        server_timeout > 0 ? std::max(2 * server_timeout, kMinWatchSilenceS) : kDefaultWatchSilenceS);
+    x.wait.low_speed_window =
+        std::chrono::seconds(server_timeout > 0 ? std::max(2 * server_timeout, kMinWatchSilenceS)
+                                                : kDefaultWatchSilenceS);
     if (absl::Status s = Run("GET", path, "", x); !s.ok()) return s;
     if (x.stopped) return absl::OkStatus();
     if (!x.Success()) return ErrorOf("GET", path, x);
@@ -372,9 +375,9 @@ class HttpRestClient : public RestClient {
       }
       nlohmann::json event = nlohmann::json::parse(line.begin(), line.end(), nullptr, false);
       if (event.is_discarded() || !event.is_object()) {
-        stream_error = absl::InternalError(
-            absl::StrCat("watch ", what, ": unparsable event line \"",
-                         absl::CEscape(Truncate(line, kShownBodyChars)), "\""));
+        stream_error =
+            absl::InternalError(absl::StrCat("watch ", what, ": unparsable event line \"",
+                                             absl::CEscape(Truncate(line, kShownBodyChars)), "\""));
         return false;
       }
       try {
@@ -490,9 +493,9 @@ class HttpRestClient : public RestClient {
 
   std::string RequestText(const char* verb, const std::string& path, const std::string& payload,
                           const std::string& token) const {
-    std::string text = absl::StrCat(verb, " ", url_.prefix, path, " HTTP/1.1\r\nHost: ",
-                                    host_header_,
-                                    "\r\nUser-Agent: topodra/0.1\r\nAccept: application/json\r\n");
+    std::string text =
+        absl::StrCat(verb, " ", url_.prefix, path, " HTTP/1.1\r\nHost: ", host_header_,
+                     "\r\nUser-Agent: topodra/0.1\r\nAccept: application/json\r\n");
     if (!token.empty()) absl::StrAppend(&text, "Authorization: Bearer ", token, "\r\n");
     const std::string v = verb;
     if (!payload.empty() || v == "POST" || v == "PUT") {
@@ -523,9 +526,13 @@ class HttpRestClient : public RestClient {
       bool got_bytes = false;
       bool reusable = false;
       absl::Status s = Exchange1(*conn, request, x, got_bytes, reusable);
-      // A kept-alive connection the server closed meanwhile fails before any answer: the
-      // request never reached it, so it goes once more on a fresh connection.
-      if (!s.ok() && reused && !got_bytes && !x.stopped) continue;
+      // A kept-alive connection the server closed meanwhile fails (closed, reset) before any
+      // answer: the request never reached it, so it goes once more on a fresh connection. Not
+      // after a timeout: a slow server may have the request.
+      if (!s.ok() && s.code() == absl::StatusCode::kUnavailable && reused && !got_bytes &&
+          !x.stopped) {
+        continue;
+      }
       if (s.ok() && reusable) GiveBackIdle(std::move(conn));
       return s;
     }
@@ -534,8 +541,8 @@ class HttpRestClient : public RestClient {
 
   // Writes the request and reads the response into x (body through x.Receive). A returned error
   // is the transport's; got_bytes tells whether any of the response arrived.
-  absl::Status Exchange1(Connection& conn, const std::string& request, Exchange& x,
-                         bool& got_bytes, bool& reusable) {
+  absl::Status Exchange1(Connection& conn, const std::string& request, Exchange& x, bool& got_bytes,
+                         bool& reusable) {
     if (absl::Status s = WriteAll(conn, request, x.wait); !s.ok() || x.wait.stopped) {
       x.stopped = x.wait.stopped;
       return x.stopped ? absl::OkStatus() : s;
@@ -662,9 +669,9 @@ class HttpRestClient : public RestClient {
       }
       if (wait.low_speed_window.count() > 0 && now - wait.window_start >= wait.low_speed_window) {
         if (wait.window_bytes < static_cast<std::uint64_t>(wait.low_speed_window.count())) {
-          return absl::DeadlineExceededError(absl::StrCat(
-              wait.what, ": Timeout was reached: less than 1 byte/s for ",
-              wait.low_speed_window.count(), " s"));
+          return absl::DeadlineExceededError(
+              absl::StrCat(wait.what, ": Timeout was reached: less than 1 byte/s for ",
+                           wait.low_speed_window.count(), " s"));
         }
         wait.window_start = now;
         wait.window_bytes = 0;
@@ -704,9 +711,9 @@ class HttpRestClient : public RestClient {
             want = POLLOUT;
           } else if (e != SSL_ERROR_WANT_READ) {
             const int err = errno;
-            return absl::UnavailableError(absl::StrCat(
-                wait.what, ": Failure when receiving data from the peer: ",
-                e == SSL_ERROR_SYSCALL && err != 0 ? ErrnoText(err) : SslErrors()));
+            return absl::UnavailableError(
+                absl::StrCat(wait.what, ": Failure when receiving data from the peer: ",
+                             e == SSL_ERROR_SYSCALL && err != 0 ? ErrnoText(err) : SslErrors()));
           }
           n = -1;
         }
@@ -744,9 +751,9 @@ class HttpRestClient : public RestClient {
             want = POLLIN;
           } else if (e != SSL_ERROR_WANT_WRITE) {
             const int err = errno;
-            return absl::UnavailableError(absl::StrCat(
-                wait.what, ": Failure when sending data to the peer: ",
-                e == SSL_ERROR_SYSCALL && err != 0 ? ErrnoText(err) : SslErrors()));
+            return absl::UnavailableError(
+                absl::StrCat(wait.what, ": Failure when sending data to the peer: ",
+                             e == SSL_ERROR_SYSCALL && err != 0 ? ErrnoText(err) : SslErrors()));
           }
           n = -1;
         }
@@ -827,9 +834,9 @@ class HttpRestClient : public RestClient {
     }
     const auto ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
-    return absl::UnavailableError(absl::StrCat(
-        wait.what, ": Couldn't connect to server: Failed to connect to ", host, " port ",
-        url_.port, " after ", ms, " ms: ", ErrnoText(last_error)));
+    return absl::UnavailableError(
+        absl::StrCat(wait.what, ": Couldn't connect to server: Failed to connect to ", host,
+                     " port ", url_.port, " after ", ms, " ms: ", ErrnoText(last_error)));
   }
 
   absl::Status Handshake(Connection& conn, Wait& wait) {
@@ -864,15 +871,14 @@ class HttpRestClient : public RestClient {
         const long verify = SSL_get_verify_result(ssl);
         if (verify != X509_V_OK) {
           ERR_clear_error();
-          return absl::UnavailableError(
-              absl::StrCat(wait.what, ": SSL peer certificate or SSH remote key was not OK: ",
-                           X509_verify_cert_error_string(verify), " (server name \"",
-                           verify_name_, "\")"));
+          return absl::UnavailableError(absl::StrCat(
+              wait.what, ": SSL peer certificate or SSH remote key was not OK: ",
+              X509_verify_cert_error_string(verify), " (server name \"", verify_name_, "\")"));
         }
         const int err = errno;
-        return absl::UnavailableError(absl::StrCat(
-            wait.what, ": SSL connect error: ",
-            e == SSL_ERROR_SYSCALL && err != 0 ? ErrnoText(err) : SslErrors()));
+        return absl::UnavailableError(
+            absl::StrCat(wait.what, ": SSL connect error: ",
+                         e == SSL_ERROR_SYSCALL && err != 0 ? ErrnoText(err) : SslErrors()));
       }
       absl::StatusOr<bool> ready = WaitFor(conn.fd(), want, wait);
       if (!ready.ok()) return ready.status();
@@ -975,6 +981,23 @@ class HttpRestClient : public RestClient {
 };
 
 }  // namespace
+
+std::string UrlEncode(const std::string& s) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size() * 3);
+  for (const char c : s) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (absl::ascii_isalnum(byte) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out.push_back(c);
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[byte >> 4]);
+      out.push_back(kHex[byte & 0xF]);
+    }
+  }
+  return out;
+}
 
 absl::StatusOr<std::unique_ptr<RestClient>> NewHttpRestClient(const ClusterConfig& config) {
   // A TLS connection writes through its socket with write(): a peer that closed would raise

@@ -258,7 +258,7 @@ int main(int argc, char** argv) {
   std::vector<PrepareClaim> claims = bench::MakeCpuClaims(*n.server, kNode, "load-", 64, 24);
   {
     auto config = kube::KubeconfigConfig(n.kubeconfig);
-    auto client = kube::NewCurlRestClient(*config);
+    auto client = kube::NewHttpRestClient(*config);
     for (int i = 0; i < 500; ++i) {
       const PrepareClaim& c = claims[i % claims.size()];
       auto a = Clock::now();

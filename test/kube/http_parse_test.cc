@@ -30,8 +30,10 @@ TEST(HttpParseTest, ServerUrls) {
       {"https://k:0", "server \"https://k:0\" has an invalid port", "", "", "", ""},
       {"https://k:x", "server \"https://k:x\" has an invalid port", "", "", "", ""},
       {"https://k:65536", "server \"https://k:65536\" has an invalid port", "", "", "", ""},
-      {"https://u@k", "server \"https://u@k\" has user info, a query or a fragment", "", "", "", ""},
-      {"https://k/p?q", "server \"https://k/p?q\" has user info, a query or a fragment", "", "", "", ""},
+      {"https://u@k", "server \"https://u@k\" has user info, a query or a fragment", "", "", "",
+       ""},
+      {"https://k/p?q", "server \"https://k/p?q\" has user info, a query or a fragment", "", "", "",
+       ""},
       {"https://[fd00::1", "server \"https://[fd00::1\" has an invalid host", "", "", "", ""},
   };
   for (const UrlCase& c : cases) {
@@ -53,8 +55,8 @@ TEST(HttpParseTest, ServerUrls) {
 }
 
 TEST(HttpParseTest, HeadIsIncompleteUntilTheBlankLine) {
-  for (const std::string& partial :
-       {std::string(""), std::string("HTTP/1.1 200 OK\r\n"), std::string("HTTP/1.1 200 OK\r\nA: b\r\n\r")}) {
+  for (const std::string& partial : {std::string(""), std::string("HTTP/1.1 200 OK\r\n"),
+                                     std::string("HTTP/1.1 200 OK\r\nA: b\r\n\r")}) {
     absl::StatusOr<std::optional<ParsedHead>> head = ParseResponseHead(partial);
     ASSERT_TRUE(head.ok()) << head.status();
     EXPECT_FALSE(head->has_value()) << partial;
@@ -91,9 +93,12 @@ TEST(HttpParseTest, ParsesStatusLineAndHeaders) {
 
 TEST(HttpParseTest, MalformedHeadsAreErrors) {
   const std::vector<std::string> bad = {
-      "HTTP/2 200 OK\r\n\r\n",         "HTTP/1.1 20 OK\r\n\r\n",
-      "HTTP/1.1 2000 OK\r\n\r\n",      "HTTP/1.1 abc OK\r\n\r\n",
-      "HTTP/1.1 099 x\r\n\r\n",        "ICY 200 OK\r\n\r\n",
+      "HTTP/2 200 OK\r\n\r\n",
+      "HTTP/1.1 20 OK\r\n\r\n",
+      "HTTP/1.1 2000 OK\r\n\r\n",
+      "HTTP/1.1 abc OK\r\n\r\n",
+      "HTTP/1.1 099 x\r\n\r\n",
+      "ICY 200 OK\r\n\r\n",
       "HTTP/1.1 200 OK\r\nNoColon\r\n\r\n",
       "HTTP/1.1 200 OK\r\n: v\r\n\r\n",
       "HTTP/1.1 200 OK\r\nA: b\r\n folded\r\n\r\n",
