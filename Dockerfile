@@ -34,8 +34,9 @@ LABEL org.opencontainers.image.title="topodra" \
 # c-ares, re2, OpenSSL and zlib included as some builds link them directly; apt brings in the
 # rest). The release build links abseil, gRPC, c-ares, protobuf, re2 and yaml-cpp statically, so
 # their packages are unused there; they stay listed because test/docker checks this list against
-# every build, shared ones too. libcurl4: the daemon's API client (only topodra-daemon links it). libprometheus-cpp-core1.0:
-# the daemon's /metrics (served by its own HTTP loop, no civetweb).
+# every build, shared ones too (libssl3: the daemon's API client, linked statically in the
+# release build). libprometheus-cpp-core1.0: the daemon's /metrics (served by its own HTTP loop,
+# no civetweb).
 # libc6, libgcc-s1 and libstdc++6 are not listed: bookworm-slim always has them (apt needs them).
 # apt-get clean: the downloaded packages and apt's package caches (about 85 MB) must not stay in
 # the layer. Docker Hub's debian images drop them by an apt hook (docker-clean); a base image
@@ -44,7 +45,6 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libabsl20220623 \
       libc-ares2 \
-      libcurl4 \
       libfmt9 \
       libgrpc++1.51 \
       libgrpc29 \

@@ -72,7 +72,7 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
   absl::StatusOr<kube::ClusterConfig> cluster =
       config.ok() ? ClusterConfigFor(cmd) : config.status();
   absl::StatusOr<std::unique_ptr<kube::RestClient>> client =
-      cluster.ok() ? kube::NewCurlRestClient(*cluster) : cluster.status();
+      cluster.ok() ? kube::NewHttpRestClient(*cluster) : cluster.status();
   if (!client.ok()) {
     err << "topodra run: error: " << client.status().message() << "\n";
     return kExitUsage;

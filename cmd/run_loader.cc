@@ -1,5 +1,5 @@
 // `topodra run` is a program of its own, topodra-daemon, next to the binary: the other commands
-// then never load gRPC, libcurl and spdlog, and the daemon can link gRPC, abseil, protobuf and re2
+// then never load gRPC, OpenSSL and spdlog, and the daemon can link gRPC, abseil, protobuf and re2
 // statically (cmd/CMakeLists.txt), which a loadable module could not.
 #include <limits.h>
 #include <unistd.h>

@@ -26,7 +26,7 @@ std::string StringAt(const json& j, const char* object, const char* key) {
   return v != o->end() && v->is_string() ? v->get<std::string>() : "";
 }
 
-// Nothing listens where the API server should be (libcurl's text, no HTTP answer).
+// Nothing listens where the API server should be (the client's text, no HTTP answer).
 bool Refused(const absl::Status& st) {
   return !HttpCodeOf(st) && st.code() == absl::StatusCode::kUnavailable &&
          absl::StrContains(st.message(), "Couldn't connect");

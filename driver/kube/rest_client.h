@@ -57,7 +57,7 @@ absl::StatusOr<ClusterConfig> ParseKubeconfig(const std::string& yaml_text,
 std::optional<int> HttpCodeOf(const absl::Status& status);  // from the status payload
 // The error of an HTTP answer `http_code` with the v1 Status `reason` (may be empty), mapped as
 // above and carrying the code for HttpCodeOf; `text` is the whole message. For clients of any
-// transport (the libcurl one, the in-memory fake of the tests).
+// transport (the HTTP one, the in-memory fake of the tests).
 absl::Status HttpError(int http_code, const std::string& reason, const std::string& text);
 
 struct Response {
@@ -104,16 +104,18 @@ class RestClient {
                              const std::atomic<bool>* stop) = 0;
   // Makes every Watch of this client blocked at the moment look at its stop flag now, so one
   // that is set ends at once rather than at the next poll. Call it after setting the flag: a
-  // watch between its look at the flag and its wait still wakes (the libcurl client keeps the
+  // watch between its look at the flag and its wait still wakes (the HTTP client keeps the
   // wake-up for its next poll). The 50 ms poll of Watch stays for flags set without a wake-up.
   virtual void WakeWatches() {}
 };
 
-// The libcurl implementation. Thread-safe: each call uses its own easy handle. With token_file
-// set, a 401 re-reads the file and, when the token changed, retries the request once.
-// tls_server_name: requests are addressed to that name (SNI and certificate check use it) while
-// CURLOPT_CONNECT_TO connects to the server's real host, named in the Host header.
-absl::StatusOr<std::unique_ptr<RestClient>> NewCurlRestClient(const ClusterConfig& config);
+// The implementation: our own HTTP/1.1 client on OpenSSL (http_rest_client.cc). Thread-safe.
+// Connections are kept alive in a pool of up to 16, each used by one request at a time; every
+// watch has a connection of its own. With token_file set, a 401 re-reads the file and, when the
+// token changed, retries the request once. tls_server_name: SNI and the certificate check use
+// that name while the connection goes to the server's host, named in the Host header. Ignores
+// SIGPIPE when it is not handled (TLS writes through the socket with write()).
+absl::StatusOr<std::unique_ptr<RestClient>> NewHttpRestClient(const ClusterConfig& config);
 
 // "spec.driver=dra.cpu,spec.nodeName=n1" -> percent-encoded for a query string.
 std::string UrlEncode(const std::string& s);

@@ -289,7 +289,7 @@ std::optional<CpuFigures> MeasureCpuOffline(const testing::FakeApiServer& server
                       "--topology-refresh", "3600"});
   kube::ClusterConfig c;
   c.server = server.url();
-  std::unique_ptr<kube::RestClient> client = *kube::NewCurlRestClient(c);
+  std::unique_ptr<kube::RestClient> client = *kube::NewHttpRestClient(c);
   CpuSliceWatch watch(client.get());
   if (!watch.Start() || watch.WaitNewer(0, Clock::now()) < 0) {
     std::printf("the CPU daemon published no slices\n%s\n", daemon.Log().c_str());

@@ -279,7 +279,7 @@ int main(int argc, char** argv) {
   std::vector<PrepareClaim> claims = bench::MakeCpuClaims(*n.server, kNode, "load-", 64, 24);
   {
     auto config = kube::KubeconfigConfig(n.kubeconfig);
-    auto client = kube::NewCurlRestClient(*config);
+    auto client = kube::NewHttpRestClient(*config);
     double cpu = 0;
     int gets = 0;
     for (int i = 0; i < 500; ++i) {

@@ -288,7 +288,7 @@ int main(int argc, char** argv) {
   }
   kube::ClusterConfig c;
   c.server = (*server)->url();
-  std::unique_ptr<kube::RestClient> client = *kube::NewCurlRestClient(c);
+  std::unique_ptr<kube::RestClient> client = *kube::NewHttpRestClient(c);
   Watcher watcher(client.get());
   if (!watcher.Start()) return 1;
   // The daemon's first slices are published before we start measuring.

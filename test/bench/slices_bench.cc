@@ -361,7 +361,7 @@ int main(int argc, char** argv) {
   kube::ClusterConfig c;
   c.server = (*server)->url();
   c.token = (*server)->token();
-  auto client = *kube::NewCurlRestClient(c);
+  auto client = *kube::NewHttpRestClient(c);
   std::vector<double> floor_get;
   for (int i = 0; i < 20; ++i) {
     const auto t0 = Clock::now();

@@ -74,7 +74,7 @@ TEST(CliTest, TopologyJsonFromFile) {
   EXPECT_EQ(j["summary"]["cpus"], 4);
 }
 
-// Only `topodra run` needs gRPC, libcurl and spdlog: they live in topodra-daemon, which `run`
+// Only `topodra run` needs gRPC, OpenSSL and spdlog: they live in topodra-daemon, which `run`
 // execs, and every other command runs without mapping them (nor needs them installed). The
 // dynamic loader's own trace names every library it loads, NEEDED or dlopened.
 TEST(CliTest, CommandsOtherThanRunLoadNoDaemonLibrary) {
@@ -82,7 +82,8 @@ TEST(CliTest, CommandsOtherThanRunLoadNoDaemonLibrary) {
       RunTopodra("topology --topology-synthetic 'pack:1 core:2 pu:1' -o json", "LD_DEBUG=files ");
   ASSERT_EQ(r.code, 0) << r.err;
   ASSERT_THAT(r.err, HasSubstr("file=libhwloc.so"));  // the trace is there
-  for (const char* lib : {"libcurl", "libgrpc", "libprotobuf", "libspdlog"}) {
+  for (const char* lib :
+       {"libssl", "libcrypto", "libcurl", "libgrpc", "libprotobuf", "libspdlog"}) {
     EXPECT_THAT(r.err, Not(HasSubstr(std::string("file=") + lib))) << lib;
   }
 }

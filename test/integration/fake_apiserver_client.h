@@ -20,7 +20,7 @@ inline std::unique_ptr<kube::RestClient> ClientFor(const FakeApiServer& server,
   c.ca_file = server.ca_file();
   c.token = server.token();
   c.timeout = timeout;
-  absl::StatusOr<std::unique_ptr<kube::RestClient>> client = kube::NewCurlRestClient(c);
+  absl::StatusOr<std::unique_ptr<kube::RestClient>> client = kube::NewHttpRestClient(c);
   if (!client.ok()) {
     std::fprintf(stderr, "client of the fake API server: %s\n",
                  std::string(client.status().message()).c_str());

@@ -147,8 +147,8 @@ TEST(PublisherTest, EveryModeWithAndWithoutMixins) {
   }
 }
 
-// The daemon's writes go out 4 at a time over libcurl (each on its own connection): the server
-// ends up with the same pool, in either form, and a change is published whole.
+// The daemon's writes go out 4 at a time over its HTTP client (each on a connection of its own):
+// the server ends up with the same pool, in either form, and a change is published whole.
 TEST(PublisherTest, ConcurrentWritesOverHttp) {
   const topology::Topology t = Load("192em64t-24n8c2t.xml");
   for (bool accept : {false, true}) {
@@ -294,7 +294,7 @@ TEST(PublisherTest, TlsTokenAndV1beta2OnlyServer) {
   const std::string kubeconfig = server->WriteKubeconfig(::testing::TempDir() + "/kc.yaml");
   absl::StatusOr<kube::ClusterConfig> config = kube::KubeconfigConfig(kubeconfig);
   ASSERT_TRUE(config.ok()) << config.status();
-  absl::StatusOr<std::unique_ptr<kube::RestClient>> client = kube::NewCurlRestClient(*config);
+  absl::StatusOr<std::unique_ptr<kube::RestClient>> client = kube::NewHttpRestClient(*config);
   ASSERT_TRUE(client.ok());
   const Pool pool = PoolFor(Load("power8gpudistances.xml"), CpuDeviceMode::kGrouped);
   SlicePublisher p(client->get(), FastOptions("dra.cpu"));
@@ -306,7 +306,7 @@ TEST(PublisherTest, TlsTokenAndV1beta2OnlyServer) {
   EXPECT_EQ(r->body["apiVersion"], "resource.k8s.io/v1beta2");
 
   config->token = "wrong";
-  absl::StatusOr<std::unique_ptr<kube::RestClient>> bad = kube::NewCurlRestClient(*config);
+  absl::StatusOr<std::unique_ptr<kube::RestClient>> bad = kube::NewHttpRestClient(*config);
   SlicePublisher q(bad->get(), FastOptions("dra.cpu"));
   q.SetDesired(pool);
   const absl::Status st = q.SyncOnce();

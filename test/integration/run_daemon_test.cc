@@ -74,7 +74,7 @@ TEST(RunDaemonTest, PublishesBothDriversAndStopsOnSigterm) {
   const std::string kc = (*server)->WriteKubeconfig(::testing::TempDir() + "/run_kc.yaml");
   auto config = topodra::kube::KubeconfigConfig(kc);
   ASSERT_TRUE(config.ok());
-  auto client = topodra::kube::NewCurlRestClient(*config);
+  auto client = topodra::kube::NewHttpRestClient(*config);
   ASSERT_TRUE(client.ok());
 
   Daemon d;
@@ -104,7 +104,7 @@ TEST(RunDaemonTest, ListAttributesAndTheV136NodeAllocatableFieldReachTheServer) 
   const std::string kc = (*server)->WriteKubeconfig(::testing::TempDir() + "/gated_kc.yaml");
   auto config = topodra::kube::KubeconfigConfig(kc);
   ASSERT_TRUE(config.ok());
-  auto client = topodra::kube::NewCurlRestClient(*config);
+  auto client = topodra::kube::NewHttpRestClient(*config);
   ASSERT_TRUE(client.ok());
   Daemon d;
   Start(d, {"--kubeconfig", kc, "--node-name", "node-a", "--topology-file",
@@ -159,7 +159,7 @@ TEST(RunDaemonTest, KubeletWipeOfAnIndividualPoolHeals) {
   auto server = FakeApiServer::Start(o);
   ASSERT_TRUE(server.ok()) << server.status();
   const std::string kc = (*server)->WriteKubeconfig(::testing::TempDir() + "/run_kc_wipe.yaml");
-  auto client = topodra::kube::NewCurlRestClient(*topodra::kube::KubeconfigConfig(kc));
+  auto client = topodra::kube::NewHttpRestClient(*topodra::kube::KubeconfigConfig(kc));
   ASSERT_TRUE(client.ok());
 
   Daemon d;
@@ -203,7 +203,7 @@ TEST(RunDaemonTest, RemovesStaleGpuSlicesWhenGpusAreOff) {
   auto server = FakeApiServer::Start(o);
   ASSERT_TRUE(server.ok());
   const std::string kc = (*server)->WriteKubeconfig(::testing::TempDir() + "/run_kc2.yaml");
-  auto client = topodra::kube::NewCurlRestClient(*topodra::kube::KubeconfigConfig(kc));
+  auto client = topodra::kube::NewHttpRestClient(*topodra::kube::KubeconfigConfig(kc));
   {
     Daemon d;
     Start(d, {"--kubeconfig", kc, "--node-name", "node-a", "--topology-file",

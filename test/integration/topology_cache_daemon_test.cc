@@ -52,7 +52,7 @@ TEST(TopologyCacheDaemonTest, StartsFromTheStoredMachineAndRepublishesWhatDiffer
   ASSERT_TRUE(server.ok()) << server.status();
   const DaemonDirs dirs = DaemonDirs::Make();
   const std::string kc = (*server)->WriteKubeconfig(dirs.root + "/kc.yaml");
-  auto client = topodra::kube::NewCurlRestClient(*topodra::kube::KubeconfigConfig(kc));
+  auto client = topodra::kube::NewHttpRestClient(*topodra::kube::KubeconfigConfig(kc));
   ASSERT_TRUE(client.ok());
   const std::string machine = dirs.root + "/machine.xml";
   std::filesystem::copy_file(topodra::testing::FixturePath("192em64t-24n8c2t.xml"), machine);

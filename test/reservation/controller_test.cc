@@ -88,7 +88,7 @@ class ControllerTest : public ::testing::Test {
     kube::ClusterConfig c;
     c.server = server_->url();
     c.timeout = std::chrono::milliseconds(3000);
-    client_ = *kube::NewCurlRestClient(c);
+    client_ = *kube::NewHttpRestClient(c);
     OpenState();
   }
   void TearDown() override {
@@ -292,7 +292,7 @@ TEST_F(ControllerTest, ReservationsOfADeletedCrdAreReleased) {
   server_ = *std::move(s);
   kube::ClusterConfig c;
   c.server = server_->url();
-  client_ = *kube::NewCurlRestClient(c);
+  client_ = *kube::NewHttpRestClient(c);
   StartController();
   for (int i = 0; i < 500; ++i) {
     {
@@ -309,7 +309,7 @@ TEST(ControllerNoCrdTest, WaitsForTheCrdWithoutFailing) {
   ASSERT_TRUE(s.ok()) << s.status();
   kube::ClusterConfig c;
   c.server = (*s)->url();
-  std::unique_ptr<kube::RestClient> client = *kube::NewCurlRestClient(c);
+  std::unique_ptr<kube::RestClient> client = *kube::NewHttpRestClient(c);
   state::Ledger ledger(nullptr, state::State{});
   ControllerOptions o;
   o.node_name = "node-a";

@@ -35,7 +35,7 @@ leaf named kube.test 'subjectAltName=DNS:kube.test\nextendedKeyUsage=serverAuth\
 leaf client topodra-client 'extendedKeyUsage=clientAuth\n'
 )";
 
-class CurlTlsTest : public ::testing::Test {
+class HttpTlsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     pki_ = new TempDir();
@@ -60,18 +60,18 @@ class CurlTlsTest : public ::testing::Test {
     return config;
   }
   static absl::StatusOr<Response> Get(const ClusterConfig& config, const std::string& path) {
-    absl::StatusOr<std::unique_ptr<RestClient>> client = NewCurlRestClient(config);
+    absl::StatusOr<std::unique_ptr<RestClient>> client = NewHttpRestClient(config);
     if (!client.ok()) return client.status();
     return (*client)->Get(path);
   }
 
   static TempDir* pki_;
 };
-TempDir* CurlTlsTest::pki_ = nullptr;
+TempDir* HttpTlsTest::pki_ = nullptr;
 
 const json kEcho = json::array({{{"path", "/echo"}, {"echo", true}}});
 
-TEST_F(CurlTlsTest, TrustsCaFromFile) {
+TEST_F(HttpTlsTest, TrustsCaFromFile) {
   StubServer stub(kEcho, ServerTls());
   ClusterConfig config = Config(stub);
   config.ca_file = Pki("ca.crt");
@@ -81,7 +81,7 @@ TEST_F(CurlTlsTest, TrustsCaFromFile) {
   EXPECT_EQ(r->body["client_cn"], nullptr);
 }
 
-TEST_F(CurlTlsTest, TrustsCaFromData) {
+TEST_F(HttpTlsTest, TrustsCaFromData) {
   StubServer stub(kEcho, ServerTls());
   ClusterConfig config = Config(stub);
   config.ca_data = ReadFile(Pki("ca.crt"));
@@ -90,7 +90,7 @@ TEST_F(CurlTlsTest, TrustsCaFromData) {
   EXPECT_EQ(r->body["path"], "/echo");
 }
 
-TEST_F(CurlTlsTest, WrongCaIsRejected) {
+TEST_F(HttpTlsTest, WrongCaIsRejected) {
   StubServer stub(kEcho, ServerTls());
   ClusterConfig from_file = Config(stub);
   from_file.ca_file = Pki("other-ca.crt");
@@ -107,7 +107,7 @@ TEST_F(CurlTlsTest, WrongCaIsRejected) {
   EXPECT_TRUE(stub.Requests().empty());
 }
 
-TEST_F(CurlTlsTest, InsecureSkipVerifyAcceptsAnyCertificate) {
+TEST_F(HttpTlsTest, InsecureSkipVerifyAcceptsAnyCertificate) {
   StubServer stub(kEcho, ServerTls());
   ClusterConfig config = Config(stub);
   config.ca_file = Pki("other-ca.crt");
@@ -117,7 +117,7 @@ TEST_F(CurlTlsTest, InsecureSkipVerifyAcceptsAnyCertificate) {
   EXPECT_EQ(r->body["path"], "/echo");
 }
 
-TEST_F(CurlTlsTest, PresentsClientCertificateFromFileOrData) {
+TEST_F(HttpTlsTest, PresentsClientCertificateFromFileOrData) {
   StubServer stub(kEcho, {Pki("server.crt"), Pki("server.key"), Pki("ca.crt")});
   ClusterConfig files = Config(stub);
   files.ca_file = Pki("ca.crt");
@@ -139,7 +139,7 @@ TEST_F(CurlTlsTest, PresentsClientCertificateFromFileOrData) {
   EXPECT_EQ(stub.Requests().size(), 2u);
 }
 
-TEST_F(CurlTlsTest, TlsServerNameIsUsedForVerificationNotForConnecting) {
+TEST_F(HttpTlsTest, TlsServerNameIsUsedForVerificationNotForConnecting) {
   StubServer stub(kEcho, ServerTls("named"));
   ClusterConfig config = Config(stub);
   config.ca_file = Pki("ca.crt");

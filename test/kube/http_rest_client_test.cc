@@ -32,7 +32,7 @@ ClusterConfig ConfigFor(const StubServer& stub) {
 }
 
 std::unique_ptr<RestClient> MustClient(const ClusterConfig& config) {
-  absl::StatusOr<std::unique_ptr<RestClient>> client = NewCurlRestClient(config);
+  absl::StatusOr<std::unique_ptr<RestClient>> client = NewHttpRestClient(config);
   EXPECT_TRUE(client.ok()) << client.status();
   return client.ok() ? *std::move(client) : nullptr;
 }
@@ -41,7 +41,7 @@ json Echo(const std::string& method, const std::string& path, int status = 200) 
   return {{"method", method}, {"path", path}, {"echo", true}, {"status", status}};
 }
 
-TEST(CurlRestClientTest, GetSendsAcceptAndBearerToken) {
+TEST(HttpRestClientTest, GetSendsAcceptAndBearerToken) {
   StubServer stub(json::array({Echo("GET", "/api/v1/nodes/n1")}));
   auto client = MustClient(ConfigFor(stub));
   ASSERT_NE(client, nullptr);
@@ -58,7 +58,7 @@ TEST(CurlRestClientTest, GetSendsAcceptAndBearerToken) {
   EXPECT_TRUE(r->warnings.empty());
 }
 
-TEST(CurlRestClientTest, PostPutDeleteSendJsonBodies) {
+TEST(HttpRestClientTest, PostPutDeleteSendJsonBodies) {
   const std::string path = "/apis/resource.k8s.io/v1/resourceslices";
   StubServer stub(json::array(
       {Echo("POST", path, 201), Echo("PUT", path + "/s1"), Echo("DELETE", path + "/s1")}));
@@ -93,7 +93,7 @@ TEST(CurlRestClientTest, PostPutDeleteSendJsonBodies) {
   EXPECT_FALSE(r->body["headers"].contains("content-type"));
 }
 
-TEST(CurlRestClientTest, QueryAndServerPathPrefixArePreserved) {
+TEST(HttpRestClientTest, QueryAndServerPathPrefixArePreserved) {
   const std::string query = "/apis/resource.k8s.io/v1/resourceslices?fieldSelector=" +
                             UrlEncode("spec.driver=dra.cpu,spec.nodeName=n1") + "&limit=10";
   StubServer stub(json::array({Echo("GET", "/k8s/clusters/c1" + query)}));
@@ -108,7 +108,7 @@ TEST(CurlRestClientTest, QueryAndServerPathPrefixArePreserved) {
             "spec.driver%3Ddra.cpu%2Cspec.nodeName%3Dn1&limit=10");
 }
 
-TEST(CurlRestClientTest, EmptySuccessBodyIsNull) {
+TEST(HttpRestClientTest, EmptySuccessBodyIsNull) {
   StubServer stub(json::array({{{"path", "/empty"}, {"status", 200}}}));
   auto client = MustClient(ConfigFor(stub));
   ASSERT_NE(client, nullptr);
@@ -124,7 +124,7 @@ struct ErrorCase {
   absl::StatusCode code;
 };
 
-TEST(CurlRestClientTest, MapsHttpErrorsWithServerStatus) {
+TEST(HttpRestClientTest, MapsHttpErrorsWithServerStatus) {
   const std::vector<ErrorCase> cases = {
       {400, "BadRequest", absl::StatusCode::kInvalidArgument},
       {401, "Unauthorized", absl::StatusCode::kUnauthenticated},
@@ -166,7 +166,7 @@ TEST(CurlRestClientTest, MapsHttpErrorsWithServerStatus) {
   }
 }
 
-TEST(CurlRestClientTest, ErrorWithoutStatusBodyUsesReasonPhraseAndRawBody) {
+TEST(HttpRestClientTest, ErrorWithoutStatusBodyUsesReasonPhraseAndRawBody) {
   StubServer stub(json::array({
       {{"path", "/gw"}, {"status", 502}, {"body_text", "<html>upstream down</html>\n"}},
       {{"path", "/long"}, {"status", 500}, {"body_text", std::string(1000, 'x')}},
@@ -190,7 +190,7 @@ TEST(CurlRestClientTest, ErrorWithoutStatusBodyUsesReasonPhraseAndRawBody) {
   EXPECT_EQ(Message(r.status()), "GET /vap: HTTP 422 Unprocessable Entity: denied by policy");
 }
 
-TEST(CurlRestClientTest, NonJsonSuccessBodyIsAnErrorNamingThePath) {
+TEST(HttpRestClientTest, NonJsonSuccessBodyIsAnErrorNamingThePath) {
   StubServer stub(json::array({{{"path", "/html"}, {"body_text", "<html>hi</html>"}}}));
   auto client = MustClient(ConfigFor(stub));
   ASSERT_NE(client, nullptr);
@@ -200,7 +200,7 @@ TEST(CurlRestClientTest, NonJsonSuccessBodyIsAnErrorNamingThePath) {
   EXPECT_EQ(HttpCodeOf(r.status()), std::nullopt);
 }
 
-TEST(CurlRestClientTest, TimeoutIsDeadlineExceeded) {
+TEST(HttpRestClientTest, TimeoutIsDeadlineExceeded) {
   StubServer stub(json::array({{{"path", "/slow"}, {"delay", 5}, {"body", json::object()}}}));
   ClusterConfig config = ConfigFor(stub);
   config.timeout = std::chrono::milliseconds(300);
@@ -212,7 +212,7 @@ TEST(CurlRestClientTest, TimeoutIsDeadlineExceeded) {
 }
 
 // Issue 15 item 11: a caller's limits shorten a request (never lengthen it) and can abandon it.
-TEST(CurlRestClientTest, GetWithinHonoursTheCallersTimeoutAndCancellation) {
+TEST(HttpRestClientTest, GetWithinHonoursTheCallersTimeoutAndCancellation) {
   StubServer stub(json::array({{{"path", "/slow"}, {"delay", 5}, {"body", json::object()}}}));
   ClusterConfig config = ConfigFor(stub);
   config.timeout = std::chrono::seconds(20);
@@ -247,7 +247,7 @@ TEST(CurlRestClientTest, GetWithinHonoursTheCallersTimeoutAndCancellation) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDeadlineExceeded) << r.status();
 }
 
-TEST(CurlRestClientTest, ConnectionRefusedIsUnavailable) {
+TEST(HttpRestClientTest, ConnectionRefusedIsUnavailable) {
   // A bound but not listening socket: connecting to its port is refused.
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -272,7 +272,7 @@ TEST(CurlRestClientTest, ConnectionRefusedIsUnavailable) {
       << r.status();
 }
 
-TEST(CurlRestClientTest, CapturesWarningHeaders) {
+TEST(HttpRestClientTest, CapturesWarningHeaders) {
   StubServer stub(json::array(
       {{{"path", "/w"},
         {"status", 201},
@@ -289,7 +289,7 @@ TEST(CurlRestClientTest, CapturesWarningHeaders) {
   EXPECT_EQ(r->body, json({{"ok", true}}));
 }
 
-TEST(CurlRestClientTest, RereadsTokenFileAfter401AndRetriesOnce) {
+TEST(HttpRestClientTest, RereadsTokenFileAfter401AndRetriesOnce) {
   TempDir dir;
   StubServer stub(json::array({{{"path", "/x"}, {"require_token", "new"}, {"body", {{"n", 1}}}}}));
   ClusterConfig config = ConfigFor(stub);
@@ -307,7 +307,7 @@ TEST(CurlRestClientTest, RereadsTokenFileAfter401AndRetriesOnce) {
   EXPECT_EQ(requests[1]["authorization"], "Bearer new");
 }
 
-TEST(CurlRestClientTest, UnchangedTokenAfter401IsNotRetried) {
+TEST(HttpRestClientTest, UnchangedTokenAfter401IsNotRetried) {
   TempDir dir;
   StubServer stub(json::array({{{"path", "/x"}, {"require_token", "new"}, {"body", {{"n", 1}}}}}));
   ClusterConfig config = ConfigFor(stub);
@@ -321,7 +321,7 @@ TEST(CurlRestClientTest, UnchangedTokenAfter401IsNotRetried) {
   EXPECT_EQ(stub.Requests().size(), 1u);
 }
 
-TEST(CurlRestClientTest, RereadsStaleTokenFileBeforeRequest) {
+TEST(HttpRestClientTest, RereadsStaleTokenFileBeforeRequest) {
   TempDir dir;
   StubServer stub(json::array({Echo("GET", "/x")}));
   ClusterConfig config = ConfigFor(stub);
@@ -336,7 +336,7 @@ TEST(CurlRestClientTest, RereadsStaleTokenFileBeforeRequest) {
   EXPECT_EQ(stub.Requests().size(), 1u);
 }
 
-TEST(CurlRestClientTest, ConcurrentRequestsShareOneClient) {
+TEST(HttpRestClientTest, ConcurrentRequestsShareOneClient) {
   TempDir dir;
   json routes = json::array();
   for (int i = 0; i < 8; ++i) routes.push_back(Echo("GET", absl::StrCat("/t/", i)));
@@ -361,33 +361,33 @@ TEST(CurlRestClientTest, ConcurrentRequestsShareOneClient) {
   EXPECT_EQ(stub.Requests().size(), 8u);
 }
 
-TEST(CurlRestClientTest, ConstructionErrorsNameTheValue) {
+TEST(HttpRestClientTest, ConstructionErrorsNameTheValue) {
   TempDir dir;
   ClusterConfig config;
   config.server = "ftp://k:21";
-  EXPECT_EQ(Message(NewCurlRestClient(config).status()),
+  EXPECT_EQ(Message(NewHttpRestClient(config).status()),
             "server \"ftp://k:21\" is not an http(s) URL");
   config.server = "";
-  EXPECT_EQ(Message(NewCurlRestClient(config).status()), "server \"\" is not a URL");
+  EXPECT_EQ(Message(NewHttpRestClient(config).status()), "server \"\" is not a URL");
 
   config.server = "https://k:6443";
   config.token_file = dir.File("token");
-  absl::Status s = NewCurlRestClient(config).status();
+  absl::Status s = NewHttpRestClient(config).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Message(s), absl::StrCat("cannot read token file \"", dir.File("token"),
                                      "\": No such file or directory"));
   dir.Write("token", " \n");
-  EXPECT_EQ(Message(NewCurlRestClient(config).status()),
+  EXPECT_EQ(Message(NewHttpRestClient(config).status()),
             absl::StrCat("token file \"", dir.File("token"), "\" is empty"));
 
   config.token_file = "";
   config.ca_file = dir.File("ca.crt");
   EXPECT_EQ(
-      Message(NewCurlRestClient(config).status()),
+      Message(NewHttpRestClient(config).status()),
       absl::StrCat("cannot read CA file \"", dir.File("ca.crt"), "\": No such file or directory"));
 }
 
-TEST(CurlRestClientTest, UnserializableBodyIsRejectedBeforeSending) {
+TEST(HttpRestClientTest, UnserializableBodyIsRejectedBeforeSending) {
   StubServer stub(json::array({Echo("POST", "/x")}));
   auto client = MustClient(ConfigFor(stub));
   ASSERT_NE(client, nullptr);

@@ -33,7 +33,7 @@ json WatchRoute(json chunks, double hold = 0) {
 std::unique_ptr<RestClient> MustClient(const StubServer& stub) {
   ClusterConfig config;
   config.server = stub.url();
-  absl::StatusOr<std::unique_ptr<RestClient>> client = NewCurlRestClient(config);
+  absl::StatusOr<std::unique_ptr<RestClient>> client = NewHttpRestClient(config);
   EXPECT_TRUE(client.ok()) << client.status();
   return client.ok() ? *std::move(client) : nullptr;
 }
@@ -48,7 +48,7 @@ struct Recorder {
   }
 };
 
-TEST(CurlWatchTest, EventsSplitAcrossChunksAndSeveralPerChunk) {
+TEST(HttpWatchTest, EventsSplitAcrossChunksAndSeveralPerChunk) {
   const std::string a = Line("ADDED", 1), m = Line("MODIFIED", 2), d = Line("DELETED", 3);
   const std::string b = Line("BOOKMARK", 4);
   StubServer stub(WatchRoute({a.substr(0, 10), json{{"sleep", 0.05}}, a.substr(10) + m + "\n",
@@ -57,21 +57,23 @@ TEST(CurlWatchTest, EventsSplitAcrossChunksAndSeveralPerChunk) {
   ASSERT_NE(client, nullptr);
   Recorder recorder;
   std::atomic<bool> stop{false};
-  EXPECT_TRUE(client->Watch(kPath, recorder.Handler(), &stop).ok());
+  const absl::Status s = client->Watch(kPath, recorder.Handler(), &stop);
+  EXPECT_TRUE(s.ok()) << s;
   EXPECT_EQ(recorder.events, (std::vector<json>{Event("ADDED", 1), Event("MODIFIED", 2),
                                                 Event("DELETED", 3), Event("BOOKMARK", 4)}));
 }
 
-TEST(CurlWatchTest, LastLineWithoutNewlineIsDelivered) {
+TEST(HttpWatchTest, LastLineWithoutNewlineIsDelivered) {
   StubServer stub(WatchRoute({Line("ADDED", 1) + Event("DELETED", 2).dump()}));
   auto client = MustClient(stub);
   ASSERT_NE(client, nullptr);
   Recorder recorder;
-  EXPECT_TRUE(client->Watch(kPath, recorder.Handler(), nullptr).ok());
+  const absl::Status s = client->Watch(kPath, recorder.Handler(), nullptr);
+  EXPECT_TRUE(s.ok()) << s;
   EXPECT_EQ(recorder.events, (std::vector<json>{Event("ADDED", 1), Event("DELETED", 2)}));
 }
 
-TEST(CurlWatchTest, StopFlagEndsWatchPromptly) {
+TEST(HttpWatchTest, StopFlagEndsWatchPromptly) {
   // Without the stop the second event would arrive after 20 s.
   StubServer stub(WatchRoute({Line("ADDED", 1), json{{"sleep", 20}}, Line("ADDED", 2)}));
   auto client = MustClient(stub);
@@ -106,7 +108,7 @@ TEST(CurlWatchTest, StopFlagEndsWatchPromptly) {
 
 // WakeWatches makes a watch look at its flag: one whose flag is not set goes on (and gets what
 // the server sends later), one whose flag is set ends with the events it had.
-TEST(CurlWatchTest, WakeWatchesEndsOnlyAWatchWhoseStopIsSet) {
+TEST(HttpWatchTest, WakeWatchesEndsOnlyAWatchWhoseStopIsSet) {
   StubServer stub(WatchRoute({Line("ADDED", 1), json{{"sleep", 0.3}}, Line("ADDED", 2),
                               json{{"sleep", 20}}, Line("ADDED", 3)}));
   auto client = MustClient(stub);
@@ -133,7 +135,7 @@ TEST(CurlWatchTest, WakeWatchesEndsOnlyAWatchWhoseStopIsSet) {
   EXPECT_EQ(seen.load(), 2);
 }
 
-TEST(CurlWatchTest, StopAlreadySetReturnsWithoutEvents) {
+TEST(HttpWatchTest, StopAlreadySetReturnsWithoutEvents) {
   StubServer stub(WatchRoute({Line("ADDED", 1)}));
   auto client = MustClient(stub);
   ASSERT_NE(client, nullptr);
@@ -143,7 +145,7 @@ TEST(CurlWatchTest, StopAlreadySetReturnsWithoutEvents) {
   EXPECT_TRUE(recorder.events.empty());
 }
 
-TEST(CurlWatchTest, HandlerReturningFalseEndsWatch) {
+TEST(HttpWatchTest, HandlerReturningFalseEndsWatch) {
   StubServer stub(
       WatchRoute({Line("ADDED", 1), Line("ADDED", 2), json{{"sleep", 20}}, Line("ADDED", 3)}));
   auto client = MustClient(stub);
@@ -160,7 +162,7 @@ TEST(CurlWatchTest, HandlerReturningFalseEndsWatch) {
   EXPECT_EQ(events, std::vector<json>{Event("ADDED", 1)});
 }
 
-TEST(CurlWatchTest, UnparsableLineIsAnErrorNamingIt) {
+TEST(HttpWatchTest, UnparsableLineIsAnErrorNamingIt) {
   StubServer stub(WatchRoute({Line("ADDED", 1) + "this is not json\n" + Line("ADDED", 2)}));
   auto client = MustClient(stub);
   ASSERT_NE(client, nullptr);
@@ -172,7 +174,7 @@ TEST(CurlWatchTest, UnparsableLineIsAnErrorNamingIt) {
   EXPECT_EQ(recorder.events, std::vector<json>{Event("ADDED", 1)});
 }
 
-TEST(CurlWatchTest, NonObjectLineIsAnError) {
+TEST(HttpWatchTest, NonObjectLineIsAnError) {
   StubServer stub(WatchRoute({"[1,2]\n"}));
   auto client = MustClient(stub);
   ASSERT_NE(client, nullptr);
@@ -181,7 +183,7 @@ TEST(CurlWatchTest, NonObjectLineIsAnError) {
   EXPECT_EQ(s.message(), absl::StrCat("watch GET ", kPath, ": unparsable event line \"[1,2]\""));
 }
 
-TEST(CurlWatchTest, OverlongLineIsAnError) {
+TEST(HttpWatchTest, OverlongLineIsAnError) {
   StubServer stub(WatchRoute({"{\"type\":\"", json{{"text", "x"}, {"repeat", 17 << 20}}}));
   auto client = MustClient(stub);
   ASSERT_NE(client, nullptr);
@@ -193,7 +195,7 @@ TEST(CurlWatchTest, OverlongLineIsAnError) {
   EXPECT_TRUE(recorder.events.empty());
 }
 
-TEST(CurlWatchTest, HttpErrorOnConnectIsMapped) {
+TEST(HttpWatchTest, HttpErrorOnConnectIsMapped) {
   StubServer stub(json::array({{{"path", kPath},
                                 {"status", 410},
                                 {"body",
@@ -212,14 +214,14 @@ TEST(CurlWatchTest, HttpErrorOnConnectIsMapped) {
   EXPECT_TRUE(recorder.events.empty());
 }
 
-TEST(CurlWatchTest, RetriesConnectWithRotatedToken) {
+TEST(HttpWatchTest, RetriesConnectWithRotatedToken) {
   TempDir dir;
   StubServer stub(
       json::array({{{"path", kPath}, {"require_token", "new"}, {"chunks", {Line("ADDED", 7)}}}}));
   ClusterConfig config;
   config.server = stub.url();
   config.token_file = dir.Write("token", "old");
-  absl::StatusOr<std::unique_ptr<RestClient>> client = NewCurlRestClient(config);
+  absl::StatusOr<std::unique_ptr<RestClient>> client = NewHttpRestClient(config);
   ASSERT_TRUE(client.ok()) << client.status();
   dir.Write("token", "new");
   Recorder recorder;
@@ -228,7 +230,7 @@ TEST(CurlWatchTest, RetriesConnectWithRotatedToken) {
   EXPECT_EQ(stub.Requests().size(), 2u);
 }
 
-TEST(CurlWatchTest, ThrowingHandlerBecomesAnError) {
+TEST(HttpWatchTest, ThrowingHandlerBecomesAnError) {
   StubServer stub(WatchRoute({Line("ADDED", 1)}));
   auto client = MustClient(stub);
   ASSERT_NE(client, nullptr);
