@@ -16,8 +16,9 @@ using testing::StubServer;
 using testing::StubTls;
 using testing::TempDir;
 
-// Test PKI made with the openssl CLI: ca signs server (127.0.0.1), named (kube.test only) and
-// client (CN topodra-client); other-ca signs nothing we serve.
+// Test PKI made with the openssl CLI: ca signs server (127.0.0.1), named (kube.test only), client
+// (CN topodra-client) and the intermediate inter, which signs via-inter (127.0.0.1); other-ca
+// signs nothing we serve. client-encrypted.key is client.key under a passphrase.
 constexpr char kMakePki[] = R"(set -e
 ec() { echo -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes; }
 for ca in ca other-ca; do
@@ -27,12 +28,15 @@ done
 leaf() {
   openssl req $(ec) -keyout $1.key -out $1.csr -subj /CN=$2
   printf "$3" > $1.ext
-  openssl x509 -req -in $1.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
+  openssl x509 -req -in $1.csr -CA ${4:-ca}.crt -CAkey ${4:-ca}.key -CAcreateserial -days 2 \
     -extfile $1.ext -out $1.crt
 }
 leaf server 127.0.0.1 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n'
 leaf named kube.test 'subjectAltName=DNS:kube.test\nextendedKeyUsage=serverAuth\n'
 leaf client topodra-client 'extendedKeyUsage=clientAuth\n'
+leaf inter topodra-inter 'basicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n'
+leaf via-inter 127.0.0.1 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' inter
+openssl pkey -in client.key -aes256 -passout pass:secret -out client-encrypted.key
 )";
 
 class HttpTlsTest : public ::testing::Test {
@@ -88,6 +92,46 @@ TEST_F(HttpTlsTest, TrustsCaFromData) {
   absl::StatusOr<Response> r = Get(config, "/echo");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->body["path"], "/echo");
+}
+
+TEST_F(HttpTlsTest, CaHoldingOnlyTheIssuingIntermediateIsEnough) {
+  StubServer stub(kEcho, ServerTls("via-inter"));
+  ClusterConfig from_file = Config(stub);
+  from_file.ca_file = Pki("inter.crt");
+  ClusterConfig from_data = Config(stub);
+  from_data.ca_data = ReadFile(Pki("inter.crt"));
+  for (const ClusterConfig& config : {from_file, from_data}) {
+    absl::StatusOr<Response> r = Get(config, "/echo");
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->body["path"], "/echo");
+  }
+  EXPECT_EQ(stub.Requests().size(), 2u);
+}
+
+TEST_F(HttpTlsTest, EncryptedClientKeyIsAnErrorNamingIt) {
+  ClusterConfig from_file;
+  from_file.server = "https://127.0.0.1:6443";
+  from_file.ca_file = Pki("ca.crt");
+  from_file.client_cert_file = Pki("client.crt");
+  from_file.client_key_file = Pki("client-encrypted.key");
+  absl::StatusOr<std::unique_ptr<RestClient>> client = NewHttpRestClient(from_file);
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(std::string(client.status().message())
+                .rfind(absl::StrCat("client key file \"", Pki("client-encrypted.key"),
+                                    "\" is not an unencrypted PEM private key: "),
+                       0),
+            0u)
+      << client.status();
+
+  ClusterConfig from_data = from_file;
+  from_data.client_key_file.clear();
+  from_data.client_key_data = ReadFile(Pki("client-encrypted.key"));
+  client = NewHttpRestClient(from_data);
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(std::string(client.status().message())
+                .rfind("client key data is not an unencrypted PEM private key: ", 0),
+            0u)
+      << client.status();
 }
 
 TEST_F(HttpTlsTest, WrongCaIsRejected) {
