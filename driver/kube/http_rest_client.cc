@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <openssl/err.h>
@@ -224,6 +225,23 @@ absl::StatusOr<SslCtx> NewTlsContext(const ClusterConfig& config) {
   return ctx;
 }
 
+// What identifies the current versions of the CA, client certificate and key files: a rotation
+// renames a new file over the old (a new inode) or rewrites it (a new mtime or size).
+std::string TlsFilesStamp(const ClusterConfig& config) {
+  std::string stamp;
+  for (const std::string* path :
+       {&config.ca_file, &config.client_cert_file, &config.client_key_file}) {
+    struct stat st {};
+    if (path->empty() || stat(path->c_str(), &st) != 0) {
+      absl::StrAppend(&stamp, "-;");
+      continue;
+    }
+    absl::StrAppend(&stamp, st.st_dev, ":", st.st_ino, ":", st.st_mtim.tv_sec, ".",
+                    st.st_mtim.tv_nsec, ":", st.st_size, ";");
+  }
+  return stamp;
+}
+
 // One TCP (and maybe TLS) connection, used by one request at a time.
 class Connection {
  public:
@@ -304,6 +322,8 @@ class HttpRestClient : public RestClient {
       absl::StatusOr<SslCtx> ctx = NewTlsContext(config_);
       if (!ctx.ok()) return ctx.status();
       tls_ = *std::move(ctx);
+      tls_stamp_ = TlsFilesStamp(config_);
+      tls_checked_at_ = Clock::now();
       verify_name_ =
           http::Unbracketed(config_.tls_server_name.empty() ? url_.host : config_.tls_server_name);
     }
@@ -320,7 +340,7 @@ class HttpRestClient : public RestClient {
     for (const char* name : names) {
       const char* proxy = std::getenv(name);  // NOLINT(concurrency-mt-unsafe)
       if (proxy == nullptr || *proxy == '\0') continue;
-      const char* no_proxy = std::getenv("no_proxy");  // NOLINT(concurrency-mt-unsafe)
+      const char* no_proxy = std::getenv("no_proxy");               // NOLINT(concurrency-mt-unsafe)
       if (no_proxy == nullptr) no_proxy = std::getenv("NO_PROXY");  // NOLINT(concurrency-mt-unsafe)
       if (no_proxy != nullptr && http::NoProxyCovers(no_proxy, url_.host)) return;
       spdlog::warn(
@@ -868,7 +888,7 @@ class HttpRestClient : public RestClient {
           continue;
         }
       }
-      if (tls_ == nullptr) return conn;
+      if (url_.scheme != "https") return conn;
       absl::Status s = Handshake(*conn, wait);
       if (!s.ok()) return s;
       if (wait.stopped) return nullptr;
@@ -882,7 +902,7 @@ class HttpRestClient : public RestClient {
   }
 
   absl::Status Handshake(Connection& conn, Wait& wait) {
-    SSL* ssl = SSL_new(tls_.get());
+    SSL* ssl = NewSsl();
     if (ssl == nullptr) return absl::InternalError(absl::StrCat("SSL_new: ", SslErrors()));
     conn.set_ssl(ssl);
     SSL_set_fd(ssl, conn.fd());
@@ -926,6 +946,33 @@ class HttpRestClient : public RestClient {
       if (!ready.ok()) return ready.status();
       if (!*ready) return absl::OkStatus();  // stopped
     }
+  }
+
+  // The SSL of a new connection. libcurl built a TLS context per connection and so followed
+  // rotated files (the kubelet's kubelet-client-current.pem); we rebuild ours when a file
+  // changed, looking at most every token_refresh. Connections already open keep their context.
+  SSL* NewSsl() {
+    std::lock_guard<std::mutex> lock(tls_mutex_);
+    const Clock::time_point now = Clock::now();
+    if (now - tls_checked_at_ >= config_.token_refresh) {
+      tls_checked_at_ = now;
+      std::string stamp = TlsFilesStamp(config_);
+      if (stamp != tls_stamp_) {
+        // Remembered even when the rebuild fails: a broken file warns once, not per connection.
+        tls_stamp_ = std::move(stamp);
+        if (absl::StatusOr<SslCtx> ctx = NewTlsContext(config_); ctx.ok()) {
+          tls_ = *std::move(ctx);
+          spdlog::info("TLS files of the API server connection changed: reloaded them");
+        } else {
+          spdlog::warn(
+              "TLS files of the API server connection changed but cannot be used, "
+              "keeping the previous ones: {}",
+              std::string(ctx.status().message()));
+        }
+      }
+    }
+    // The SSL holds its own reference to the context, which may be replaced after this.
+    return SSL_new(tls_.get());
   }
 
   absl::Status ErrorOf(const char* verb, const std::string& path, const Exchange& x) const {
@@ -1009,7 +1056,11 @@ class HttpRestClient : public RestClient {
   http::ServerUrl url_;
   std::string host_header_;
   std::string verify_name_;  // the name (or address) the server's certificate must carry
-  SslCtx tls_;               // null for http://
+
+  std::mutex tls_mutex_;
+  SslCtx tls_;                        // null for http://; guarded by tls_mutex_ after Init
+  std::string tls_stamp_;             // guarded by tls_mutex_
+  Clock::time_point tls_checked_at_;  // guarded by tls_mutex_
 
   std::mutex watches_mutex_;
   std::set<int> watches_;  // guarded by watches_mutex_

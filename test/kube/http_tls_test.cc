@@ -1,3 +1,5 @@
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -132,6 +134,26 @@ TEST_F(HttpTlsTest, EncryptedClientKeyIsAnErrorNamingIt) {
                 .rfind("client key data is not an unencrypted PEM private key: ", 0),
             0u)
       << client.status();
+}
+
+// The kubelet rotates its certificates by renaming new files over the old ones; a client made
+// before the rotation uses the new files for its next connection.
+TEST_F(HttpTlsTest, RotatedCaFileIsUsedForNewConnections) {
+  StubServer stub(kEcho, ServerTls());
+  TempDir dir;
+  ClusterConfig config = Config(stub);
+  config.ca_file = dir.Write("ca.crt", ReadFile(Pki("other-ca.crt")));
+  config.token_refresh = std::chrono::milliseconds(0);
+  absl::StatusOr<std::unique_ptr<RestClient>> client = NewHttpRestClient(config);
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<Response> r = (*client)->Get("/echo");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+
+  const std::string rotated = dir.Write("ca.crt.new", ReadFile(Pki("ca.crt")));
+  ASSERT_EQ(std::rename(rotated.c_str(), config.ca_file.c_str()), 0);
+  r = (*client)->Get("/echo");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->body["path"], "/echo");
 }
 
 TEST_F(HttpTlsTest, WrongCaIsRejected) {
