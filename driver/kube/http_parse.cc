@@ -335,4 +335,17 @@ absl::Status ChunkedDecoder::EndOfLine() {
   return absl::InternalError("chunked decoder: line in a state without lines");
 }
 
+bool NoProxyCovers(absl::string_view no_proxy, const std::string& host) {
+  const std::string name = absl::AsciiStrToLower(Unbracketed(host));
+  for (absl::string_view entry : absl::StrSplit(no_proxy, ',')) {
+    entry = absl::StripAsciiWhitespace(entry);
+    if (entry == "*") return true;
+    absl::ConsumePrefix(&entry, ".");
+    std::string domain = absl::AsciiStrToLower(Unbracketed(std::string(entry)));
+    if (domain.empty()) continue;
+    if (name == domain || absl::EndsWith(name, absl::StrCat(".", domain))) return true;
+  }
+  return false;
+}
+
 }  // namespace topodra::kube::http

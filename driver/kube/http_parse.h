@@ -28,6 +28,10 @@ struct ServerUrl {
 absl::StatusOr<ServerUrl> ParseServerUrl(const std::string& server);
 // "[::1]" -> "::1"; other hosts unchanged.
 std::string Unbracketed(const std::string& host);
+// Whether a NO_PROXY value (comma-separated names, "*" for all) exempts `host` (brackets
+// allowed) from a proxy: an entry equal to the host, or a domain the host is in (".example.com"
+// and "example.com" alike). Case-insensitive; CIDR ranges and ports are not understood.
+bool NoProxyCovers(absl::string_view no_proxy, const std::string& host);
 
 // A response's status line and headers.
 struct ResponseHead {

@@ -12,17 +12,20 @@
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+#include <spdlog/spdlog.h>
 
 #include <arpa/inet.h>
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <memory>
@@ -151,14 +154,18 @@ absl::Status UseClientCertData(SSL_CTX* ctx, const std::string& pem) {
   return absl::OkStatus();
 }
 
+// The passphrase callback of an encrypted key: none. OpenSSL's default asks on the terminal,
+// which would hang a daemon; with this the load fails and the error names the key.
+int NoPassphrase(char* /*buf*/, int /*size*/, int /*rwflag*/, void* /*userdata*/) { return 0; }
+
 absl::Status UseClientKeyData(SSL_CTX* ctx, const std::string& pem) {
   Bio bio = MemBio(pem);
-  EVP_PKEY* key = PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr);
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(bio.get(), nullptr, NoPassphrase, nullptr);
   const bool ok = key != nullptr && SSL_CTX_use_PrivateKey(ctx, key) == 1;
   EVP_PKEY_free(key);
   if (!ok) {
     return absl::FailedPreconditionError(
-        absl::StrCat("client key data is not a PEM private key: ", SslErrors()));
+        absl::StrCat("client key data is not an unencrypted PEM private key: ", SslErrors()));
   }
   return absl::OkStatus();
 }
@@ -172,6 +179,7 @@ absl::StatusOr<SslCtx> NewTlsContext(const ClusterConfig& config) {
   // body was whole.
   SSL_CTX_set_options(ctx.get(), SSL_OP_IGNORE_UNEXPECTED_EOF);
   SSL_CTX_set_mode(ctx.get(), SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  SSL_CTX_set_default_passwd_cb(ctx.get(), NoPassphrase);
   // A configured CA is the only one trusted, as in client-go; none: the system store.
   if (!config.ca_data.empty()) {
     if (absl::Status s = AddCaData(ctx.get(), config.ca_data); !s.ok()) return s;
@@ -183,6 +191,11 @@ absl::StatusOr<SslCtx> NewTlsContext(const ClusterConfig& config) {
   } else if (SSL_CTX_set_default_verify_paths(ctx.get()) != 1) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot load the system CA store: ", SslErrors()));
+  }
+  // Any configured certificate is an anchor, as in Go's x509 and libcurl >= 7.68: a CA file
+  // holding only the intermediate that issued the server's certificate must do.
+  if (!config.ca_data.empty() || !config.ca_file.empty()) {
+    X509_STORE_set_flags(SSL_CTX_get_cert_store(ctx.get()), X509_V_FLAG_PARTIAL_CHAIN);
   }
   SSL_CTX_set_verify(ctx.get(), config.insecure_skip_tls_verify ? SSL_VERIFY_NONE : SSL_VERIFY_PEER,
                      nullptr);
@@ -201,7 +214,7 @@ absl::StatusOr<SslCtx> NewTlsContext(const ClusterConfig& config) {
                                          SSL_FILETYPE_PEM) != 1) {
     return absl::FailedPreconditionError(
         absl::StrCat("client key file \"", config.client_key_file,
-                     "\" is not a PEM private key: ", SslErrors()));
+                     "\" is not an unencrypted PEM private key: ", SslErrors()));
   }
   const bool has_cert = !config.client_cert_data.empty() || !config.client_cert_file.empty();
   const bool has_key = !config.client_key_data.empty() || !config.client_key_file.empty();
@@ -210,6 +223,23 @@ absl::StatusOr<SslCtx> NewTlsContext(const ClusterConfig& config) {
         absl::StrCat("client key does not match the client certificate: ", SslErrors()));
   }
   return ctx;
+}
+
+// What identifies the current versions of the CA, client certificate and key files: a rotation
+// renames a new file over the old (a new inode) or rewrites it (a new mtime or size).
+std::string TlsFilesStamp(const ClusterConfig& config) {
+  std::string stamp;
+  for (const std::string* path :
+       {&config.ca_file, &config.client_cert_file, &config.client_key_file}) {
+    struct stat st {};
+    if (path->empty() || stat(path->c_str(), &st) != 0) {
+      absl::StrAppend(&stamp, "-;");
+      continue;
+    }
+    absl::StrAppend(&stamp, st.st_dev, ":", st.st_ino, ":", st.st_mtim.tv_sec, ".",
+                    st.st_mtim.tv_nsec, ":", st.st_size, ";");
+  }
+  return stamp;
 }
 
 // One TCP (and maybe TLS) connection, used by one request at a time.
@@ -280,6 +310,7 @@ class HttpRestClient : public RestClient {
                                      {&config_.client_key_file, "client key file"}}) {
       if (absl::Status s = CheckReadable(*path, what); !s.ok()) return s;
     }
+    WarnAboutIgnoredProxy();
     token_ = config_.token;
     if (!config_.token_file.empty()) {
       absl::StatusOr<std::string> token = ReadToken(config_.token_file);
@@ -291,10 +322,33 @@ class HttpRestClient : public RestClient {
       absl::StatusOr<SslCtx> ctx = NewTlsContext(config_);
       if (!ctx.ok()) return ctx.status();
       tls_ = *std::move(ctx);
+      tls_stamp_ = TlsFilesStamp(config_);
+      tls_checked_at_ = Clock::now();
       verify_name_ =
           http::Unbracketed(config_.tls_server_name.empty() ? url_.host : config_.tls_server_name);
     }
     return absl::OkStatus();
+  }
+
+  // libcurl honoured the proxy variables; we connect directly (no CONNECT tunnel), so say so
+  // where it would have gone through a proxy.
+  void WarnAboutIgnoredProxy() const {
+    const std::vector<const char*> names =
+        url_.scheme == "https"
+            ? std::vector<const char*>{"https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"}
+            : std::vector<const char*>{"http_proxy", "all_proxy", "ALL_PROXY"};
+    for (const char* name : names) {
+      const char* proxy = std::getenv(name);  // NOLINT(concurrency-mt-unsafe)
+      if (proxy == nullptr || *proxy == '\0') continue;
+      const char* no_proxy = std::getenv("no_proxy");               // NOLINT(concurrency-mt-unsafe)
+      if (no_proxy == nullptr) no_proxy = std::getenv("NO_PROXY");  // NOLINT(concurrency-mt-unsafe)
+      if (no_proxy != nullptr && http::NoProxyCovers(no_proxy, url_.host)) return;
+      spdlog::warn(
+          "{} is set but ignored: the API server {} is reached directly (no proxy support), and "
+          "NO_PROXY (\"{}\") does not name its host \"{}\"",
+          name, config_.server, no_proxy == nullptr ? "" : no_proxy, http::Unbracketed(url_.host));
+      return;
+    }
   }
 
   absl::StatusOr<Response> Get(const std::string& path) override {
@@ -402,10 +456,12 @@ class HttpRestClient : public RestClient {
         const std::size_t limit =
             on_event == nullptr && Success() ? kMaxBodyBytes : kMaxErrorBodyBytes;
         if (body.size() + data.size() > limit) {
-          if (!Success()) {  // an error body: the start is enough to report
+          if (!Success()) {
+            // An error body: the start is enough to report, and reading the rest could take
+            // until the deadline; the connection is closed instead.
             const absl::string_view head = data.substr(0, limit - body.size());
             body.append(head.data(), head.size());
-            return true;
+            return false;
           }
           stream_error = absl::ResourceExhaustedError(
               absl::StrCat(what, ": response body larger than ", limit, " bytes"));
@@ -555,7 +611,12 @@ class HttpRestClient : public RestClient {
       if (head->has_value()) {
         parsed = **std::move(head);
         conn.pending.erase(0, parsed->size);
-        if (parsed->head.code >= 200 || parsed->head.code == 101) break;
+        // We never ask for an upgrade; after a 101 the connection speaks something else.
+        if (parsed->head.code == 101) {
+          return ProtocolError(x, absl::InvalidArgumentError(
+                                      "101 Switching Protocols to a request without Upgrade"));
+        }
+        if (parsed->head.code >= 200) break;
         parsed.reset();  // 1xx: another head follows
         continue;
       }
@@ -783,7 +844,8 @@ class HttpRestClient : public RestClient {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_ADDRCONFIG;
+    // No AI_ADDRCONFIG: it makes an IPv6 literal fail on a host without a global IPv6 address
+    // (and ::1 counts for nothing), where libcurl connected.
     addrinfo* found = nullptr;
     // getaddrinfo has no timeout of its own; the API server is an IP address in every config
     // the kubelet or kubeadm writes, and a name resolves through the node's resolver.
@@ -826,7 +888,7 @@ class HttpRestClient : public RestClient {
           continue;
         }
       }
-      if (tls_ == nullptr) return conn;
+      if (url_.scheme != "https") return conn;
       absl::Status s = Handshake(*conn, wait);
       if (!s.ok()) return s;
       if (wait.stopped) return nullptr;
@@ -840,7 +902,7 @@ class HttpRestClient : public RestClient {
   }
 
   absl::Status Handshake(Connection& conn, Wait& wait) {
-    SSL* ssl = SSL_new(tls_.get());
+    SSL* ssl = NewSsl();
     if (ssl == nullptr) return absl::InternalError(absl::StrCat("SSL_new: ", SslErrors()));
     conn.set_ssl(ssl);
     SSL_set_fd(ssl, conn.fd());
@@ -884,6 +946,33 @@ class HttpRestClient : public RestClient {
       if (!ready.ok()) return ready.status();
       if (!*ready) return absl::OkStatus();  // stopped
     }
+  }
+
+  // The SSL of a new connection. libcurl built a TLS context per connection and so followed
+  // rotated files (the kubelet's kubelet-client-current.pem); we rebuild ours when a file
+  // changed, looking at most every token_refresh. Connections already open keep their context.
+  SSL* NewSsl() {
+    std::lock_guard<std::mutex> lock(tls_mutex_);
+    const Clock::time_point now = Clock::now();
+    if (now - tls_checked_at_ >= config_.token_refresh) {
+      tls_checked_at_ = now;
+      std::string stamp = TlsFilesStamp(config_);
+      if (stamp != tls_stamp_) {
+        // Remembered even when the rebuild fails: a broken file warns once, not per connection.
+        tls_stamp_ = std::move(stamp);
+        if (absl::StatusOr<SslCtx> ctx = NewTlsContext(config_); ctx.ok()) {
+          tls_ = *std::move(ctx);
+          spdlog::info("TLS files of the API server connection changed: reloaded them");
+        } else {
+          spdlog::warn(
+              "TLS files of the API server connection changed but cannot be used, "
+              "keeping the previous ones: {}",
+              std::string(ctx.status().message()));
+        }
+      }
+    }
+    // The SSL holds its own reference to the context, which may be replaced after this.
+    return SSL_new(tls_.get());
   }
 
   absl::Status ErrorOf(const char* verb, const std::string& path, const Exchange& x) const {
@@ -967,7 +1056,11 @@ class HttpRestClient : public RestClient {
   http::ServerUrl url_;
   std::string host_header_;
   std::string verify_name_;  // the name (or address) the server's certificate must carry
-  SslCtx tls_;               // null for http://
+
+  std::mutex tls_mutex_;
+  SslCtx tls_;                        // null for http://; guarded by tls_mutex_ after Init
+  std::string tls_stamp_;             // guarded by tls_mutex_
+  Clock::time_point tls_checked_at_;  // guarded by tls_mutex_
 
   std::mutex watches_mutex_;
   std::set<int> watches_;  // guarded by watches_mutex_

@@ -54,6 +54,34 @@ TEST(HttpParseTest, ServerUrls) {
   EXPECT_EQ(Unbracketed("k"), "k");
 }
 
+TEST(HttpParseTest, NoProxyCovers) {
+  struct Case {
+    const char* no_proxy;
+    const char* host;
+    bool covered;
+  };
+  const std::vector<Case> cases = {
+      {"", "10.0.0.1", false},
+      {"*", "10.0.0.1", true},
+      {"10.0.0.1", "10.0.0.1", true},
+      {"10.0.0.2, 10.0.0.1", "10.0.0.1", true},
+      {"10.0.0.10", "10.0.0.1", false},
+      {"10.0.0.0/8", "10.0.0.1", false},  // CIDR is not understood
+      {"example.com", "api.example.com", true},
+      {" .example.com ", "api.example.com", true},
+      {"Example.COM", "api.example.com", true},
+      {"example.com", "api.notexample.com", false},
+      {"api.example.com", "example.com", false},
+      {"::1", "[::1]", true},
+      {"[::1]", "[::1]", true},
+      {",,", "kube", false},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(NoProxyCovers(c.no_proxy, c.host), c.covered)
+        << "NO_PROXY \"" << c.no_proxy << "\", host \"" << c.host << "\"";
+  }
+}
+
 TEST(HttpParseTest, HeadIsIncompleteUntilTheBlankLine) {
   for (const std::string& partial : {std::string(""), std::string("HTTP/1.1 200 OK\r\n"),
                                      std::string("HTTP/1.1 200 OK\r\nA: b\r\n\r")}) {

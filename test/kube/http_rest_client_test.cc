@@ -190,6 +190,73 @@ TEST(HttpRestClientTest, ErrorWithoutStatusBodyUsesReasonPhraseAndRawBody) {
   EXPECT_EQ(Message(r.status()), "GET /vap: HTTP 422 Unprocessable Entity: denied by policy");
 }
 
+// Past 1 MiB an error body is not read on: the held final chunk would otherwise keep the request
+// until its deadline (DeadlineExceeded instead of the HTTP error).
+TEST(HttpRestClientTest, ErrorBodyOverTheLimitEndsTheExchange) {
+  StubServer stub(json::array({
+      {{"path", "/huge"},
+       {"status", 500},
+       {"chunks", json::array({{{"text", "y"}, {"repeat", (1 << 20) + 4096}}})},
+       {"hold", 120}},
+      Echo("GET", "/after"),
+  }));
+  ClusterConfig config = ConfigFor(stub);
+  config.timeout = std::chrono::seconds(60);
+  auto client = MustClient(config);
+  ASSERT_NE(client, nullptr);
+  absl::StatusOr<Response> r = client->Get("/huge");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_EQ(HttpCodeOf(r.status()), 500);
+  EXPECT_EQ(Message(r.status()),
+            "GET /huge: HTTP 500 Internal Server Error: " + std::string(200, 'y') + "...");
+  r = client->Get("/after");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->body["path"], "/after");
+}
+
+// We never send Upgrade, so a 101 is a broken server; its connection must not go back to the
+// pool.
+TEST(HttpRestClientTest, SwitchingProtocolsIsAProtocolError) {
+  StubServer stub(json::array({
+      {{"path", "/up"}, {"status", 101}, {"body_text", "{}"}},
+      Echo("GET", "/after"),
+  }));
+  auto client = MustClient(ConfigFor(stub));
+  ASSERT_NE(client, nullptr);
+  absl::StatusOr<Response> r = client->Get("/up");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Message(r.status()),
+            "GET /up: invalid HTTP response from the server: 101 Switching Protocols to a "
+            "request without Upgrade");
+  EXPECT_EQ(HttpCodeOf(r.status()), std::nullopt);
+  r = client->Get("/after");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->body["path"], "/after");
+}
+
+// The server drops a kept-alive connection just as the next request goes out on it: the request
+// goes once more on a fresh connection, unseen by the caller.
+TEST(HttpRestClientTest, KeptAliveConnectionDroppedByTheServerIsRetriedOnce) {
+  StubServer stub(json::array({
+      {{"path", "/first"}, {"body", {{"n", 1}}}, {"hang_up_next", true}},
+      Echo("GET", "/second"),
+  }));
+  auto client = MustClient(ConfigFor(stub));
+  ASSERT_NE(client, nullptr);
+  absl::StatusOr<Response> r = client->Get("/first");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->body["n"], 1);
+  r = client->Get("/second");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->body["path"], "/second");
+  const std::vector<json> requests = stub.Requests();
+  ASSERT_EQ(requests.size(), 3u);
+  EXPECT_EQ(requests[0]["path"], "/first");
+  EXPECT_EQ(requests[1]["method"], "hung-up");
+  EXPECT_EQ(requests[1]["path"], "GET /second HTTP/1.1");
+  EXPECT_EQ(requests[2]["path"], "/second");
+}
+
 TEST(HttpRestClientTest, NonJsonSuccessBodyIsAnErrorNamingThePath) {
   StubServer stub(json::array({{{"path", "/html"}, {"body_text", "<html>hi</html>"}}}));
   auto client = MustClient(ConfigFor(stub));

@@ -15,6 +15,9 @@ Listens on 127.0.0.1 on an ephemeral port and prints "PORT <n>" once ready. ROUT
                 {"method", "path", "headers" (lower-case names), "body", "client_cn"}
   chunks        chunked response: items are text, {"text": t, "repeat": n} or {"sleep": s};
                 hold: seconds to wait before the final chunk
+  hang_up_next  after answering, read the next request's first line on the same connection and
+                close it unanswered (a kept-alive connection the server dropped), logged as
+                {"method": "hung-up", "path": <request line>}
 Every request is appended to the log as {"method", "path", "authorization", "body"}.
 """
 import argparse
@@ -36,6 +39,11 @@ def status_body(code, reason, message):
             "message": message, "reason": reason, "code": code}
 
 
+def log_request(entry):
+    with LOG_LOCK, open(LOG_PATH, "a") as log:
+        log.write(json.dumps(entry) + "\n")
+
+
 def find_route(method, path):
     for route in ROUTES:
         if route.get("method", method) != method:
@@ -55,6 +63,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     def handle_one_request(self):
+        if getattr(self, "hang_up_next", False):
+            line = self.rfile.readline(65537).decode("latin-1").strip()
+            if line:
+                log_request({"method": "hung-up", "path": line, "authorization": None,
+                             "body": ""})
+            self.close_connection = True
+            return
         try:
             super().handle_one_request()
         except (BrokenPipeError, ConnectionResetError, ssl.SSLError, TimeoutError):
@@ -89,9 +104,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def serve(self):
         text = self.read_body()
         auth = self.headers.get("Authorization")
-        with LOG_LOCK, open(LOG_PATH, "a") as log:
-            log.write(json.dumps({"method": self.command, "path": self.path,
-                                  "authorization": auth, "body": text}) + "\n")
+        log_request({"method": self.command, "path": self.path, "authorization": auth,
+                     "body": text})
         route = find_route(self.command, self.path)
         if route is None:
             body = status_body(404, "NotFound", "no route for %s %s" % (self.command, self.path))
@@ -125,6 +139,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             payload = b""
         self.send(code, route.get("reason"), headers + [["Content-Type", "application/json"]],
                   payload)
+        self.hang_up_next = route.get("hang_up_next", False)
 
     def send_chunks(self, code, reason, headers, route):
         self.send_response(code, reason)

@@ -1,3 +1,5 @@
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -16,8 +18,9 @@ using testing::StubServer;
 using testing::StubTls;
 using testing::TempDir;
 
-// Test PKI made with the openssl CLI: ca signs server (127.0.0.1), named (kube.test only) and
-// client (CN topodra-client); other-ca signs nothing we serve.
+// Test PKI made with the openssl CLI: ca signs server (127.0.0.1), named (kube.test only), client
+// (CN topodra-client) and the intermediate inter, which signs via-inter (127.0.0.1); other-ca
+// signs nothing we serve. client-encrypted.key is client.key under a passphrase.
 constexpr char kMakePki[] = R"(set -e
 ec() { echo -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes; }
 for ca in ca other-ca; do
@@ -27,12 +30,15 @@ done
 leaf() {
   openssl req $(ec) -keyout $1.key -out $1.csr -subj /CN=$2
   printf "$3" > $1.ext
-  openssl x509 -req -in $1.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
+  openssl x509 -req -in $1.csr -CA ${4:-ca}.crt -CAkey ${4:-ca}.key -CAcreateserial -days 2 \
     -extfile $1.ext -out $1.crt
 }
 leaf server 127.0.0.1 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n'
 leaf named kube.test 'subjectAltName=DNS:kube.test\nextendedKeyUsage=serverAuth\n'
 leaf client topodra-client 'extendedKeyUsage=clientAuth\n'
+leaf inter topodra-inter 'basicConstraints=critical,CA:TRUE\nkeyUsage=critical,keyCertSign,cRLSign\n'
+leaf via-inter 127.0.0.1 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' inter
+openssl pkey -in client.key -aes256 -passout pass:secret -out client-encrypted.key
 )";
 
 class HttpTlsTest : public ::testing::Test {
@@ -86,6 +92,66 @@ TEST_F(HttpTlsTest, TrustsCaFromData) {
   ClusterConfig config = Config(stub);
   config.ca_data = ReadFile(Pki("ca.crt"));
   absl::StatusOr<Response> r = Get(config, "/echo");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->body["path"], "/echo");
+}
+
+TEST_F(HttpTlsTest, CaHoldingOnlyTheIssuingIntermediateIsEnough) {
+  StubServer stub(kEcho, ServerTls("via-inter"));
+  ClusterConfig from_file = Config(stub);
+  from_file.ca_file = Pki("inter.crt");
+  ClusterConfig from_data = Config(stub);
+  from_data.ca_data = ReadFile(Pki("inter.crt"));
+  for (const ClusterConfig& config : {from_file, from_data}) {
+    absl::StatusOr<Response> r = Get(config, "/echo");
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->body["path"], "/echo");
+  }
+  EXPECT_EQ(stub.Requests().size(), 2u);
+}
+
+TEST_F(HttpTlsTest, EncryptedClientKeyIsAnErrorNamingIt) {
+  ClusterConfig from_file;
+  from_file.server = "https://127.0.0.1:6443";
+  from_file.ca_file = Pki("ca.crt");
+  from_file.client_cert_file = Pki("client.crt");
+  from_file.client_key_file = Pki("client-encrypted.key");
+  absl::StatusOr<std::unique_ptr<RestClient>> client = NewHttpRestClient(from_file);
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(std::string(client.status().message())
+                .rfind(absl::StrCat("client key file \"", Pki("client-encrypted.key"),
+                                    "\" is not an unencrypted PEM private key: "),
+                       0),
+            0u)
+      << client.status();
+
+  ClusterConfig from_data = from_file;
+  from_data.client_key_file.clear();
+  from_data.client_key_data = ReadFile(Pki("client-encrypted.key"));
+  client = NewHttpRestClient(from_data);
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(std::string(client.status().message())
+                .rfind("client key data is not an unencrypted PEM private key: ", 0),
+            0u)
+      << client.status();
+}
+
+// The kubelet rotates its certificates by renaming new files over the old ones; a client made
+// before the rotation uses the new files for its next connection.
+TEST_F(HttpTlsTest, RotatedCaFileIsUsedForNewConnections) {
+  StubServer stub(kEcho, ServerTls());
+  TempDir dir;
+  ClusterConfig config = Config(stub);
+  config.ca_file = dir.Write("ca.crt", ReadFile(Pki("other-ca.crt")));
+  config.token_refresh = std::chrono::milliseconds(0);
+  absl::StatusOr<std::unique_ptr<RestClient>> client = NewHttpRestClient(config);
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<Response> r = (*client)->Get("/echo");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+
+  const std::string rotated = dir.Write("ca.crt.new", ReadFile(Pki("ca.crt")));
+  ASSERT_EQ(std::rename(rotated.c_str(), config.ca_file.c_str()), 0);
+  r = (*client)->Get("/echo");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->body["path"], "/echo");
 }
