@@ -58,7 +58,7 @@ int RunDaemonInProcess(const RunCommand& cmd, std::ostream& err) {
     cache = std::make_shared<node::TopologyCache>(
         cmd.state_dir,
         node::MachineKeyInputs{source, TOPODRA_VERSION_STRING, topology::DiscovererVersion(),
-                               node::HwlocEnvironment()});
+                               node::HwlocEnvironment(), "/proc/self/exe"});
   }
   absl::StatusOr<node::StartTopology> start =
       node::FindTopologyAtStart(cache.get(), [&source] { return topology::Discover(source); });

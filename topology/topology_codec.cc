@@ -1,7 +1,9 @@
 #include "topology/topology_codec.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -55,14 +57,33 @@ int HexValue(char c) {
   return -1;
 }
 
+// The bound on every count in a record: no machine has more CPUs than a CpuSet holds.
+constexpr int64_t kMaxCount = CpuSet::kMaxCpuId + 1;
+// Bounds on the records of a model, far above any machine, so that a small damaged file cannot
+// make the decoder allocate gigabytes. Packages, NUMA nodes, caches, cores and CPUs are bounded
+// by kMaxCount; these have no CPU-sized bound of their own.
+constexpr size_t kMaxKinds = 256;
+constexpr size_t kMaxGpus = 4096;
+constexpr size_t kMaxRoots = 4096;
+// 64-bit words of all CPU sets of a model together (32 MiB): a model of 12,800 CPUs holds a
+// few tens of thousands.
+constexpr size_t kMaxSetWords = size_t{4} << 20;
+
 // One record's fields. The first failure is kept (with the line it came from) and every later
 // read returns a default, so a record is read straight through and checked once at the end.
 class Fields {
  public:
-  Fields(absl::string_view line, int number)
-      : line_(line), number_(number), fields_(absl::StrSplit(line, ' ')) {}
+  // The line is cut field by field as it is read: a line of many short fields costs no vector
+  // of views the size of the line.
+  Fields(absl::string_view line, int number, size_t* set_words)
+      : line_(line), number_(number), set_words_(set_words) {
+    const size_t space = line.find(' ');
+    tag_ = line.substr(0, space);
+    more_ = space != absl::string_view::npos;
+    if (more_) rest_ = line.substr(space + 1);
+  }
 
-  absl::string_view tag() const { return fields_[0]; }
+  absl::string_view tag() const { return tag_; }
 
   int64_t Int(const char* what, int64_t lo, int64_t hi) {
     const absl::string_view t = Take(what);
@@ -131,6 +152,13 @@ class Fields {
       Fail(absl::StrCat(what, ": ", set.status().message()));
       return {};
     }
+    // One set is at most 8 KiB, but a short line can hold one ("0-65535"), so many lines
+    // could make gigabytes: the sets of a whole model share a budget.
+    *set_words_ += set->StoredWords();
+    if (*set_words_ > kMaxSetWords) {
+      Fail(absl::StrCat("the CPU sets so far exceed ", kMaxSetWords * 8, " bytes"));
+      return {};
+    }
     return *std::move(set);
   }
 
@@ -150,8 +178,8 @@ class Fields {
 
   // Every field read and each was good.
   absl::Status Done() {
-    if (ok() && next_ != fields_.size()) {
-      Fail(absl::StrCat(fields_.size() - next_, " fields too many"));
+    if (ok() && more_) {
+      Fail(absl::StrCat(1 + std::count(rest_.begin(), rest_.end(), ' '), " fields too many"));
     }
     if (ok()) return absl::OkStatus();
     return absl::InvalidArgumentError(
@@ -161,11 +189,14 @@ class Fields {
  private:
   absl::string_view Take(const char* what) {
     if (!ok()) return {};
-    if (next_ >= fields_.size()) {
+    if (!more_) {
       Fail(absl::StrCat("no ", what));
       return {};
     }
-    const absl::string_view t = fields_[next_++];
+    const size_t space = rest_.find(' ');
+    const absl::string_view t = rest_.substr(0, space);
+    more_ = space != absl::string_view::npos;
+    rest_ = more_ ? rest_.substr(space + 1) : absl::string_view();
     if (t.empty()) Fail(absl::StrCat("empty ", what));
     return t;
   }
@@ -190,18 +221,16 @@ class Fields {
 
   absl::string_view line_;
   int number_;
-  std::vector<absl::string_view> fields_;
-  size_t next_ = 1;
+  size_t* set_words_;
+  absl::string_view tag_;
+  absl::string_view rest_;  // the fields not read yet
+  bool more_ = false;       // a field follows (possibly empty)
   std::string error_;
 };
 
-// The bound on every count in a record: no machine has more CPUs than a CpuSet holds.
-constexpr int64_t kMaxCount = CpuSet::kMaxCpuId + 1;
-
 absl::Status Invalid(std::string message) { return absl::InvalidArgumentError(std::move(message)); }
 
-// What the daemon relies on without checking: indexes in range, references that resolve, each
-// CPU once and inside its core.
+// What the daemon relies on without checking: see DecodeTopology in the header.
 absl::Status CheckModel(const Topology& t) {
   if (t.cpus.empty()) return Invalid("no CPU");
   for (size_t i = 0; i < t.cpus.size(); ++i) {
@@ -217,7 +246,13 @@ absl::Status CheckModel(const Topology& t) {
       return Invalid(absl::StrCat("CPU ", c.id, " is not among the CPUs of its core ", c.core));
     }
   }
+  CpuSet listed;
+  for (const Cpu& c : t.cpus) listed.Add(c.id);
   for (const Core& c : t.cores) {
+    if (!c.cpus.IsSubsetOf(listed)) {
+      return Invalid(absl::StrCat("core ", c.id, ": CPUs ", (c.cpus - listed).ToString(),
+                                  " have no cpu record"));
+    }
     auto index_ok = [](int i, size_t n) { return i == kNone || (i >= 0 && size_t(i) < n); };
     if (!index_ok(c.l3, t.l3.size())) {
       return Invalid(absl::StrCat("core ", c.id, ": L3 ", c.l3, " of ", t.l3.size()));
@@ -230,6 +265,33 @@ absl::Status CheckModel(const Topology& t) {
     }
     if (c.package != kNone && t.FindPackage(c.package) == nullptr) {
       return Invalid(absl::StrCat("core ", c.id, ": no package ", c.package));
+    }
+  }
+  // Duplicates would make lookups by id ambiguous and the order Finalize sorts into depend on
+  // the sort's treatment of equal keys.
+  std::set<int> numa_ids, package_ids;
+  for (const NumaNode& n : t.numa_nodes) {
+    if (!numa_ids.insert(n.id).second) return Invalid(absl::StrCat("NUMA node ", n.id, " twice"));
+  }
+  for (const Package& p : t.packages) {
+    if (!package_ids.insert(p.id).second) return Invalid(absl::StrCat("package ", p.id, " twice"));
+  }
+  std::set<std::string> names;
+  for (const Gpu& g : t.gpus) {
+    if (!names.insert(g.pci_bus_id).second) {
+      return Invalid(absl::StrCat("GPU \"", g.pci_bus_id, "\" twice"));
+    }
+    if (g.numa != kNone && t.FindNuma(g.numa) == nullptr) {
+      return Invalid(absl::StrCat("GPU \"", g.pci_bus_id, "\": no NUMA node ", g.numa));
+    }
+  }
+  names.clear();
+  for (const PcieRoot& r : t.pcie_roots) {
+    if (!names.insert(r.name).second) {
+      return Invalid(absl::StrCat("PCIe root \"", r.name, "\" twice"));
+    }
+    if (r.numa != kNone && t.FindNuma(r.numa) == nullptr) {
+      return Invalid(absl::StrCat("PCIe root \"", r.name, "\": no NUMA node ", r.numa));
     }
   }
   const size_t n = t.numa_distances.size();
@@ -358,8 +420,9 @@ absl::StatusOr<Topology> DecodeTopology(absl::string_view text) {
   Topology t;
   bool seen_source = false, seen_offline = false, seen_distances = false;
   int number = 0;
+  size_t set_words = 0;
   for (const absl::string_view line : absl::StrSplit(text, '\n')) {
-    Fields f(line, ++number);
+    Fields f(line, ++number, &set_words);
     const absl::string_view tag = f.tag();
     auto once = [&f](bool& seen) {
       if (seen) f.Fail("a second record of this kind");
@@ -452,13 +515,21 @@ absl::StatusOr<Topology> DecodeTopology(absl::string_view text) {
       t.offline = f.Set("offline CPUs");
     } else if (tag == "distances") {
       once(seen_distances);
-      const int n = f.Count("NUMA nodes", 1024);
+      // NUMA records come first, so the matrix is never larger than they make it; and never
+      // larger than Linux's 1024 nodes make it (8 MiB), whatever a file's count of nodes.
+      const int n = f.Count("NUMA nodes", std::min<int64_t>(1024, t.numa_nodes.size()));
       t.numa_distances.assign(static_cast<size_t>(n), std::vector<uint64_t>(size_t(n), 0));
       for (std::vector<uint64_t>& row : t.numa_distances) {
         for (uint64_t& v : row) v = f.Uint("distance");
       }
     } else {
       f.Fail(absl::StrCat("unknown record \"", tag, "\""));
+    }
+    const size_t most = std::max({t.packages.size(), t.numa_nodes.size(), t.l3.size(), t.l2.size(),
+                                  t.cores.size(), t.cpus.size()});
+    if (most > static_cast<size_t>(kMaxCount) || t.cpu_kinds.size() > kMaxKinds ||
+        t.gpus.size() > kMaxGpus || t.pcie_roots.size() > kMaxRoots) {
+      f.Fail("more records of this kind than any machine has");
     }
     if (absl::Status st = f.Done(); !st.ok()) return st;
   }

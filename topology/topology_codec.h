@@ -32,10 +32,13 @@ namespace topodra::topology {
 std::string EncodeTopology(const Topology& topo);
 
 // Strict inverse of EncodeTopology: the text is outside input (a file the daemon wrote earlier,
-// possibly damaged). InvalidArgument naming the line for anything malformed, and for a model
-// the rest of the daemon could not use safely: an index out of range (a CPU's core, a core's
-// L3 or L2), a reference to a NUMA node or package that is not there, a CPU listed twice or not
-// in its core, a distance matrix that is not square over the NUMA nodes, no CPU at all.
+// possibly damaged). InvalidArgument naming the line for anything malformed or beyond the
+// bounds on record counts and on the CPU sets' total size, and for a model the rest of the
+// daemon could not use safely: an index out of range (a CPU's core, a core's L3 or L2), a NUMA
+// node that is not there (of a core, a GPU or a PCIe root; -1 is none), a package that is not
+// there (of a core), CPU records not in ascending id order or not in their core, a core's CPU
+// without a cpu record, a NUMA node id, package id, GPU bus id or PCIe root name given twice, a
+// distance matrix that is not square over the NUMA nodes, no CPU at all.
 absl::StatusOr<Topology> DecodeTopology(absl::string_view text);
 
 }  // namespace topodra::topology

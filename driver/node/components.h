@@ -184,11 +184,13 @@ class MachineWatch : public Component {
   void Request();
   // When the loop last ran.
   absl::Time last_beat() const { return absl::FromUnixNanos(beat_.load()); }
+  // Stop has begun: a turn that took long (a discovery) drops its result rather than keep Stop
+  // waiting for republishing and storing it.
+  bool Stopping();
 
  private:
   void Run();
   bool WaitForChange(absl::Time until);  // true: rediscover now
-  bool Stopping();
 
   // The uevents of one change (a CPU going offline sends several) come together: a rediscovery
   // waits for a quiet gap of kBurstGap after them, kBurstMax at most.

@@ -335,6 +335,12 @@ bool Node::Rediscover(bool confirming) {
   // CPUs hot-plugged or offlined, GPUs gone or back: rediscover and republish on change.
   const absl::Time started = absl::Now();
   absl::StatusOr<topology::Topology> now = deps_.discover();
+  // A SIGTERM during the discovery (the first turn runs at once, so right after a start) waits
+  // for it to end, but not for republishing and storing what it found too.
+  if (watch_ != nullptr && watch_->Stopping()) {
+    spdlog::debug("stopping: the machine just discovered is not used");
+    return false;
+  }
   if (!now.ok()) {
     spdlog::warn("topology rediscovery failed, keeping the last one: {}",
                  std::string(now.status().message()));

@@ -1,6 +1,7 @@
 #include "driver/node/topology_cache.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,8 +26,6 @@ namespace topodra::node {
 namespace {
 
 constexpr char kMagic[] = "topodra-topology-cache";
-// A model of the largest machine a CpuSet holds is a few MB; the bound only stops a stray file.
-constexpr size_t kMaxFileBytes = 64 << 20;
 // hwloc reads XML exports far smaller than this; the bound keeps a wrong path from being read.
 constexpr size_t kMaxTopologyFileBytes = 512 << 20;
 
@@ -76,6 +75,16 @@ absl::StatusOr<std::string> FileKey(const std::string& path) {
   return absl::StrCat(bytes->size(), " bytes, mtime ", st.st_mtim.tv_sec, ".",
                       absl::StrFormat("%09d", st.st_mtim.tv_nsec), ", crc32c ",
                       Hex32(state::Crc32c(*bytes)));
+}
+
+// The daemon's binary: hwloc's API version is the same across a release series and the daemon
+// version is the project's, so a rebuilt image on the same boot is told apart only by its file.
+absl::StatusOr<std::string> ExecutableKey(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return files::ErrnoStatus(errno, "stat", path);
+  return absl::StrCat(st.st_size, " bytes, mtime ", st.st_mtim.tv_sec, ".",
+                      absl::StrFormat("%09d", st.st_mtim.tv_nsec), ", device ", st.st_dev,
+                      ", inode ", st.st_ino);
 }
 
 // TopologySource::Describe's spelling, without linking the discoverer (the file's fuzz target
@@ -132,6 +141,10 @@ absl::StatusOr<MachineKey> ReadMachineKey(const MachineKeyInputs& in) {
   };
   absl::Status st = add("daemon", in.version);
   if (st.ok()) st = add("discoverer", in.discoverer);
+  if (st.ok()) {
+    st = add("executable", in.executable.empty() ? absl::StatusOr<std::string>("none")
+                                                 : ExecutableKey(in.executable));
+  }
   if (st.ok()) st = add("source", SourceText(in.source));
   if (st.ok()) st = add("hwloc_environment", absl::StrJoin(in.hwloc_environment, "\n"));
   if (st.ok()) st = add("boot_id", ReadLine(root + "/proc/sys/kernel/random/boot_id"));
@@ -231,11 +244,11 @@ TopologyCache::TopologyCache(std::string state_dir, MachineKeyInputs inputs)
       inputs_(std::move(inputs)) {}
 
 absl::StatusOr<topology::Topology> TopologyCache::Load(const MachineKey& key) const {
-  absl::StatusOr<std::string> text = files::ReadFileBounded(path_, kMaxFileBytes);
+  absl::StatusOr<std::string> text = files::ReadFileBounded(path_, kMaxTopologyCacheBytes);
   if (!text.ok()) return text.status();
-  if (text->size() > kMaxFileBytes) {
+  if (text->size() > kMaxTopologyCacheBytes) {
     return absl::DataLossError(
-        absl::StrCat("\"", path_, "\" is larger than ", kMaxFileBytes, " bytes"));
+        absl::StrCat("\"", path_, "\" is larger than ", kMaxTopologyCacheBytes, " bytes"));
   }
   absl::StatusOr<StoredTopology> stored = DecodeTopologyCache(*text);
   if (!stored.ok()) {
@@ -250,6 +263,17 @@ absl::StatusOr<topology::Topology> TopologyCache::Load(const MachineKey& key) co
 }
 
 absl::Status TopologyCache::Store(const MachineKey& key, const topology::Topology& topo) const {
+  // A crash between the temporary file's creation and its rename leaves it behind, under a
+  // name (the pid) no later Store reuses.
+  absl::StatusOr<std::vector<files::DirEntry>> entries = files::ListDirectory(dir_);
+  if (!entries.ok()) return entries.status();
+  for (const files::DirEntry& e : *entries) {
+    if (!files::IsTempNameFor(e.name, kTopologyCacheFile)) continue;
+    const std::string path = absl::StrCat(dir_, "/", e.name);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return files::ErrnoStatus(errno, "remove stale temporary file", path);
+    }
+  }
   return files::WriteFileAtomically(dir_, kTopologyCacheFile, EncodeTopologyCache(key, topo), 0600,
                                     0700);
 }

@@ -32,8 +32,14 @@
 
 namespace topodra::node {
 
+// Bump when Topology or the text of topology_codec.h changes: a file of the old layout is then
+// refused as another version rather than misread (the executable in the key does not cover a
+// build that reproduces the same binary from other sources).
 inline constexpr int kTopologyCacheVersion = 1;
 inline constexpr char kTopologyCacheFile[] = "topology-cache";
+// The file of restart_bench's 12,800 CPUs is 426 kB (topology_cache_test prints it): room for a
+// machine 7 times larger, and a stray file is not read whole.
+inline constexpr size_t kMaxTopologyCacheBytes = 3 << 20;
 
 // What proves a stored model is the machine a discovery would find now. Entries in a fixed order,
 // each a name (no spaces) and a value.
@@ -50,6 +56,9 @@ struct MachineKeyInputs {
   std::string discoverer;  // topology::DiscovererVersion()
   // "NAME=value" of every HWLOC_* variable of the environment, which hwloc reads.
   std::vector<std::string> hwloc_environment;
+  // The daemon's own binary ("/proc/self/exe"): its size, time and inode are in the key, so
+  // another build on the same boot does not take this one's model. Empty: none (tests).
+  std::string executable;
   // Where /proc and /sys are read: "/" for the daemon (hwloc reads its own /sys, not
   // --host-root's); a test's fake tree otherwise.
   std::string root = "/";
@@ -57,9 +66,9 @@ struct MachineKeyInputs {
 // The HWLOC_* variables of this process's environment, sorted.
 std::vector<std::string> HwlocEnvironment();
 
-// Reads the key now. Always: the daemon and discoverer versions, the source, the HWLOC_*
-// variables and /proc/sys/kernel/random/boot_id (a reboot may change anything). An XML file:
-// its size, modification time and CRC-32C. The live machine: CPUs online and present, NUMA
+// Reads the key now. Always: the daemon and discoverer versions, the executable, the source, the
+// HWLOC_* variables and /proc/sys/kernel/random/boot_id (a reboot may change anything). An XML
+// file: its size, modification time and CRC-32C. The live machine: CPUs online and present, NUMA
 // nodes online, and the names of the PCI and DRM devices (their count and CRC-32C). A file that
 // cannot be read is an error (the model cannot be proved current); one the kernel does not have
 // (no NUMA support) is the value "absent".
@@ -87,6 +96,7 @@ class TopologyCache {
   // DataLoss: damaged. Never touches the file.
   absl::StatusOr<topology::Topology> Load(const MachineKey& key) const;
   // Temporary file, fsync, rename, directory fsync: a crash leaves the old file or the new one.
+  // First removes the temporary files an earlier crash left.
   absl::Status Store(const MachineKey& key, const topology::Topology& topo) const;
 
  private:

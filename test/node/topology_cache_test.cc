@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -122,7 +124,7 @@ TEST_F(TopologyCacheTest, TheKeyChangesWithTheBootTheOnlineCpusAndTheTopologyFil
   Write(dir_ + "/root/sys/bus/pci/devices/0000:3b:00.0", "");
   EXPECT_THAT(KeyDifference(offline, KeyNow(Live())), HasSubstr("/sys/bus/pci/devices \"1 names"));
   // No NUMA support in the kernel: "absent", still a key.
-  EXPECT_EQ(KeyNow(Live()).entries[7].second, "absent");
+  EXPECT_EQ(KeyNow(Live()).entries[8].second, "absent");
   // No boot id: nothing proves the boot, no key.
   std::filesystem::remove(dir_ + "/root/proc/sys/kernel/random/boot_id");
   std::filesystem::create_directories(dir_ + "/root/proc/sys/kernel/random/boot_id");
@@ -144,6 +146,51 @@ TEST_F(TopologyCacheTest, TheKeyChangesWithTheBootTheOnlineCpusAndTheTopologyFil
   env = xml;
   env.version = "1.1";
   EXPECT_THAT(KeyDifference(KeyNow(xml), KeyNow(env)), HasSubstr("daemon \"1.0\" is now \"1.1\""));
+  // So is the binary: a rebuild of the same version is another file.
+  EXPECT_EQ(KeyNow(xml).entries[2], (std::pair<std::string, std::string>("executable", "none")));
+  env = xml;
+  env.executable = dir_ + "/topodra";
+  Write(env.executable, "build 1");
+  const MachineKey build1 = KeyNow(env);
+  EXPECT_THAT(build1.entries[2].second, HasSubstr("7 bytes, mtime "));
+  Write(env.executable + ".new", "build 22");
+  std::filesystem::rename(env.executable + ".new", env.executable);
+  EXPECT_THAT(KeyDifference(build1, KeyNow(env)), HasSubstr("executable \"7 bytes"));
+  env.executable = dir_ + "/no-such-binary";
+  EXPECT_FALSE(ReadMachineKey(env).ok());
+}
+
+TEST_F(TopologyCacheTest, StoreRemovesTheTemporaryFilesOfACrashedStore) {
+  const TopologyCache cache(dir_ + "/state", Live());
+  std::filesystem::create_directories(dir_ + "/state");
+  Write(dir_ + "/state/.topology-cache.4242-7.tmp", "half a model");
+  Write(dir_ + "/state/.checkpoint.4242-7.tmp", "another file's");
+  const topology::Topology machine = testing::LoadTopology("16em64t-4s2c2t.xml");
+  ASSERT_TRUE(cache.Store(KeyNow(Live()), machine).ok());
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir_ + "/state")) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{".checkpoint.4242-7.tmp", "topology-cache"}));
+}
+
+TEST_F(TopologyCacheTest, ALargeMachineFitsTheFileBoundAndALargerFileIsRefused) {
+  // restart_bench's machine.
+  absl::StatusOr<topology::Topology> machine =
+      topology::Discover(topology::TopologySource::Synthetic("pack:4 numa:4 core:400 pu:2"));
+  ASSERT_TRUE(machine.ok()) << machine.status();
+  ASSERT_EQ(machine->cpus.size(), 12800u);
+  const std::string text = EncodeTopologyCache(KeyNow(Live()), *machine);
+  std::printf("12800-cpu model: %zu bytes\n", text.size());
+  EXPECT_LT(text.size() * 4, kMaxTopologyCacheBytes);
+  // A file past the bound is refused without being decoded.
+  const TopologyCache cache(dir_ + "/state", Live());
+  std::filesystem::create_directories(dir_ + "/state");
+  Write(cache.path(), std::string(kMaxTopologyCacheBytes + 1, 'x'));
+  absl::StatusOr<topology::Topology> loaded = cache.Load(KeyNow(Live()));
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(loaded.status().message(), HasSubstr("is larger than 3145728 bytes"));
 }
 
 TEST_F(TopologyCacheTest, TheStartUsesTheFileOnlyWhenItsKeyMatches) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "test/testing/fixtures.h"
 
 namespace topodra::topology {
@@ -95,6 +96,15 @@ TEST(TopologyCodecTest, DamagedTextIsRefusedWithItsLineAndReason) {
   };
   const std::string tail = "cpu 0 0\noffline ~\n";
   const std::string core = "core 0 -1 -1 -1 -1 unknown 0\n";
+  const std::string two_numa = "numa 0 ~ ~ ~ 0\nnuma 1 ~ ~ ~ 0\n";
+  auto gpu = [](int numa) {
+    return absl::StrCat("gpu 0000:01:00.0 4318 1 768 ~ ~ ~ ~ ", numa, " ~ ~ 0 0 0\n");
+  };
+  auto Repeat = [](const std::string& line, int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i) out += line;
+    return out;
+  };
   const std::vector<Case> cases = {
       {"", "does not end with a complete line"},
       {good.substr(0, good.size() - 1), "does not end with a complete line"},
@@ -119,9 +129,26 @@ TEST(TopologyCodecTest, DamagedTextIsRefusedWithItsLineAndReason) {
       {"source s\ncore 0 -1 -1 -1 0 unknown 0\n" + tail, "core 0: L2 0 of 0"},
       {"source s\ncore 0 -1 4 -1 -1 unknown 0\n" + tail, "core 0: no NUMA node 4"},
       {"source s\ncore 0 1 -1 -1 -1 unknown 0\n" + tail, "core 0: no package 1"},
-      {"source s\n" + core + tail + "distances 2 10 20 20\n", "no distance"},
-      {"source s\n" + core + tail + "distances 1 10\n",
-       "distances for 1 NUMA nodes, the machine has 0"},
+      {"source s\n" + two_numa + core + tail + "distances 2 10 20 20\n", "no distance"},
+      {"source s\n" + two_numa + core + tail + "distances 1 10\n",
+       "distances for 1 NUMA nodes, the machine has 2"},
+      {"source s\n" + core + tail + "distances 1 10\n", "NUMA nodes 1 is outside [0, 0]"},
+      {"source s\nnuma 0 ~ ~ ~ 0\nnuma 0 ~ ~ ~ 0\n" + core + tail, "NUMA node 0 twice"},
+      {"source s\npackage 3 ~\npackage 3 ~\n" + core + tail, "package 3 twice"},
+      {"source s\n" + core + tail + gpu(-1) + gpu(-1), "GPU \"0000:01:00.0\" twice"},
+      {"source s\n" + core + tail + gpu(3), "GPU \"0000:01:00.0\": no NUMA node 3"},
+      {"source s\n" + core + tail + "root pci0000:00 ~ -1\nroot pci0000:00 ~ -1\n",
+       "PCIe root \"pci0000:00\" twice"},
+      {"source s\n" + core + tail + "root pci0000:00 ~ 2\n",
+       "PCIe root \"pci0000:00\": no NUMA node 2"},
+      {"source s\ncore 0 -1 -1 -1 -1 unknown 0-2\ncpu 0 0\noffline ~\n",
+       "core 0: CPUs 1-2 have no cpu record"},
+      // A small file must not allocate without bound: sets of 8 KiB on 20-byte lines, and
+      // records past any machine's count.
+      {"source s\n" + Repeat("package 0 0-65535\n", 4200) + core + tail,
+       "line 4098 (\"package 0 0-65535\"): the CPU sets so far exceed 33554432 bytes"},
+      {"source s\n" + Repeat("kind -1 unknown ~ 0\n", 257) + core + tail,
+       "line 258 (\"kind -1 unknown ~ 0\"): more records of this kind than any machine has"},
       {"source s\n" + core + "cpu 0 0\n", "no \"offline\" record"},
       {core + tail, "no \"source\" record"},
       {"source s\ngpu 0 70000\n" + core + tail, "vendor id 70000 is outside [0, 65535]"},
