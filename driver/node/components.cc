@@ -128,7 +128,7 @@ absl::Status DraDrivers::Start() {
         [driver, dir = cdi_dir_](const absl::StatusOr<prepare::ClaimService::Reconciled>& r) {
           if (absl::IsCancelled(r.status())) return;
           if (!r.ok()) {
-            spdlog::error("driver {}: CDI files in {}: {}", driver, dir,
+            spdlog::error("driver {}: CDI files in \"{}\": {}", driver, dir,
                           std::string(r.status().message()));
             return;
           }
@@ -180,7 +180,7 @@ std::vector<std::string> DraDrivers::Problems() const {
     for (std::string& p : d.plugin->SocketProblems()) out.push_back(std::move(p));
     if (std::string p = d.service->FileCheckProblem(); !p.empty()) {
       out.push_back(
-          absl::StrCat("driver ", d.service->driver(), ": CDI files in ", cdi_dir_, ": ", p));
+          absl::StrCat("driver ", d.service->driver(), ": CDI files in \"", cdi_dir_, "\": ", p));
     }
   }
   return out;
@@ -218,8 +218,8 @@ absl::Status DevicePlugins::Start() {
     if (absl::StatusOr<cdi::ReconciledCdi> r = s->ReconcileCdi(); !r.ok()) {
       Stop();
       return absl::Status(r.status().code(),
-                          absl::StrCat("device plugin ", s->resource(), ": CDI files in ",
-                                       config_.cdi_dir, ": ", r.status().message()));
+                          absl::StrCat("device plugin ", s->resource(), ": CDI files in \"",
+                                       config_.cdi_dir, "\": ", r.status().message()));
     }
     if (auto it = refused->find(s->resource()); it != refused->end()) {
       spdlog::warn(

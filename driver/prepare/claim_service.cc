@@ -253,10 +253,14 @@ std::string DirKey(const std::string& ns, const std::string& name) {
   return absl::StrCat("dir:", ns, "_", name);
 }
 
+// The service whose file check runs on this thread: a stop asked from that thread (its `done`,
+// a test's hook) cannot join it.
+thread_local const ClaimService* checking_on_this_thread = nullptr;
+
 }  // namespace
 
 void ClaimService::Guarded(const std::vector<std::string>& keys, int add,
-                           const std::function<int(int)>& fn) {
+                           const std::function<int(int first, int any)>& fn) {
   std::unique_lock<std::mutex> lock(gate_mu_);
   gate_cv_.wait(lock, [&] {
     for (const std::string& k : keys) {
@@ -266,12 +270,19 @@ void ClaimService::Guarded(const std::vector<std::string>& keys, int add,
     }
     return true;
   });
-  const int before = gate_keys_[keys.front()];
-  for (const std::string& k : keys) gate_keys_[k] |= kRunning;
+  // A call that saw the check running may get here after it ended: nothing is left to exclude,
+  // and keys made now would outlive the check (EndFileCheck has dropped them) into the next one.
+  if (!checking_.load()) return;
+  const int first = gate_keys_[keys.front()];
+  int any = 0;
+  for (const std::string& k : keys) {
+    any |= gate_keys_[k];
+    gate_keys_[k] |= kRunning;
+  }
   lock.unlock();
   int more = 0;
   try {
-    more = fn(before);
+    more = fn(first, any);
   } catch (...) {
     lock.lock();
     for (const std::string& k : keys) gate_keys_[k] &= ~kRunning;
@@ -287,9 +298,12 @@ void ClaimService::BeforeClaimFiles(const ClaimRef& ref) {
   if (!checking_.load()) return;
   const std::string owner = state::DraOwner(driver_, ref.uid);
   Guarded({absl::StrCat("uid:", ref.uid), DirKey(ref.ns, ref.name)}, kChecked | kCalled,
-          [&](int before) {
-            if ((before & kChecked) != 0) return 0;
-            if (absl::StatusOr<int> r = CheckClaimFiles(owner, nullptr); !r.ok()) {
+          [&](int first, int any) {
+            if ((first & kChecked) != 0) return 0;
+            // A call of another claim of the same namespace and name (one deleted and made
+            // again) owns the metadata directory now: its files are not this claim's to write.
+            const bool host_files = (any & kCalled) == 0;
+            if (absl::StatusOr<int> r = CheckClaimFiles(owner, host_files, nullptr); !r.ok()) {
               spdlog::warn("{}: checking its files before the call: {}", Who(ref),
                            Message(r.status()));
             }
@@ -297,29 +311,31 @@ void ClaimService::BeforeClaimFiles(const ClaimRef& ref) {
           });
 }
 
-absl::StatusOr<int> ClaimService::CheckClaimFiles(const std::string& owner, Wanted* wanted) {
+absl::StatusOr<int> ClaimService::CheckClaimFiles(const std::string& owner, bool host_files,
+                                                  Wanted* wanted) {
   state::JsonText stored;
   ledger_->Read([&](const state::State& st) {
     if (const state::Allocation* a = st.Find(owner); a != nullptr) stored = a->cdi;
   });
   if (stored.is_null()) return 0;
-  std::map<std::string, std::string> specs;       // CDI file -> spec text
-  std::map<std::string, std::string> host_files;  // device metadata: path -> content
-  if (AddStoredCdiText(stored.text(), &specs, &host_files) != StoredCdi::kAdded) {
+  std::map<std::string, std::string> specs;              // CDI file -> spec text
+  std::map<std::string, std::string> host_file_content;  // device metadata: path -> content
+  if (AddStoredCdiText(stored.text(), &specs, &host_file_content) != StoredCdi::kAdded) {
     json cdi = stored.Parse();
     if (!cdi.is_object()) return 0;
     const auto file = cdi.find("file");
     const auto spec = cdi.find("spec");
     if (file == cdi.end() || !file->is_string() || spec == cdi.end()) return 0;
     specs[file->get<std::string>()] = spec->dump(-1, ' ', false, json::error_handler_t::replace);
-    if (absl::Status st = AddStoredMetadata(cdi, &specs, &host_files); !st.ok()) {
-      return absl::Status(st.code(), absl::StrCat(owner, ": ", st.message()));
+    if (absl::Status st = AddStoredMetadata(cdi, &specs, &host_file_content); !st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("\"", owner, "\": ", st.message()));
     }
   }
   const std::string metadata_root = view()->setup.metadata_root;
+  if (!host_files) host_file_content.clear();
   if (wanted != nullptr) {
     for (const auto& [file, text] : specs) wanted->cdi_files.insert(file);
-    for (const auto& [path, content] : host_files) wanted->host_files.insert(path);
+    for (const auto& [path, content] : host_file_content) wanted->host_files.insert(path);
   }
   const std::string label = absl::StrCat("driver ", driver_);
   int written = 0;
@@ -329,7 +345,7 @@ absl::StatusOr<int> ClaimService::CheckClaimFiles(const std::string& owner, Want
     written += *w ? 1 : 0;
   }
   if (metadata_root.empty()) return written;
-  for (const auto& [path, content] : host_files) {
+  for (const auto& [path, content] : host_file_content) {
     absl::StatusOr<bool> w = CheckMetadataHostFile(path, content);
     if (!w.ok()) return w.status();
     written += *w ? 1 : 0;
@@ -359,9 +375,13 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::RunFileCheck() {
   Wanted wanted;
   for (const Loaded& l : loaded) {
     if (stop_check_.load()) return absl::CancelledError("the file check was stopped");
-    Guarded({l.uid_key, l.dir_key}, kChecked, [&](int before) {
-      if ((before & kChecked) != 0) return 0;
-      absl::StatusOr<int> r = CheckClaimFiles(l.owner, &wanted);
+    if (before_claim_check_) before_claim_check_(l.owner);
+    Guarded({l.uid_key, l.dir_key}, kChecked, [&](int first, int any) {
+      if ((first & kChecked) != 0) return 0;
+      // A prepare of another claim of the same namespace and name (one deleted and made again)
+      // has taken the metadata directory over and written its own files there: this claim's
+      // stored record must not write over them.
+      absl::StatusOr<int> r = CheckClaimFiles(l.owner, (any & kCalled) == 0, &wanted);
       if (r.ok()) {
         out.written += *r;
         return 0;
@@ -372,10 +392,17 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::RunFileCheck() {
   }
   // Files of claims not prepared, each removed under its claim's key unless a call has taken
   // the claim over (its prepare writes the same files; its unprepare removes them itself).
-  auto skip = [](int before) { return (before & (kCalled | kKeep)) != 0; };
+  // A stop ends the removals too (a check of 10,000 stale claims removes 30,000 files); the
+  // listings still run to their end but remove nothing more.
+  bool stopped = false;
+  auto skip = [&](int flags) {
+    stopped = stopped || stop_check_.load();
+    return stopped || (flags & (kCalled | kKeep)) != 0;
+  };
+  const absl::Status cancelled = absl::CancelledError("the file check was stopped");
   cdi::FileGuard guard = [&](const std::string& file, const std::function<void()>& act) {
-    Guarded({KeyOfFile(driver_, file)}, 0, [&](int before) {
-      if (!skip(before)) act();
+    Guarded({KeyOfFile(driver_, file)}, 0, [&](int first, int) {
+      if (!skip(first)) act();
       return 0;
     });
   };
@@ -389,17 +416,19 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::RunFileCheck() {
         return ClassifyCdiFile(IsCdiFileOf(driver_, file), file, marker);
       },
       absl::StrCat("driver ", driver_), guard);
+  if (stopped) return cancelled;
   if (!removed.ok()) return removed.status();
   out.removed += *removed;
   if (!metadata_root.empty()) {
     absl::StatusOr<int> gone = RemoveUnwantedMetadata(
         metadata_root, [&](const std::string& path) { return wanted.host_files.contains(path); },
         [&](const std::string& dir_name, const std::function<void()>& act) {
-          Guarded({absl::StrCat("dir:", dir_name)}, 0, [&](int before) {
-            if (!skip(before)) act();
+          Guarded({absl::StrCat("dir:", dir_name)}, 0, [&](int first, int) {
+            if (!skip(first)) act();
             return 0;
           });
         });
+    if (stopped) return cancelled;
     if (!gone.ok()) return gone.status();
     out.removed += *gone;
   }
@@ -407,20 +436,38 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::RunFileCheck() {
   return out;
 }
 
-absl::StatusOr<ClaimService::Reconciled> ClaimService::ReconcileCdi() {
-  checking_ = true;
-  absl::StatusOr<Reconciled> r = RunFileCheck();
+void ClaimService::EndFileCheck() {
+  std::unique_lock<std::mutex> lock(gate_mu_);
   checking_ = false;
-  std::lock_guard<std::mutex> lock(gate_mu_);
+  // A call that entered Guarded before this still runs its fn and then writes its key's flags:
+  // dropping the keys under it would let a second call of the same claim in beside it, and its
+  // flags, written after the drop, would make the next check skip that claim.
+  gate_cv_.wait(lock, [&] {
+    return std::none_of(gate_keys_.begin(), gate_keys_.end(),
+                        [](const auto& k) { return (k.second & kRunning) != 0; });
+  });
   gate_keys_.clear();
+}
+
+absl::StatusOr<ClaimService::Reconciled> ClaimService::ReconcileCdi() {
+  {
+    std::lock_guard<std::mutex> lock(gate_mu_);
+    checking_ = true;
+  }
+  absl::StatusOr<Reconciled> r = RunFileCheck();
+  EndFileCheck();
   return r;
 }
 
 void ClaimService::StartFileCheck(std::function<void(const absl::StatusOr<Reconciled>&)> done) {
   StopFileCheck();
   stop_check_ = false;
-  checking_ = true;
+  {
+    std::lock_guard<std::mutex> lock(gate_mu_);
+    checking_ = true;
+  }
   check_thread_ = std::thread([this, done = std::move(done)] {
+    checking_on_this_thread = this;
     absl::StatusOr<Reconciled> r;
     try {
       r = RunFileCheck();
@@ -428,11 +475,7 @@ void ClaimService::StartFileCheck(std::function<void(const absl::StatusOr<Reconc
       // STYLE.md: nothing throws on purpose; a bug here must not take the daemon down.
       r = absl::InternalError(absl::StrCat("the file check failed: ", e.what()));
     }
-    checking_ = false;
-    {
-      std::lock_guard<std::mutex> lock(gate_mu_);
-      gate_keys_.clear();
-    }
+    EndFileCheck();
     {
       std::lock_guard<std::mutex> lock(check_error_mu_);
       check_error_ = r.ok() || absl::IsCancelled(r.status()) ? "" : Message(r.status());
@@ -443,7 +486,7 @@ void ClaimService::StartFileCheck(std::function<void(const absl::StatusOr<Reconc
 
 void ClaimService::StopFileCheck() {
   stop_check_ = true;
-  if (check_thread_.joinable()) check_thread_.join();
+  if (checking_on_this_thread != this && check_thread_.joinable()) check_thread_.join();
 }
 
 std::string ClaimService::FileCheckProblem() const {
@@ -857,10 +900,9 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref, const claims::Claim& 
   };
   if (!plan.cdi_file.empty()) {
     // Validated and printed by the planner, when it could.
-    absl::Status w =
-        !plan.cdi_text.empty()
-            ? cdi_->WriteValidatedText(plan.cdi_file, plan.cdi_text, /*synced=*/false)
-            : cdi_->Write(plan.cdi_file, plan.cdi_spec, /*synced=*/false).status();
+    absl::Status w = !plan.cdi_text.empty()
+                         ? cdi_->WriteValidatedText(plan.cdi_file, plan.cdi_text, /*synced=*/false)
+                         : cdi_->Write(plan.cdi_file, plan.cdi_spec, /*synced=*/false).status();
     if (!w.ok()) {
       undo();
       return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(w)));

@@ -136,8 +136,14 @@ class ClaimService {
   // unprepare of the same claim. `done` is called on the check's thread with its outcome (an
   // error does not stop it: the other claims are still checked). Call once, before serving.
   void StartFileCheck(std::function<void(const absl::StatusOr<Reconciled>&)> done);
-  // Stops the background check between two claims and waits for it; a no-op when none runs.
+  // Stops the background check between two claims (or two removals) and waits for it (unless
+  // called on the check's own thread); its outcome is then Cancelled. A no-op when none runs.
   void StopFileCheck();
+  // Tests only: called on the check's thread before it checks the claim of `owner`, holding no
+  // key, so a test can order a call before a given claim's check. Set before StartFileCheck.
+  void SetBeforeClaimCheckForTest(std::function<void(const std::string& owner)> hook) {
+    before_claim_check_ = std::move(hook);
+  }
   // Why the last file check failed, "" when it did not (or has not ended yet).
   std::string FileCheckProblem() const;
   ~ClaimService();
@@ -200,9 +206,9 @@ class ClaimService {
   std::string UnprepareOne(const ClaimRef& ref);
   // What unprepare removes of a prepared claim (FilesOf).
   struct ClaimFiles {
-    std::string cdi_file;                         // "" for none
-    std::vector<std::string> metadata_cdi_files;  // in the CDI directory
-    std::string metadata_host_path;               // the first metadata file's; "" for none
+    std::string cdi_file;                          // "" for none
+    std::vector<std::string> metadata_cdi_files;   // in the CDI directory
+    std::string metadata_host_path;                // the first metadata file's; "" for none
     std::vector<std::string> metadata_host_files;  // all of them
   };
   // Kept at prepare, so unprepare need not parse the stored CDI JSON (the CDI spec, the metadata
@@ -223,9 +229,13 @@ class ClaimService {
     kCalled = 4,   // a prepare or unprepare has taken it over: the check leaves it alone
     kKeep = 8,     // its stored files could not be read back: nothing of it is removed
   };
-  // Runs `fn(flags of keys[0] before)` with every key held exclusively, then adds `add` and what
-  // `fn` returns to each key's flags.
-  void Guarded(const std::vector<std::string>& keys, int add, const std::function<int(int)>& fn);
+  // Runs `fn(flags of keys[0], flags of all keys or'ed)` with every key held exclusively, then
+  // adds `add` and what `fn` returns to each key's flags. Does nothing once the check has ended.
+  void Guarded(const std::vector<std::string>& keys, int add,
+               const std::function<int(int first, int any)>& fn);
+  // Ends a check (ReconcileCdi, StartFileCheck): no call is let into Guarded after it, and the
+  // keys are dropped once no call is inside it.
+  void EndFileCheck();
   // Before a prepare or unprepare of `ref` touches its files, while a check runs.
   void BeforeClaimFiles(const ClaimRef& ref);
   // The files the check found wanted (the claims it checked itself).
@@ -233,14 +243,15 @@ class ClaimService {
     std::set<std::string> cdi_files;
     std::set<std::string> host_files;
   };
-  // Checks the CDI spec, metadata specs and metadata files of `owner` as its stored record says;
-  // returns how many were written. `wanted` (may be null) gets their names.
-  absl::StatusOr<int> CheckClaimFiles(const std::string& owner, Wanted* wanted);
+  // Checks the CDI spec, metadata specs and (when `host_files`) metadata files of `owner` as its
+  // stored record says; returns how many were written. `wanted` (may be null) gets their names.
+  absl::StatusOr<int> CheckClaimFiles(const std::string& owner, bool host_files, Wanted* wanted);
   absl::StatusOr<Reconciled> RunFileCheck();
 
   std::atomic<bool> checking_{false};
   std::atomic<bool> stop_check_{false};
   std::thread check_thread_;
+  std::function<void(const std::string&)> before_claim_check_;
   std::mutex gate_mu_;
   std::condition_variable gate_cv_;
   std::map<std::string, int> gate_keys_;

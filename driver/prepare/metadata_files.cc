@@ -53,13 +53,33 @@ std::error_code Removed(const std::string& path) {
   return ec;
 }
 
+// A directory opened for the *at calls, never through a link in the last component.
+class DirFd {
+ public:
+  DirFd(int parent, const std::string& name)
+      : fd_(::openat(parent, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) {}
+  DirFd(const DirFd&) = delete;
+  DirFd& operator=(const DirFd&) = delete;
+  ~DirFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
 // The claim's directory as prepare made it: "<claim_dir>/<request>/<file>" for each host file,
-// nothing else. Removes those files, their directories and the claim's: five system calls for
+// nothing else. Removes those files, their directories and the claim's: seven system calls for
 // one request where remove_all's walk takes about fifteen. False, having removed what it could,
 // when anything else is found (a file left by hand, a torn write's temporary file, a link where a
 // directory should be) or a name is not of that shape: the caller then removes the whole tree.
+// Everything goes through descriptors opened without following a link: a path through a link in
+// the claim directory's place would reach the link's target, outside the metadata root.
 bool RemovedOneByOne(const std::string& claim_dir, const std::vector<std::string>& host_files) {
-  std::vector<std::string> dirs;
+  const DirFd claim(AT_FDCWD, claim_dir);
+  if (claim.get() < 0) return errno == ENOENT;
+  std::vector<std::string> requests;
   for (const std::string& path : host_files) {
     const Split p = SplitPath(path);
     const Split request = SplitPath(p.dir);
@@ -67,23 +87,22 @@ bool RemovedOneByOne(const std::string& claim_dir, const std::vector<std::string
         request.name == ".." || p.name.empty() || p.name == "." || p.name == "..") {
       return false;
     }
-    // Through the request directory itself, never a link in its place (remove_all does not
-    // follow links either).
-    const int fd = ::open(p.dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) {
+    const DirFd dir(claim.get(), request.name);
+    if (dir.get() < 0) {
       if (errno == ENOENT) continue;
       return false;
     }
-    const bool removed = ::unlinkat(fd, p.name.c_str(), 0) == 0 || errno == ENOENT;
-    ::close(fd);
-    if (!removed) return false;
-    if (std::find(dirs.begin(), dirs.end(), p.dir) == dirs.end()) dirs.push_back(p.dir);
+    if (::unlinkat(dir.get(), p.name.c_str(), 0) != 0 && errno != ENOENT) return false;
+    if (std::find(requests.begin(), requests.end(), request.name) == requests.end()) {
+      requests.push_back(request.name);
+    }
   }
-  dirs.push_back(claim_dir);
-  for (const std::string& dir : dirs) {
-    if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) return false;
+  for (const std::string& name : requests) {
+    if (::unlinkat(claim.get(), name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) return false;
   }
-  return true;
+  // rmdir does not follow a link in the last component: a link put in the claim directory's
+  // place since it was opened fails here (ENOTDIR) and goes to remove_all, which removes the link.
+  return ::rmdir(claim_dir.c_str()) == 0 || errno == ENOENT;
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "test/prepare/prepare_testing.h"
 
@@ -1572,6 +1573,64 @@ TEST_F(ClaimServiceFileCheckTest, RepairsDamagedFilesAndRemovesStaleOnesAfterSta
   r = StartCheck()();
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->written + r->removed, 0);
+}
+
+// A claim deleted and made again under the same name: the stale one (still in the state) and
+// the new one share the metadata directory. Once the new one's prepare has written its files
+// there, the check of the stale one must not write its stored files over them.
+TEST_F(ClaimServiceFileCheckTest, TheCheckOfAStaleClaimLeavesTheDirectoryOfANewOneAlone) {
+  const topology::Topology& topo = Load(k16);
+  const DriverSetup setup = MetadataSetup(topo);
+  Start(setup, topo);
+  const ClaimRef stale = Add("default", "same", "uid-stale", {Result("cpus", kNuma0, "2")});
+  PrepareOk(stale);
+  const std::string stale_content = Contents(HostFile("same"));
+  Restart({{setup, k16}});
+  const ClaimRef fresh = Add("default", "same", "uid-fresh", {Result("cpus", kNuma0, "4")});
+  std::string fresh_content;
+  // The new claim's prepare comes just before the check reaches the stale one.
+  service().SetBeforeClaimCheckForTest([&](const std::string& owner) {
+    if (!absl::StrContains(owner, "uid-stale")) return;
+    PrepareOk(fresh);
+    fresh_content = Contents(HostFile("same"));
+  });
+  absl::StatusOr<ClaimService::Reconciled> r = StartCheck()();
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_NE(fresh_content, "");
+  ASSERT_NE(fresh_content, stale_content);
+  EXPECT_EQ(Contents(HostFile("same")), fresh_content);
+  EXPECT_EQ(r->written, 0);
+  // The stale claim's own specs are still wanted: nothing of it was removed.
+  EXPECT_TRUE(CdiExists("dra.cpu-claim_uid-stale.json"));
+  EXPECT_TRUE(CdiExists("dra.cpu_metadata_uid-stale_cpus.json"));
+}
+
+// A stop reaches the removals too: asked while the last claim is checked, it leaves the files
+// of a claim that is not prepared for the next check.
+TEST_F(ClaimServiceFileCheckTest, AStopEndsTheRemovalsToo) {
+  const topology::Topology& topo = Load(k16);
+  const DriverSetup setup = MetadataSetup(topo);
+  Start(setup, topo);
+  const ClaimRef kept = Add("default", "kept", "uid-kept", {Result("cpus", kNuma0, "2")});
+  const ClaimRef stale = Add("default", "stale", "uid-stale", {Result("cpus", kNuma0, "2")});
+  PrepareOk(kept);
+  PrepareOk(stale);
+  const std::map<std::string, std::string> files = Snapshot({"stale"});
+  UnprepareOk(stale);
+  for (const auto& [path, content] : files) {
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    std::ofstream(path) << content;
+  }
+  Restart({{setup, k16}});
+  service().SetBeforeClaimCheckForTest([&](const std::string&) { service().StopFileCheck(); });
+  absl::StatusOr<ClaimService::Reconciled> r = StartCheck()();
+  EXPECT_TRUE(absl::IsCancelled(r.status())) << r.status();
+  EXPECT_EQ(Snapshot({"stale"}), files);
+  // The next check removes them.
+  service().SetBeforeClaimCheckForTest(nullptr);
+  r = StartCheck()();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->removed, 3);
 }
 
 // Calls made while the check runs: whatever the interleaving, a prepared claim's files are

@@ -68,10 +68,21 @@ TEST_F(RemoveMetadataFilesTest, ALinkInTheRequestDirectorysPlaceIsNotFollowed) {
   EXPECT_TRUE(fs::exists(dir_ + "/elsewhere/metadata.json"));
 }
 
+TEST_F(RemoveMetadataFilesTest, ALinkInTheClaimDirectorysPlaceIsNotFollowed) {
+  fs::create_directories(dir_ + "/elsewhere/req");
+  std::ofstream(dir_ + "/elsewhere/req/metadata.json") << "keep";
+  fs::remove_all(claim_dir_);
+  fs::create_directory_symlink(dir_ + "/elsewhere", claim_dir_);
+  ASSERT_TRUE(Remove({host_file()}).ok());
+  EXPECT_FALSE(fs::exists(fs::symlink_status(claim_dir_)));
+  EXPECT_TRUE(fs::exists(dir_ + "/elsewhere/req/metadata.json"));
+}
+
 TEST_F(RemoveMetadataFilesTest, AHostFileOutsideTheClaimDirectoryIsLeftAlone) {
   fs::create_directories(dir_ + "/outside/req");
   std::ofstream(dir_ + "/outside/req/metadata.json") << "keep";
-  ASSERT_TRUE(Remove({dir_ + "/outside/req/metadata.json", claim_dir_ + "/../x/metadata.json"}).ok());
+  ASSERT_TRUE(
+      Remove({dir_ + "/outside/req/metadata.json", claim_dir_ + "/../x/metadata.json"}).ok());
   EXPECT_FALSE(fs::exists(claim_dir_));
   EXPECT_TRUE(fs::exists(dir_ + "/outside/req/metadata.json"));
 }
