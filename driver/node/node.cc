@@ -249,6 +249,9 @@ void Node::AddHealth() {
 absl::Status Node::Start() {
   publishing_->Prepare();
   absl::Status st = components_.Start();
+  // Prepare started the publishers before their component's turn: a component before it that
+  // fails leaves them running (held) unless they are stopped here.
+  if (!st.ok()) publishing_->Stop();
   // Discovery and start-up leave freed heap behind; give it back to the system.
   malloc_trim(0);
   return st;

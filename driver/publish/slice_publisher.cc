@@ -183,8 +183,9 @@ void SlicePublisher::ReleaseWrites() {
   cv_.notify_all();
 }
 
-bool SlicePublisher::WritesAllowed() {
+bool SlicePublisher::WritesAllowed(bool* waited) {
   std::unique_lock<std::mutex> lock(mu_);
+  *waited = writes_held_ && !stopped_;
   cv_.wait(lock, [this] { return stopped_ || !writes_held_; });
   return !stopped_;
 }
@@ -203,6 +204,8 @@ PublisherStatus SlicePublisher::status() const {
 
 void SlicePublisher::RecordResult(const absl::Status& s) {
   std::lock_guard<std::mutex> lock(mu_);
+  // A stop (SIGTERM while the writes were held) is how the daemon ends, not a failed publish.
+  if (stopped_ && absl::IsCancelled(s)) return;
   const std::string msg = s.ok() ? "" : std::string(s.message());
   if (!s.ok()) ++status_.errors;
   if (msg != status_.last_error) {
@@ -669,119 +672,127 @@ absl::Status SlicePublisher::CheckStored(const json& sent, const json& stored, c
 }
 
 absl::Status SlicePublisher::Reconcile() {
-  std::optional<Pool> pool;
-  uint64_t version = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!desired_.known) return absl::OkStatus();  // nothing decided yet: touch nothing
-    pool = desired_.pool;
-    version = desired_.version;
-  }
-  if (node_uid_.empty()) {
-    absl::StatusOr<std::string> uid = api_.NodeUid(opts_.node_name);
-    if (uid.ok()) {
-      node_uid_ = *uid;
-    } else if (kube::HttpCodeOf(uid.status()) != 404) {
-      return uid.status();
-    }
-    // A missing Node (tests, a node being deleted) only costs the owner reference.
-  }
-  Form form;
-  absl::StatusOr<std::vector<json>> desired = DesiredObjects(std::move(pool), &form);
-  if (!desired.ok()) return desired.status();
-
-  // Generations only grow, even when every slice was deleted behind our back: consumers that saw
-  // the old pool must not mistake the new one for something older.
-  int64_t generation = highest_generation_;
-  for (const auto& [name, obj] : cache_) generation = std::max(generation, GenerationOf(obj));
-  std::set<std::string> wanted;
-  bool in_sync = desired->size() == cache_.size();
-  for (json& obj : *desired) {
-    const std::string name = NameOf(obj);
-    wanted.insert(name);
-    obj["spec"]["pool"]["generation"] = generation;
-    auto it = cache_.find(name);
-    if (it == cache_.end() ||
-        !Covers(obj["metadata"].value("ownerReferences", json::array()),
-                Field(Field(it->second, "metadata"), "ownerReferences")) ||
-        !Covers(obj["spec"], Field(it->second, "spec"))) {
-      in_sync = false;
-    }
-  }
-  int64_t writes = 0;
-  if (!in_sync) {
-    // Held at start until the daemon may publish: what to write is known by then.
-    if (!WritesAllowed()) return absl::CancelledError("stopped before publishing");
-    bool changed = false;
+  // Two plans at most: only a hold waits, and the pool that came during it is planned once more.
+  // Without a hold a newer pool waits for the next pass, so a pool changing faster than a plan
+  // takes (reservations, health republishes) is still written, one pass behind.
+  for (int plan = 0;; ++plan) {
+    std::optional<Pool> pool;
+    uint64_t version = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      changed = desired_.version != version;
+      if (!desired_.known) return absl::OkStatus();  // nothing decided yet: touch nothing
+      pool = desired_.pool;
+      version = desired_.version;
     }
-    // A new pool came while the writes were held: publish that one, not this.
-    if (changed) return Reconcile();
-    // Every change gets a new generation in every slice, so consumers never mix old and new.
-    ++generation;
-    for (auto it = cache_.begin(); it != cache_.end();) {
-      if (wanted.count(it->first)) {
-        ++it;
-        continue;
+    if (node_uid_.empty()) {
+      absl::StatusOr<std::string> uid = api_.NodeUid(opts_.node_name);
+      if (uid.ok()) {
+        node_uid_ = *uid;
+      } else if (kube::HttpCodeOf(uid.status()) != 404) {
+        return uid.status();
       }
-      const json& meta = Field(it->second, "metadata");
-      if (absl::Status st = api_.Delete(it->first, StringField(meta, "uid"),
-                                        StringField(meta, "resourceVersion"));
-          !st.ok()) {
-        return WriteFailed(st);
-      }
-      ++writes;
-      it = cache_.erase(it);
+      // A missing Node (tests, a node being deleted) only costs the owner reference.
     }
-    for (json& obj : *desired) obj["spec"]["pool"]["generation"] = generation;
-    // The first write goes alone: a server that drops a field is found (and the fallback taken)
-    // before anything else is written, and so is a stale cache (409). The rest go out
-    // opts_.write_concurrency at a time; their answers are looked at in order, as if sent so.
-    for (size_t done = 0; done < desired->size();) {
-      const size_t n = done == 0 || opts_.write_concurrency <= 1 ? 1 : desired->size() - done;
-      std::vector<char> covered;
-      std::vector<absl::StatusOr<kube::Response>> results = SendWrites(*desired, done, n, covered);
-      // Consumers may have seen this generation already: never publish it again.
-      if (std::any_of(results.begin(), results.end(), [](const auto& r) { return r.ok(); })) {
-        highest_generation_ = std::max(highest_generation_, generation);
+    Form form;
+    absl::StatusOr<std::vector<json>> desired = DesiredObjects(std::move(pool), &form);
+    if (!desired.ok()) return desired.status();
+
+    // Generations only grow, even when every slice was deleted behind our back: consumers that saw
+    // the old pool must not mistake the new one for something older.
+    int64_t generation = highest_generation_;
+    for (const auto& [name, obj] : cache_) generation = std::max(generation, GenerationOf(obj));
+    std::set<std::string> wanted;
+    bool in_sync = desired->size() == cache_.size();
+    for (json& obj : *desired) {
+      const std::string name = NameOf(obj);
+      wanted.insert(name);
+      obj["spec"]["pool"]["generation"] = generation;
+      auto it = cache_.find(name);
+      if (it == cache_.end() ||
+          !Covers(obj["metadata"].value("ownerReferences", json::array()),
+                  Field(Field(it->second, "metadata"), "ownerReferences")) ||
+          !Covers(obj["spec"], Field(it->second, "spec"))) {
+        in_sync = false;
       }
-      for (size_t i = 0; i < n; ++i) {
-        const json& obj = (*desired)[done + i];
-        if (!results[i].ok()) return WriteFailed(results[i].status());
-        ++writes;
-        if (absl::Status st = CheckStored(obj, results[i]->body, form, covered[i]); !st.ok()) {
-          return st;
+    }
+    int64_t writes = 0;
+    if (!in_sync) {
+      // Held at start until the daemon may publish: what to write is known by then.
+      bool waited = false;
+      if (!WritesAllowed(&waited)) return absl::CancelledError("stopped before publishing");
+      bool changed = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        changed = desired_.version != version;
+      }
+      // A new pool came while the writes were held: publish that one, not this.
+      if (waited && changed && plan == 0) continue;
+      // Every change gets a new generation in every slice, so consumers never mix old and new.
+      ++generation;
+      for (auto it = cache_.begin(); it != cache_.end();) {
+        if (wanted.count(it->first)) {
+          ++it;
+          continue;
         }
-        cache_[NameOf(obj)] = std::move(results[i]->body);
+        const json& meta = Field(it->second, "metadata");
+        if (absl::Status st = api_.Delete(it->first, StringField(meta, "uid"),
+                                          StringField(meta, "resourceVersion"));
+            !st.ok()) {
+          return WriteFailed(st);
+        }
+        ++writes;
+        it = cache_.erase(it);
       }
-      done += n;
+      for (json& obj : *desired) obj["spec"]["pool"]["generation"] = generation;
+      // The first write goes alone: a server that drops a field is found (and the fallback taken)
+      // before anything else is written, and so is a stale cache (409). The rest go out
+      // opts_.write_concurrency at a time; their answers are looked at in order, as if sent so.
+      for (size_t done = 0; done < desired->size();) {
+        const size_t n = done == 0 || opts_.write_concurrency <= 1 ? 1 : desired->size() - done;
+        std::vector<char> covered;
+        std::vector<absl::StatusOr<kube::Response>> results =
+            SendWrites(*desired, done, n, covered);
+        // Consumers may have seen this generation already: never publish it again.
+        if (std::any_of(results.begin(), results.end(), [](const auto& r) { return r.ok(); })) {
+          highest_generation_ = std::max(highest_generation_, generation);
+        }
+        for (size_t i = 0; i < n; ++i) {
+          const json& obj = (*desired)[done + i];
+          if (!results[i].ok()) return WriteFailed(results[i].status());
+          ++writes;
+          if (absl::Status st = CheckStored(obj, results[i]->body, form, covered[i]); !st.ok()) {
+            return st;
+          }
+          cache_[NameOf(obj)] = std::move(results[i]->body);
+        }
+        done += n;
+      }
+      spdlog::info(
+          "driver={} node={}: published {} ResourceSlices, pool generation {}, {} form{}{}{}",
+          opts_.driver, opts_.node_name, desired->size(), generation,
+          form.mixins ? "mixin" : "flat", form.tainted ? ", with device taints" : "",
+          form.lists ? ", with list attributes" : "",
+          form.node_allocatable == NodeAllocatableField::kNone
+              ? ""
+              : absl::StrCat(", with ", NodeAllocatableFieldName(form.node_allocatable)));
     }
-    spdlog::info(
-        "driver={} node={}: published {} ResourceSlices, pool generation {}, {} form{}{}{}",
-        opts_.driver, opts_.node_name, desired->size(), generation, form.mixins ? "mixin" : "flat",
-        form.tainted ? ", with device taints" : "", form.lists ? ", with list attributes" : "",
-        form.node_allocatable == NodeAllocatableField::kNone
-            ? ""
-            : absl::StrCat(", with ", NodeAllocatableFieldName(form.node_allocatable)));
+    highest_generation_ = std::max(highest_generation_, generation);
+    stale_retries_ = 0;
+    std::lock_guard<std::mutex> lock(mu_);
+    status_.in_sync = true;
+    status_.published_once = true;
+    status_.generation = generation;
+    status_.slices = static_cast<int>(desired->size());
+    status_.mixins = form.mixins;
+    status_.taints = form.tainted;
+    status_.list_attributes = form.lists;
+    status_.node_allocatable = form.node_allocatable;
+    status_.writes += writes;
+    synced_version_ = version;
+    drift_ = false;
+    cv_.notify_all();  // WaitPublished
+    return absl::OkStatus();
   }
-  highest_generation_ = std::max(highest_generation_, generation);
-  stale_retries_ = 0;
-  std::lock_guard<std::mutex> lock(mu_);
-  status_.in_sync = true;
-  status_.published_once = true;
-  status_.generation = generation;
-  status_.slices = static_cast<int>(desired->size());
-  status_.mixins = form.mixins;
-  status_.taints = form.tainted;
-  status_.list_attributes = form.lists;
-  status_.node_allocatable = form.node_allocatable;
-  status_.writes += writes;
-  synced_version_ = version;
-  drift_ = false;
-  cv_.notify_all();  // WaitPublished
-  return absl::OkStatus();
 }
 
 absl::Status SlicePublisher::SyncOnce() {

@@ -112,8 +112,9 @@ class SlicePublisher : private kube::InformerHandler {
     NodeAllocatableField node_allocatable = NodeAllocatableField::kNone;
   };
   absl::Status Reconcile();
-  // Waits while writes are held; false when Stop() came first.
-  bool WritesAllowed();
+  // Waits while writes are held; false when Stop() came first. *waited says whether it had to
+  // wait (the pool may have changed meanwhile).
+  bool WritesAllowed(bool* waited);
   bool PrepareWrite(nlohmann::json& obj) const;
   absl::StatusOr<kube::Response> SendWrite(nlohmann::json& obj, bool update);
   // Writes objs[begin, begin + n), up to opts_.write_concurrency at once; the answers in order.

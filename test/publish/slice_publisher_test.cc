@@ -479,6 +479,71 @@ TEST_F(SlicePublisherTest, HeldWritesWaitForReleaseAndStopEndsTheWait) {
   }
 }
 
+// SIGTERM while the writes are held: the pass ends Cancelled, which is no failed publish (no
+// warning, no slice_publish_errors).
+TEST_F(SlicePublisherTest, StopWhileWritesAreHeldIsNoError) {
+  testing::LogCapture log;
+  SlicePublisher& p = Make();
+  p.HoldWrites();
+  p.SetDesired(PoolFor(k32));
+  absl::Status result;
+  std::thread sync([&] { result = p.SyncOnce(); });
+  ASSERT_TRUE(fake_.Await([&] {
+    for (const FakeRestClient::Request& r : fake_.Requests()) {
+      if (r.verb == "POST" && r.path.find("dryRun=All") != std::string::npos) return true;
+    }
+    return false;
+  }));
+  p.Stop();
+  sync.join();
+  EXPECT_TRUE(absl::IsCancelled(result)) << result;
+  EXPECT_EQ(p.status().errors, 0);
+  EXPECT_EQ(p.status().last_error, "");
+  EXPECT_THAT(log.Lines("publishing ResourceSlices failed"), SizeIs(0));
+  EXPECT_TRUE(fake_.Objects(kSlices).empty());
+}
+
+// A pool that changes faster than a pass plans it (reservations, health republishes), with no
+// hold: each pass writes the pool it planned and the next pass the newer one. Re-planning
+// whenever the pool had changed would write nothing for as long as the changes come.
+TEST_F(SlicePublisherTest, DesiredChangingDuringEveryPassStillWrites) {
+  const Pool pool = PoolFor(k32);
+  const Pool grouped = PoolFor(k32, CpuDeviceMode::kGrouped);
+  // With no Node every pass asks for it again, so the hook below runs inside every plan.
+  fake_.FailNext(1000, 404, "/api/v1/nodes/node-a");
+  SlicePublisher& p = Make();
+  constexpr int kChanges = 10;
+  std::atomic<int> plans{0};
+  std::atomic<int> writes_before_last{-1};
+  fake_.SetBeforeRequest([&](const std::string& verb, const std::string& path) {
+    if (verb != "GET" || path.find("/api/v1/nodes/node-a") == std::string::npos) return;
+    const int n = ++plans;
+    if (n > kChanges) return;
+    if (n == kChanges) {
+      int writes = 0;
+      for (const FakeRestClient::Request& r : fake_.Requests()) {
+        if ((r.verb == "POST" || r.verb == "PUT") &&
+            r.path.find("dryRun=All") == std::string::npos) {
+          ++writes;
+        }
+      }
+      writes_before_last = writes;
+    }
+    p.SetDesired(n % 2 == 1 ? grouped : pool);
+  });
+  p.SetDesired(pool);
+  Start(&p);
+  ASSERT_TRUE(fake_.Await([&] { return plans.load() > kChanges; }));
+  ASSERT_TRUE(p.WaitPublished(std::chrono::seconds(30)));
+  fake_.SetBeforeRequest(nullptr);
+  // Nine passes wrote before the last change.
+  EXPECT_GE(writes_before_last.load(), kChanges - 1);
+  EXPECT_GE(p.status().generation, kChanges);
+  // The last change asked for `pool`: 3 slices in individual mode.
+  EXPECT_THAT(fake_.Objects(kSlices), SizeIs(3));
+  EXPECT_EQ(p.status().errors, 0);
+}
+
 TEST_F(SlicePublisherTest, StopBeforeADesiredStateReturnsAtOnce) {
   SlicePublisher& p = Make();
   fake_.ClearRequests();
