@@ -74,11 +74,11 @@ absl::StatusOr<Spec> SpecStore::Write(absl::string_view file_name, const Spec& s
 }
 
 absl::Status SpecStore::WriteValidatedText(absl::string_view file_name, absl::string_view text,
-                                          bool synced) const {
+                                           bool synced) const {
   if (absl::Status st = ValidateSpecFileName(file_name); !st.ok()) return st;
   if (absl::Status st = WriteAtomically(std::string(file_name), text, synced); !st.ok()) {
-    return absl::Status(st.code(), absl::StrCat("write CDI spec \"", PathOf(file_name),
-                                                "\": ", st.message()));
+    return absl::Status(st.code(),
+                        absl::StrCat("write CDI spec \"", PathOf(file_name), "\": ", st.message()));
   }
   return absl::OkStatus();
 }

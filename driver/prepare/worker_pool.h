@@ -33,17 +33,17 @@ class WorkerPool {
 
  private:
   struct Worker {
-    std::condition_variable cv;   // a job was given, or the pool stops
-    std::function<void()> job;    // guarded by mu_; empty while idle
+    std::condition_variable cv;  // a job was given, or the pool stops
+    std::function<void()> job;   // guarded by mu_; empty while idle
     std::thread thread;
   };
   void Loop(Worker* self);
 
   const size_t max_threads_;
   mutable std::mutex mu_;
-  bool stopping_ = false;                        // guarded by mu_
+  bool stopping_ = false;                         // guarded by mu_
   std::vector<std::unique_ptr<Worker>> workers_;  // guarded by mu_
-  std::vector<Worker*> idle_;                    // guarded by mu_; the last one is woken first
+  std::vector<Worker*> idle_;                     // guarded by mu_; the last one is woken first
 };
 
 }  // namespace topodra::prepare

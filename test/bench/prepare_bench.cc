@@ -327,7 +327,8 @@ int main(int argc, char** argv) {
   if (grpc_cpu_us > 0 && get_cpu_us > 0 && sync_cpu_us > 0) {
     g_cpu_floor_us = 2 * grpc_cpu_us + get_cpu_us + 2 * sync_cpu_us;
     std::printf(
-        "CPU floor per cycle: 2 empty gRPC calls %.0f us each (the daemon's, +-%.0f us) + claim GET "
+        "CPU floor per cycle: 2 empty gRPC calls %.0f us each (the daemon's, +-%.0f us) + claim "
+        "GET "
         "%.0f us (our HTTP client's thread) + 2 journal appends+fdatasync %.0f us each (the "
         "calling thread's) = %.0f us\n",
         grpc_cpu_us, 1e6 / static_cast<double>(::sysconf(_SC_CLK_TCK)) / 950, get_cpu_us,

@@ -209,8 +209,8 @@ TEST_F(WriteFileAtomicallyTest, MakesTheDirectoryOnlyWhenMissingAndRefusesAFileI
   ASSERT_EQ(::mkdir((dir_ + "/there").c_str(), 0700), 0);
   std::ofstream(dir_ + "/file") << "x";
   const mode_t old = ::umask(077);
-  const absl::Status there = WriteFileAtomically(dir_ + "/there", "a.json", "A", 0644, 0751,
-                                                 Durability::kAtomicOnly);
+  const absl::Status there =
+      WriteFileAtomically(dir_ + "/there", "a.json", "A", 0644, 0751, Durability::kAtomicOnly);
   const absl::Status missing =
       WriteFileAtomically(dir_ + "/b/c", "b.json", "B", 0644, 0751, Durability::kSynced);
   const absl::Status below_file =

@@ -12,7 +12,9 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string Nlohmann(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string Nlohmann(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 TEST(CompactJsonTest, PrintsWhatNlohmannPrints) {
   std::string controls;
@@ -33,11 +35,12 @@ TEST(CompactJsonTest, PrintsWhatNlohmannPrints) {
       "quote \" backslash \\ slash / tab \t newline \n cr \r bs \b ff \f del \x7f",
       controls,
       "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80",  // valid UTF-8
-      "bad \xff\xfe utf-8 \xc3",                      // replaced
+      "bad \xff\xfe utf-8 \xc3",                    // replaced
       json::array(),
       json::object(),
       json{{"b", 1}, {"a", {1, "x\ny", nullptr}}, {"\xc3\xa9", {{"k\t", false}}}},
-      json::parse(R"({"file":"f.json","metadata":[{"content":"{\n  \"a\": [1, 2]\n}\n","hostPath":"/x/y"}],"spec":{"cdiVersion":"0.6.0"}})"),
+      json::parse(
+          R"({"file":"f.json","metadata":[{"content":"{\n  \"a\": [1, 2]\n}\n","hostPath":"/x/y"}],"spec":{"cdiVersion":"0.6.0"}})"),
       json::binary({1, 2, 3}),
   };
   for (const json& j : cases) {
@@ -49,7 +52,7 @@ TEST(CompactJsonTest, RandomStringsPrintAsNlohmannPrintsThem) {
   // The bytes on either side of every boundary the word-at-a-time test draws, often; any byte
   // now and then; lengths across several words.
   const unsigned char edges[] = {0x00, 0x1f, 0x20, 0x21, 0x22, 0x23, 0x5b, 0x5c,
-                                 0x5d, 0x7e, 0x7f, 0x80, 0xc3, 0xa9, 'a', 'Z'};
+                                 0x5d, 0x7e, 0x7f, 0x80, 0xc3, 0xa9, 'a',  'Z'};
   std::mt19937 rng(19);
   for (int n = 0; n < 20000; ++n) {
     std::string s(rng() % 40, '\0');
@@ -57,7 +60,8 @@ TEST(CompactJsonTest, RandomStringsPrintAsNlohmannPrintsThem) {
     for (char& c : s) {
       const unsigned r = rng();
       c = static_cast<char>(r % rare == 0 ? edges[(r >> 8) % sizeof(edges)]
-                                          : r % 97 == 0 ? (r >> 8) % 256 : 'a' + (r >> 8) % 26);
+                            : r % 97 == 0 ? (r >> 8) % 256
+                                          : 'a' + (r >> 8) % 26);
     }
     const json j = {{s, s}, {"list", {s, 1, s}}};
     ASSERT_EQ(CompactJson(j), Nlohmann(j)) << Nlohmann(j);
