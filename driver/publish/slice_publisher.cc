@@ -671,6 +671,56 @@ absl::Status SlicePublisher::CheckStored(const json& sent, const json& stored, c
                    DumpJson(Field(sent, "spec")).substr(0, 300)));
 }
 
+absl::Status SlicePublisher::WriteDesired(std::vector<json>& desired,
+                                          const std::set<std::string>& wanted, int64_t generation,
+                                          const Form& form, int64_t* writes) {
+  for (auto it = cache_.begin(); it != cache_.end();) {
+    if (wanted.count(it->first)) {
+      ++it;
+      continue;
+    }
+    const json& meta = Field(it->second, "metadata");
+    if (absl::Status st =
+            api_.Delete(it->first, StringField(meta, "uid"), StringField(meta, "resourceVersion"));
+        !st.ok()) {
+      return WriteFailed(st);
+    }
+    ++*writes;
+    it = cache_.erase(it);
+  }
+  for (json& obj : desired) obj["spec"]["pool"]["generation"] = generation;
+  // The first write goes alone: a server that drops a field is found (and the fallback taken)
+  // before anything else is written, and so is a stale cache (409). The rest go out
+  // opts_.write_concurrency at a time; their answers are looked at in order, as if sent so.
+  for (size_t done = 0; done < desired.size();) {
+    const size_t n = done == 0 || opts_.write_concurrency <= 1 ? 1 : desired.size() - done;
+    std::vector<char> covered;
+    std::vector<absl::StatusOr<kube::Response>> results = SendWrites(desired, done, n, covered);
+    // Consumers may have seen this generation already: never publish it again.
+    if (std::any_of(results.begin(), results.end(), [](const auto& r) { return r.ok(); })) {
+      highest_generation_ = std::max(highest_generation_, generation);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const json& obj = desired[done + i];
+      if (!results[i].ok()) return WriteFailed(results[i].status());
+      ++*writes;
+      if (absl::Status st = CheckStored(obj, results[i]->body, form, covered[i]); !st.ok()) {
+        return st;
+      }
+      cache_[NameOf(obj)] = std::move(results[i]->body);
+    }
+    done += n;
+  }
+  spdlog::info("driver={} node={}: published {} ResourceSlices, pool generation {}, {} form{}{}{}",
+               opts_.driver, opts_.node_name, desired.size(), generation,
+               form.mixins ? "mixin" : "flat", form.tainted ? ", with device taints" : "",
+               form.lists ? ", with list attributes" : "",
+               form.node_allocatable == NodeAllocatableField::kNone
+                   ? ""
+                   : absl::StrCat(", with ", NodeAllocatableFieldName(form.node_allocatable)));
+  return absl::OkStatus();
+}
+
 absl::Status SlicePublisher::Reconcile() {
   // Two plans at most: only a hold waits, and the pool that came during it is planned once more.
   // Without a hold a newer pool waits for the next pass, so a pool changing faster than a plan
@@ -729,52 +779,9 @@ absl::Status SlicePublisher::Reconcile() {
       if (waited && changed && plan == 0) continue;
       // Every change gets a new generation in every slice, so consumers never mix old and new.
       ++generation;
-      for (auto it = cache_.begin(); it != cache_.end();) {
-        if (wanted.count(it->first)) {
-          ++it;
-          continue;
-        }
-        const json& meta = Field(it->second, "metadata");
-        if (absl::Status st = api_.Delete(it->first, StringField(meta, "uid"),
-                                          StringField(meta, "resourceVersion"));
-            !st.ok()) {
-          return WriteFailed(st);
-        }
-        ++writes;
-        it = cache_.erase(it);
+      if (absl::Status st = WriteDesired(*desired, wanted, generation, form, &writes); !st.ok()) {
+        return st;
       }
-      for (json& obj : *desired) obj["spec"]["pool"]["generation"] = generation;
-      // The first write goes alone: a server that drops a field is found (and the fallback taken)
-      // before anything else is written, and so is a stale cache (409). The rest go out
-      // opts_.write_concurrency at a time; their answers are looked at in order, as if sent so.
-      for (size_t done = 0; done < desired->size();) {
-        const size_t n = done == 0 || opts_.write_concurrency <= 1 ? 1 : desired->size() - done;
-        std::vector<char> covered;
-        std::vector<absl::StatusOr<kube::Response>> results =
-            SendWrites(*desired, done, n, covered);
-        // Consumers may have seen this generation already: never publish it again.
-        if (std::any_of(results.begin(), results.end(), [](const auto& r) { return r.ok(); })) {
-          highest_generation_ = std::max(highest_generation_, generation);
-        }
-        for (size_t i = 0; i < n; ++i) {
-          const json& obj = (*desired)[done + i];
-          if (!results[i].ok()) return WriteFailed(results[i].status());
-          ++writes;
-          if (absl::Status st = CheckStored(obj, results[i]->body, form, covered[i]); !st.ok()) {
-            return st;
-          }
-          cache_[NameOf(obj)] = std::move(results[i]->body);
-        }
-        done += n;
-      }
-      spdlog::info(
-          "driver={} node={}: published {} ResourceSlices, pool generation {}, {} form{}{}{}",
-          opts_.driver, opts_.node_name, desired->size(), generation,
-          form.mixins ? "mixin" : "flat", form.tainted ? ", with device taints" : "",
-          form.lists ? ", with list attributes" : "",
-          form.node_allocatable == NodeAllocatableField::kNone
-              ? ""
-              : absl::StrCat(", with ", NodeAllocatableFieldName(form.node_allocatable)));
     }
     highest_generation_ = std::max(highest_generation_, generation);
     stale_retries_ = 0;

@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "driver/kube/informer.h"
@@ -112,6 +113,11 @@ class SlicePublisher : private kube::InformerHandler {
     NodeAllocatableField node_allocatable = NodeAllocatableField::kNone;
   };
   absl::Status Reconcile();
+  // Deletes the cached slices not `wanted` and writes `desired` at `generation`; counts the
+  // writes sent.
+  absl::Status WriteDesired(std::vector<nlohmann::json>& desired,
+                            const std::set<std::string>& wanted, int64_t generation,
+                            const Form& form, int64_t* writes);
   // Waits while writes are held; false when Stop() came first. *waited says whether it had to
   // wait (the pool may have changed meanwhile).
   bool WritesAllowed(bool* waited);
