@@ -10,8 +10,13 @@
 //   - daemon RSS after 10,000 prepared claims;
 //   - one call of 16 claims whose GETs the fake API server holds 50 ms each (concurrent fetch).
 //
-// usage: [TOPODRA_BENCH_DAEMON_ARGS="--flag value ..."] prepare_bench [TOPOLOGIES_DIR]
-//        [ITERATIONS] [--latency-only]
+// usage: [TOPODRA_BENCH_DAEMON_ARGS="--flag value ..."] [TOPODRA_BENCH_VERBOSE=1]
+//        [TOPODRA_BENCH_PLUGINS_TMPFS=1] prepare_bench [TOPOLOGIES_DIR] [ITERATIONS]
+//        [--latency-only]
+// TOPODRA_BENCH_VERBOSE runs the daemon with -v and saves its log (each prepare's and unprepare's
+// phases in microseconds) to /tmp/prepare_bench_daemon.log. TOPODRA_BENCH_PLUGINS_TMPFS puts the
+// kubelet's plugin directory (the device metadata host files) on tmpfs: not a node's layout, for
+// telling what the files cost on ext4.
 // At concurrency 1 the latency floors are sampled alternately with the cycles (one floor sample,
 // one prepare, one unprepare) and the ratios are to those; a second concurrency-1 load with nothing
 // in between gives the daemon's CPU per cycle.
@@ -118,9 +123,26 @@ struct Node {
 
 // The daemon's CDI directory: on tmpfs when the machine has /dev/shm, as /var/run/cdi on a node.
 std::string CdiDir(const Node& n) {
-  if (!std::filesystem::is_directory("/dev/shm")) return n.dirs.cdi;
+  if (!std::filesystem::is_directory("/dev/shm") || !n.dirs.root.starts_with("/tmp/")) {
+    return n.dirs.cdi;
+  }
   return std::string(n.dirs.root).replace(0, 4, "/dev/shm") + "-cdi";
 }
+
+// The kubelet's plugin directory on tmpfs (TOPODRA_BENCH_PLUGINS_TMPFS).
+std::string PluginsTmpfsDir(const Node& n) {
+  return std::string(n.dirs.root).replace(0, 4, "/dev/shm") + "-plugins";
+}
+
+// Removes what the bench made outside the daemon's temporary directory.
+struct ShmCleanup {
+  const Node& n;
+  ~ShmCleanup() {
+    std::error_code ec;
+    if (CdiDir(n) != n.dirs.cdi) std::filesystem::remove_all(CdiDir(n), ec);
+    if (n.dirs.root.starts_with("/tmp/")) std::filesystem::remove_all(PluginsTmpfsDir(n), ec);
+  }
+};
 
 bool StartNode(Node& n, const std::vector<std::string>& machine) {
   if (n.server == nullptr) {
@@ -133,6 +155,14 @@ bool StartNode(Node& n, const std::vector<std::string>& machine) {
     }
     n.server = *std::move(server);
     n.dirs = DaemonDirs::Make();
+    // For looking into the figures, not a node's layout: the kubelet's plugin directory (the
+    // device metadata host files) on tmpfs, to tell what ext4 costs there.
+    if (std::getenv("TOPODRA_BENCH_PLUGINS_TMPFS") != nullptr) {
+      std::filesystem::create_directories(n.dirs.kubelet_root);
+      const std::string shm = PluginsTmpfsDir(n);
+      std::filesystem::create_directories(shm);
+      std::filesystem::create_directory_symlink(shm, n.dirs.kubelet_root + "/plugins");
+    }
     n.kubeconfig = n.server->WriteKubeconfig(n.dirs.root + "/kubeconfig.yaml");
   }
   testing::KubeletSimOptions so;
@@ -166,6 +196,18 @@ bool StartNode(Node& n, const std::vector<std::string>& machine) {
     return false;
   }
   return true;
+}
+
+// With TOPODRA_BENCH_VERBOSE, the daemon's log (per-phase times of each prepare and unprepare)
+// goes to /tmp/prepare_bench_daemon.log.
+void SaveVerboseLog(Node& n) {
+  if (std::getenv("TOPODRA_BENCH_VERBOSE") == nullptr) return;
+  std::FILE* f = std::fopen("/tmp/prepare_bench_daemon.log", "w");
+  if (f == nullptr) return;
+  const std::string log = n.daemon.Log();
+  std::fwrite(log.data(), 1, log.size(), f);
+  std::fclose(f);
+  std::printf("daemon log: /tmp/prepare_bench_daemon.log\n");
 }
 
 void StopNode(Node& n) {
@@ -234,6 +276,13 @@ class FloorSampler {
   size_t next_ = 0;
   std::vector<double> grpc_, get_, sync_;
 };
+
+// `path` with its symbolic links followed, as far as it exists.
+std::string Resolved(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::weakly_canonical(path, ec);
+  return ec ? path : p.string();
+}
 
 // The file systems the daemon writes to, as the bench laid them out: a node has /var/run/cdi on
 // tmpfs and the state and the kubelet's plugin directory (device metadata host files) on disk.
@@ -339,6 +388,7 @@ int main(int argc, char** argv) {
   std::vector<double> starts;
   long idle_rss = 0;
   Node n;
+  const ShmCleanup cleanup{n};
   for (int i = 0; i < 5; ++i) {
     if (!StartNode(n, fixture)) return 1;
     starts.push_back(n.start_to_registered_ms);
@@ -358,7 +408,7 @@ int main(int argc, char** argv) {
     std::printf(
         "file systems (a node: /var/run/cdi tmpfs, state and /var/lib/kubelet on disk): CDI "
         "specs %s, state %s, device metadata host files %s\n",
-        FsType(CdiDir(n)).c_str(), FsType(n.dirs.state).c_str(), FsType(n.dirs.kubelet_root).c_str());
+        FsType(CdiDir(n)).c_str(), FsType(n.dirs.state).c_str(), FsType(Resolved(n.dirs.kubelet_root + "/plugins")).c_str());
   }
 
   // Floors.
@@ -468,6 +518,7 @@ int main(int argc, char** argv) {
       "targets (issue 19): at concurrency 1 prepare p50 <= 1.3x and unprepare p50 <= 1.2x their "
       "floors; daemon CPU <= 100 us per cycle; >= 1000 claims/s at concurrency 16\n");
   if (latency_only) {
+    SaveVerboseLog(n);
     StopNode(n);
     return 0;
   }
@@ -508,15 +559,7 @@ int main(int argc, char** argv) {
         errors > 0 ? absl::StrCat(", ", errors, " errors").c_str() : "", kCallClaims * kHoldMs,
         (kCallClaims + 7) / 8 * kHoldMs);
   }
-  if (std::getenv("TOPODRA_BENCH_VERBOSE") != nullptr) {
-    std::printf("daemon log: %s\n", n.daemon.Log().substr(0, 0).c_str());
-    std::FILE* f = std::fopen("/tmp/prepare_bench_daemon.log", "w");
-    if (f != nullptr) {
-      const std::string log = n.daemon.Log();
-      std::fwrite(log.data(), 1, log.size(), f);
-      std::fclose(f);
-    }
-  }
+  SaveVerboseLog(n);
   StopNode(n);
   return 0;
 }
