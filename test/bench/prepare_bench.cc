@@ -355,14 +355,15 @@ int RunLoad(Node& n, const std::vector<PrepareClaim>& claims, int threads, int i
   }
   const double claims_per_s = static_cast<double>(cycles) / seconds;
   const double rp = p.p50 / floor_prepare, ru = u.p50 / floor_unprepare;
-  if (!cpu_only) std::printf(
-      "%-15s prepare p50 %6.3f ms p99 %6.3f ms (%.2fx floor%s) | unprepare p50 %6.3f ms p99 "
-      "%6.3f ms (%.2fx floor%s) | %7.0f claims/s prepared+unprepared%s\n",
-      label, p.p50, p.p99, rp,
-      targets ? absl::StrCat("; ", Verdict(rp <= kPrepareTarget, "<= 1.3x")).c_str() : "", u.p50,
-      u.p99, ru,
-      targets ? absl::StrCat("; ", Verdict(ru <= kUnprepareTarget, "<= 1.2x")).c_str() : "",
-      claims_per_s, errors > 0 ? absl::StrCat(" (", errors.load(), " errors)").c_str() : "");
+  if (!cpu_only)
+    std::printf(
+        "%-15s prepare p50 %6.3f ms p99 %6.3f ms (%.2fx floor%s) | unprepare p50 %6.3f ms p99 "
+        "%6.3f ms (%.2fx floor%s) | %7.0f claims/s prepared+unprepared%s\n",
+        label, p.p50, p.p99, rp,
+        targets ? absl::StrCat("; ", Verdict(rp <= kPrepareTarget, "<= 1.3x")).c_str() : "", u.p50,
+        u.p99, ru,
+        targets ? absl::StrCat("; ", Verdict(ru <= kUnprepareTarget, "<= 1.2x")).c_str() : "",
+        claims_per_s, errors > 0 ? absl::StrCat(" (", errors.load(), " errors)").c_str() : "");
   if (interleave == nullptr && cpu0 >= 0 && cpu1 >= 0 && cycles > 0) {
     const double per_cycle = (cpu1 - cpu0) / cycles;
     const double tick_us = 1e6 / static_cast<double>(::sysconf(_SC_CLK_TCK));
@@ -408,7 +409,8 @@ int main(int argc, char** argv) {
     std::printf(
         "file systems (a node: /var/run/cdi tmpfs, state and /var/lib/kubelet on disk): CDI "
         "specs %s, state %s, device metadata host files %s\n",
-        FsType(CdiDir(n)).c_str(), FsType(n.dirs.state).c_str(), FsType(Resolved(n.dirs.kubelet_root + "/plugins")).c_str());
+        FsType(CdiDir(n)).c_str(), FsType(n.dirs.state).c_str(),
+        FsType(Resolved(n.dirs.kubelet_root + "/plugins")).c_str());
   }
 
   // Floors.
