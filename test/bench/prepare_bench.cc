@@ -216,7 +216,7 @@ void StopNode(Node& n) {
 }
 
 // One sample of each latency floor per call of Sample(): an empty gRPC call on the daemon's
-// socket, one claim GET from the fake API server, one journal-sized append + fdatasync in the
+// socket, one claim GET from the fake API server, one 300-byte append + fdatasync in the
 // daemon's state directory. At concurrency 1 the load calls it before each cycle, so the floors
 // and the figures are sampled alternately and machine noise (other processes' disk syncs above
 // all) hits both alike.
