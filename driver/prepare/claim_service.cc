@@ -1005,6 +1005,7 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
     spdlog::debug("{}: not prepared, nothing to unprepare", Who(ref));
     return "";
   }
+  const auto t1 = std::chrono::steady_clock::now();
   absl::StatusOr<ClaimFiles> files = FilesOf(owner, held.cdi);
   if (!files.ok()) {
     ledger_->Abort(*txn);
@@ -1049,6 +1050,7 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
     ledger_->Abort(*txn);
     return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(st)));
   }
+  const auto t2 = std::chrono::steady_clock::now();
   if (absl::Status st = ledger_->Commit(*txn); !st.ok()) {
     // Still prepared: its CDI file must be there for a replayed prepare.
     restore(/*spec=*/true);
@@ -1056,8 +1058,12 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
     return fail(absl::StrCat("claim ", Ref(ref), ": record the release: ", Message(st)));
   }
   Forget(owner);
+  const auto t3 = std::chrono::steady_clock::now();
   spdlog::info("{}: unprepared, freed cpus={} gpus={}", Who(ref),
                held.cpus.Empty() ? "none" : held.cpus.ToString(), held.gpus.size());
+  auto us = [](auto d) { return std::chrono::duration_cast<std::chrono::microseconds>(d).count(); };
+  spdlog::debug("{}: unprepare took files {} us, journal {} us", Who(ref), us(t2 - t1),
+                us(t3 - t2));
   {
     std::lock_guard<std::mutex> lock(pods_mu_);
     pods_.erase(ref.uid);

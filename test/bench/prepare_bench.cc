@@ -10,8 +10,16 @@
 //   - daemon RSS after 10,000 prepared claims;
 //   - one call of 16 claims whose GETs the fake API server holds 50 ms each (concurrent fetch).
 //
-// usage: [TOPODRA_BENCH_DAEMON_ARGS="--flag value ..."] prepare_bench [TOPOLOGIES_DIR]
-//        [ITERATIONS] [--latency-only]
+// usage: [TOPODRA_BENCH_DAEMON_ARGS="--flag value ..."] [TOPODRA_BENCH_VERBOSE=1]
+//        [TOPODRA_BENCH_PLUGINS_TMPFS=1] prepare_bench [TOPOLOGIES_DIR] [ITERATIONS]
+//        [--latency-only]
+// TOPODRA_BENCH_VERBOSE runs the daemon with -v and saves its log (each prepare's and unprepare's
+// phases in microseconds) to /tmp/prepare_bench_daemon.log. TOPODRA_BENCH_PLUGINS_TMPFS puts the
+// kubelet's plugin directory (the device metadata host files) on tmpfs: not a node's layout, for
+// telling what the files cost on ext4.
+// At concurrency 1 the latency floors are sampled alternately with the cycles (one floor sample,
+// one prepare, one unprepare) and the ratios are to those; a second concurrency-1 load with nothing
+// in between gives the daemon's CPU per cycle.
 // --latency-only stops after the concurrency-1 and 16 loads: with the daemon under callgrind
 // (docs/dev/benchmarks.md), two runs with different ITERATIONS give its instructions per cycle.
 #include <fcntl.h>
@@ -113,6 +121,29 @@ struct Node {
   double start_to_registered_ms = 0;
 };
 
+// The daemon's CDI directory: on tmpfs when the machine has /dev/shm, as /var/run/cdi on a node.
+std::string CdiDir(const Node& n) {
+  if (!std::filesystem::is_directory("/dev/shm") || !n.dirs.root.starts_with("/tmp/")) {
+    return n.dirs.cdi;
+  }
+  return std::string(n.dirs.root).replace(0, 4, "/dev/shm") + "-cdi";
+}
+
+// The kubelet's plugin directory on tmpfs (TOPODRA_BENCH_PLUGINS_TMPFS).
+std::string PluginsTmpfsDir(const Node& n) {
+  return std::string(n.dirs.root).replace(0, 4, "/dev/shm") + "-plugins";
+}
+
+// Removes what the bench made outside the daemon's temporary directory.
+struct ShmCleanup {
+  const Node& n;
+  ~ShmCleanup() {
+    std::error_code ec;
+    if (CdiDir(n) != n.dirs.cdi) std::filesystem::remove_all(CdiDir(n), ec);
+    if (n.dirs.root.starts_with("/tmp/")) std::filesystem::remove_all(PluginsTmpfsDir(n), ec);
+  }
+};
+
 bool StartNode(Node& n, const std::vector<std::string>& machine) {
   if (n.server == nullptr) {
     testing::FakeApiServerOptions o;
@@ -124,6 +155,14 @@ bool StartNode(Node& n, const std::vector<std::string>& machine) {
     }
     n.server = *std::move(server);
     n.dirs = DaemonDirs::Make();
+    // For looking into the figures, not a node's layout: the kubelet's plugin directory (the
+    // device metadata host files) on tmpfs, to tell what ext4 costs there.
+    if (std::getenv("TOPODRA_BENCH_PLUGINS_TMPFS") != nullptr) {
+      std::filesystem::create_directories(n.dirs.kubelet_root);
+      const std::string shm = PluginsTmpfsDir(n);
+      std::filesystem::create_directories(shm);
+      std::filesystem::create_directory_symlink(shm, n.dirs.kubelet_root + "/plugins");
+    }
     n.kubeconfig = n.server->WriteKubeconfig(n.dirs.root + "/kubeconfig.yaml");
   }
   testing::KubeletSimOptions so;
@@ -134,9 +173,9 @@ bool StartNode(Node& n, const std::vector<std::string>& machine) {
   n.sim = *std::move(sim);
   std::vector<std::string> args = {"--kubeconfig", n.kubeconfig, "--node-name", kNode};
   // As on a node: CDI specs on tmpfs (/var/run/cdi), the state on disk.
-  if (std::filesystem::is_directory("/dev/shm")) {
+  if (CdiDir(n) != n.dirs.cdi) {
     args.push_back("--cdi-dir");
-    args.push_back(std::string(n.dirs.root).replace(0, 4, "/dev/shm") + "-cdi");
+    args.push_back(CdiDir(n));
   }
   args.insert(args.end(), machine.begin(), machine.end());
   // More daemon flags, space-separated, for looking into the figures (e.g. "--device-metadata
@@ -159,17 +198,118 @@ bool StartNode(Node& n, const std::vector<std::string>& machine) {
   return true;
 }
 
+// With TOPODRA_BENCH_VERBOSE, the daemon's log (per-phase times of each prepare and unprepare)
+// goes to /tmp/prepare_bench_daemon.log.
+void SaveVerboseLog(Node& n) {
+  if (std::getenv("TOPODRA_BENCH_VERBOSE") == nullptr) return;
+  std::FILE* f = std::fopen("/tmp/prepare_bench_daemon.log", "w");
+  if (f == nullptr) return;
+  const std::string log = n.daemon.Log();
+  std::fwrite(log.data(), 1, log.size(), f);
+  std::fclose(f);
+  std::printf("daemon log: /tmp/prepare_bench_daemon.log\n");
+}
+
 void StopNode(Node& n) {
   n.sim.reset();
   n.daemon.Terminate();
+}
+
+// One sample of each latency floor per call of Sample(): an empty gRPC call on the daemon's
+// socket, one claim GET from the fake API server, one 300-byte append + fdatasync in the
+// daemon's state directory. At concurrency 1 the load calls it before each cycle, so the floors
+// and the figures are sampled alternately and machine noise (other processes' disk syncs above
+// all) hits both alike.
+class FloorSampler {
+ public:
+  FloorSampler(Node& n, const std::vector<PrepareClaim>& claims)
+      : claims_(claims), path_(n.dirs.state + "/floor-interleaved.journal") {
+    auto channel = grpc::CreateChannel("unix:" + n.sim->Find(kDriver)->socket_path,
+                                       grpc::InsecureChannelCredentials());
+    stub_ = pluginregistration::Registration::NewStub(channel);
+    if (auto config = kube::KubeconfigConfig(n.kubeconfig); config.ok()) {
+      if (auto client = kube::NewHttpRestClient(*config); client.ok()) client_ = *std::move(client);
+    }
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  }
+  ~FloorSampler() {
+    if (fd_ >= 0) ::close(fd_);
+    std::filesystem::remove(path_);
+  }
+  bool ok() const { return client_ != nullptr && fd_ >= 0; }
+
+  void Sample() {
+    {
+      grpc::ClientContext ctx;
+      pluginregistration::InfoRequest req;
+      pluginregistration::PluginInfo info;
+      const auto a = Clock::now();
+      if (stub_->GetInfo(&ctx, req, &info).ok()) grpc_.push_back(Ms(Clock::now() - a));
+    }
+    {
+      const PrepareClaim& c = claims_[next_++ % claims_.size()];
+      const auto a = Clock::now();
+      auto got = client_->Get(
+          absl::StrCat("/apis/resource.k8s.io/v1/namespaces/bench/resourceclaims/", c.name));
+      if (got.ok()) get_.push_back(Ms(Clock::now() - a));
+    }
+    {
+      const std::string line(300, 'x');
+      const auto a = Clock::now();
+      if (::write(fd_, line.data(), line.size()) >= 0 && ::fdatasync(fd_) == 0) {
+        sync_.push_back(Ms(Clock::now() - a));
+      }
+    }
+  }
+  double grpc() const { return Of(grpc_).p50; }
+  double get() const { return Of(get_).p50; }
+  double sync() const { return Of(sync_).p50; }
+  double prepare() const { return grpc() + get() + sync(); }
+  double unprepare() const { return grpc() + sync(); }
+
+ private:
+  const std::vector<PrepareClaim>& claims_;
+  const std::string path_;
+  std::unique_ptr<pluginregistration::Registration::Stub> stub_;
+  std::unique_ptr<kube::RestClient> client_;
+  int fd_ = -1;
+  size_t next_ = 0;
+  std::vector<double> grpc_, get_, sync_;
+};
+
+// `path` with its symbolic links followed, as far as it exists.
+std::string Resolved(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::weakly_canonical(path, ec);
+  return ec ? path : p.string();
+}
+
+// The file systems the daemon writes to, as the bench laid them out: a node has /var/run/cdi on
+// tmpfs and the state and the kubelet's plugin directory (device metadata host files) on disk.
+std::string FsType(const std::string& path) {
+  std::ifstream mounts("/proc/self/mounts");
+  std::string best_dir, best_type;
+  std::string dev, dir, type, rest;
+  while (mounts >> dev >> dir >> type && std::getline(mounts, rest)) {
+    if ((path == dir || path.starts_with(dir == "/" ? dir : dir + "/")) &&
+        dir.size() >= best_dir.size()) {
+      best_dir = dir;
+      best_type = type;
+    }
+  }
+  return best_type.empty() ? "?" : best_type;
 }
 
 // One-claim prepare+unprepare calls from `threads` threads; each thread cycles through its own
 // claims so no two calls contend for the same claim. Prints the latencies beside their floors,
 // the throughput, and the daemon's CPU time per cycle; with `targets`, whether the latency
 // ratios meet issue 19's targets (they are set for concurrency 1).
+// With `interleave` (concurrency 1 only), a floor sample is taken before each cycle and the
+// ratios are to those floors; the daemon's CPU is then not printed (the GetInfo calls would be in
+// it). With `cpu_only`, only the CPU line is printed.
 int RunLoad(Node& n, const std::vector<PrepareClaim>& claims, int threads, int iterations,
-            const char* label, double floor_prepare, double floor_unprepare, bool targets) {
+            const char* label, double floor_prepare, double floor_unprepare, bool targets,
+            FloorSampler* interleave = nullptr, bool cpu_only = false) {
   std::vector<std::vector<double>> prep(threads), unprep(threads);
   std::atomic<int> errors{0};
   double sys0 = 0, sys1 = 0;
@@ -180,6 +320,7 @@ int RunLoad(Node& n, const std::vector<PrepareClaim>& claims, int threads, int i
     pool.emplace_back([&, t] {
       for (int i = 0; i < iterations / threads; ++i) {
         const PrepareClaim& c = claims[(t + i * threads) % claims.size()];
+        if (interleave != nullptr) interleave->Sample();
         auto a = Clock::now();
         auto p = n.sim->Prepare(kDriver, {c});
         auto b = Clock::now();
@@ -203,17 +344,27 @@ int RunLoad(Node& n, const std::vector<PrepareClaim>& claims, int threads, int i
   }
   const Stats p = Of(all_p), u = Of(all_u);
   const int cycles = static_cast<int>(all_p.size());
+  if (interleave != nullptr) {
+    floor_prepare = interleave->prepare();
+    floor_unprepare = interleave->unprepare();
+    std::printf(
+        "%-15s floors sampled alternately with the cycles: gRPC %.3f + GET %.3f + sync %.3f ms: "
+        "prepare %.3f ms, unprepare %.3f ms\n",
+        label, interleave->grpc(), interleave->get(), interleave->sync(), floor_prepare,
+        floor_unprepare);
+  }
   const double claims_per_s = static_cast<double>(cycles) / seconds;
   const double rp = p.p50 / floor_prepare, ru = u.p50 / floor_unprepare;
-  std::printf(
-      "%-15s prepare p50 %6.3f ms p99 %6.3f ms (%.2fx floor%s) | unprepare p50 %6.3f ms p99 "
-      "%6.3f ms (%.2fx floor%s) | %7.0f claims/s prepared+unprepared%s\n",
-      label, p.p50, p.p99, rp,
-      targets ? absl::StrCat("; ", Verdict(rp <= kPrepareTarget, "<= 1.3x")).c_str() : "", u.p50,
-      u.p99, ru,
-      targets ? absl::StrCat("; ", Verdict(ru <= kUnprepareTarget, "<= 1.2x")).c_str() : "",
-      claims_per_s, errors > 0 ? absl::StrCat(" (", errors.load(), " errors)").c_str() : "");
-  if (cpu0 >= 0 && cpu1 >= 0 && cycles > 0) {
+  if (!cpu_only)
+    std::printf(
+        "%-15s prepare p50 %6.3f ms p99 %6.3f ms (%.2fx floor%s) | unprepare p50 %6.3f ms p99 "
+        "%6.3f ms (%.2fx floor%s) | %7.0f claims/s prepared+unprepared%s\n",
+        label, p.p50, p.p99, rp,
+        targets ? absl::StrCat("; ", Verdict(rp <= kPrepareTarget, "<= 1.3x")).c_str() : "", u.p50,
+        u.p99, ru,
+        targets ? absl::StrCat("; ", Verdict(ru <= kUnprepareTarget, "<= 1.2x")).c_str() : "",
+        claims_per_s, errors > 0 ? absl::StrCat(" (", errors.load(), " errors)").c_str() : "");
+  if (interleave == nullptr && cpu0 >= 0 && cpu1 >= 0 && cycles > 0) {
     const double per_cycle = (cpu1 - cpu0) / cycles;
     const double tick_us = 1e6 / static_cast<double>(::sysconf(_SC_CLK_TCK));
     std::printf(
@@ -238,6 +389,7 @@ int main(int argc, char** argv) {
   std::vector<double> starts;
   long idle_rss = 0;
   Node n;
+  const ShmCleanup cleanup{n};
   for (int i = 0; i < 5; ++i) {
     if (!StartNode(n, fixture)) return 1;
     starts.push_back(n.start_to_registered_ms);
@@ -252,6 +404,14 @@ int main(int argc, char** argv) {
       "ms)\n",
       starts[2], starts[0]);
   std::printf("daemon RSS idle: %.1f MB (target < 15 MB)\n", idle_rss / 1024.0);
+  {
+    // What a node has: the CDI specs on tmpfs, the state and the metadata host files on disk.
+    std::printf(
+        "file systems (a node: /var/run/cdi tmpfs, state and /var/lib/kubelet on disk): CDI "
+        "specs %s, state %s, device metadata host files %s\n",
+        FsType(CdiDir(n)).c_str(), FsType(n.dirs.state).c_str(),
+        FsType(Resolved(n.dirs.kubelet_root + "/plugins")).c_str());
+  }
 
   // Floors.
   std::vector<double> grpc_floor, get_floor, sync_floor;
@@ -341,13 +501,26 @@ int main(int argc, char** argv) {
     const double idle1 = ProcessCpuUs(n.daemon.pid());
     std::printf("daemon CPU idle: %.1f ms per second (over 2 s)\n", (idle1 - idle0) / 2000.0);
   }
-  int prepared =
-      RunLoad(n, claims, 1, iterations / 2, "concurrency 1", g + h + s, g + s, /*targets=*/true);
+  int prepared = 0;
+  {
+    FloorSampler floors(n, claims);
+    if (floors.ok()) {
+      prepared += RunLoad(n, claims, 1, iterations / 2, "concurrency 1", g + h + s, g + s,
+                          /*targets=*/true, &floors);
+      // The CPU figure from cycles with nothing in between.
+      prepared += RunLoad(n, claims, 1, iterations / 2, "concurrency 1", g + h + s, g + s,
+                          /*targets=*/false, nullptr, /*cpu_only=*/true);
+    } else {
+      prepared += RunLoad(n, claims, 1, iterations / 2, "concurrency 1", g + h + s, g + s,
+                          /*targets=*/true);
+    }
+  }
   prepared += RunLoad(n, claims, 16, iterations, "concurrency 16", g + h + s, g + s, false);
   std::printf(
       "targets (issue 19): at concurrency 1 prepare p50 <= 1.3x and unprepare p50 <= 1.2x their "
       "floors; daemon CPU <= 100 us per cycle; >= 1000 claims/s at concurrency 16\n");
   if (latency_only) {
+    SaveVerboseLog(n);
     StopNode(n);
     return 0;
   }
@@ -388,15 +561,7 @@ int main(int argc, char** argv) {
         errors > 0 ? absl::StrCat(", ", errors, " errors").c_str() : "", kCallClaims * kHoldMs,
         (kCallClaims + 7) / 8 * kHoldMs);
   }
-  if (std::getenv("TOPODRA_BENCH_VERBOSE") != nullptr) {
-    std::printf("daemon log: %s\n", n.daemon.Log().substr(0, 0).c_str());
-    std::FILE* f = std::fopen("/tmp/prepare_bench_daemon.log", "w");
-    if (f != nullptr) {
-      const std::string log = n.daemon.Log();
-      std::fwrite(log.data(), 1, log.size(), f);
-      std::fclose(f);
-    }
-  }
+  SaveVerboseLog(n);
   StopNode(n);
   return 0;
 }
