@@ -29,7 +29,8 @@ absl::StatusOr<kube::ClusterConfig> ClusterConfigFor(const RunCommand& cmd) {
 }
 
 // Once the node is ready (registered, slices published), the memory only the start needed goes
-// back (memory_release.h). Until then the wait wakes up every 200 ms to ask; after, it sleeps.
+// back (memory_release.h). Until then the wait wakes up to ask: every 200 ms for the first minute,
+// then every 5 s (an API server down for long); after, it sleeps until a signal.
 void ReleaseWhenReady(node::Node& node, bool& released) {
   if (released || !node.IsReady()) return;
   released = true;
@@ -43,9 +44,10 @@ void ReleaseWhenReady(node::Node& node, bool& released) {
 // left behind) are logged; SIGUSR1 asks for a rediscovery of the machine.
 void WaitForStop(const sigset_t& signals, node::Node& node) {
   bool released = false;
+  int polls = 0;
   while (true) {
     siginfo_t info{};
-    const timespec poll{0, 200'000'000};
+    const timespec poll = ++polls <= 300 ? timespec{0, 200'000'000} : timespec{5, 0};
     const int sig = released ? sigwaitinfo(&signals, &info) : sigtimedwait(&signals, &info, &poll);
     if (sig < 0) {
       ReleaseWhenReady(node, released);
