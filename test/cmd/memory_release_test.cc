@@ -24,13 +24,13 @@ TEST(MemoryReleaseTest, DropsOnlyReadOnlyPrivateFilePagesWithoutCopies) {
     bool dropped;
   };
   const Case cases[] = {
-      {"1000-2000 r-xp 00001000 fe:01 42  /usr/bin/topodra-daemon", 8, 0, true},  // text
-      {"2000-3000 r--p 00002000 fe:01 42  /usr/bin/topodra-daemon", 4, 0, true},  // rodata
+      {"1000-2000 r-xp 00001000 fe:01 42  /usr/bin/topodra-daemon", 8, 0, true},   // text
+      {"2000-3000 r--p 00002000 fe:01 42  /usr/bin/topodra-daemon", 4, 0, true},   // rodata
       {"3000-4000 r--p 00003000 fe:01 42  /usr/bin/topodra-daemon", 4, 4, false},  // RELRO
       {"4000-5000 rw-p 00004000 fe:01 42  /usr/bin/topodra-daemon", 4, 4, false},  // data
       {"5000-6000 r--s 00000000 fe:01 43  /var/lib/topodra/state", 4, 0, false},   // shared
       {"6000-7000 r-xp 00000000 00:00 0   [vdso]", 4, 0, false},
-      {"7000-8000 r--p 00000000 00:00 0 ", 4, 0, false},                            // anonymous
+      {"7000-8000 r--p 00000000 00:00 0 ", 4, 0, false},                      // anonymous
       {"8000-9000 r-xp 00000000 fe:01 44  /usr/lib/libc.so.6", 0, 0, false},  // nothing resident
       {"9000-a000 r-xp 00000000 fe:01 45  /tmp/a file (deleted)", 4, 0, true},
   };
