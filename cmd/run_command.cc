@@ -3,12 +3,14 @@
 #include <malloc.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <time.h>
 
 #include <cstdlib>
 #include <ostream>
 
 #include "cmd/commands.h"
 #include "cmd/logging.h"
+#include "cmd/memory_release.h"
 #include "cmd/run_config.h"
 #include "driver/kube/rest_client.h"
 #include "driver/node/node.h"
@@ -26,13 +28,31 @@ absl::StatusOr<kube::ClusterConfig> ClusterConfigFor(const RunCommand& cmd) {
   return kube::InClusterConfig();
 }
 
+// Once the node is ready (registered, slices published), the memory only the start needed goes
+// back (memory_release.h). Until then the wait wakes up to ask: every 200 ms for the first minute,
+// then every 5 s (an API server down for long); after, it sleeps until a signal.
+void ReleaseWhenReady(node::Node& node, bool& released) {
+  if (released || !node.IsReady()) return;
+  released = true;
+  const MemoryRelease r = ReleaseStartupMemory();
+  spdlog::debug("started: {} KiB of {} file mappings unmapped, heap trimmed: {}", r.unmapped_kib,
+                r.mappings, r.trimmed);
+}
+
 // Until SIGTERM or SIGINT. Signals are taken synchronously by this thread only, so they never
 // interrupt a worker; SIGHUP and SIGUSR2 (whose default would end the process at once, sockets
 // left behind) are logged; SIGUSR1 asks for a rediscovery of the machine.
 void WaitForStop(const sigset_t& signals, node::Node& node) {
+  bool released = false;
+  int polls = 0;
   while (true) {
     siginfo_t info{};
-    const int sig = sigwaitinfo(&signals, &info);
+    const timespec poll = ++polls <= 300 ? timespec{0, 200'000'000} : timespec{5, 0};
+    const int sig = released ? sigwaitinfo(&signals, &info) : sigtimedwait(&signals, &info, &poll);
+    if (sig < 0) {
+      ReleaseWhenReady(node, released);
+      continue;
+    }
     if (sig == SIGTERM || sig == SIGINT) {
       spdlog::info("received {}, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
       return;

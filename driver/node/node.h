@@ -88,6 +88,8 @@ class Node {
   bool OnMachineChanged() { return Rediscover(false); }
   // Asks the machine watch to rediscover soon (SIGUSR1 from outside), without blocking.
   void RequestRediscovery();
+  // What /readyz answers: every driver registered with the kubelet and its slices published.
+  bool IsReady() { return Ready().ok; }
 
   // In start order.
   std::vector<std::string> ComponentNames() const { return components_.Names(); }

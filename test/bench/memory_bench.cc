@@ -14,7 +14,7 @@
 // libraries mapped only because libcurl needs them, the anonymous memory by kind (heap, malloc
 // arenas, thread stacks) and the number of threads.
 //
-// usage: memory_bench [TOPOLOGIES_DIR] [STARTS]
+// usage: memory_bench [TOPOLOGIES_DIR] [STARTS] [IDLE_SECONDS]   (idle 1.5 s unless given)
 #include <elf.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -53,6 +53,9 @@ using testing::KubeletSimulator;
 constexpr char kNode[] = "bench-node";
 constexpr char kDriver[] = "dra.cpu";
 constexpr double kTargetPssMb = 12, kTargetUssMb = 10, kTargetRssMb = 18;
+// The breakdown's start: how long after clearing the accessed bits of the daemon's pages
+// (/proc/<pid>/clear_refs) the Referenced pages are read.
+constexpr std::chrono::milliseconds kTouchWindow{3000};
 
 struct Rollup {
   long rss = 0, pss = 0, uss = 0, anon = 0;  // KiB
@@ -87,7 +90,7 @@ int Threads(pid_t pid) {
 struct Mapping {
   unsigned long start = 0, end = 0;
   std::string perms, path;  // path empty for anonymous memory
-  long rss = 0, pss = 0, priv = 0;
+  long rss = 0, pss = 0, priv = 0, anon = 0, referenced = 0;
 };
 
 std::vector<Mapping> ReadSmaps(pid_t pid) {
@@ -118,6 +121,8 @@ std::vector<Mapping> ReadSmaps(pid_t pid) {
     if (key == "Rss:") out.back().rss = value;
     if (key == "Pss:") out.back().pss = value;
     if (key == "Private_Clean:" || key == "Private_Dirty:") out.back().priv += value;
+    if (key == "Anonymous:") out.back().anon = value;
+    if (key == "Referenced:") out.back().referenced = value;
   }
   return out;
 }
@@ -283,6 +288,18 @@ void PrintBreakdown(pid_t pid, const std::string& executable, int top) {
       "  libcurl and the %zu libraries mapped only for it: Private %ld, RSS %ld, PSS %ld KiB%s%s\n",
       curl.empty() ? 0 : curl.size() - 1, c.priv, c.rss, c.pss, curl.empty() ? " (none)" : ": ",
       names.c_str());
+  // The daemon's executable by segment: its text and read-only data are file pages it may drop
+  // once started (cmd/memory_release.h), its data, RELRO and bss are its own (Anonymous).
+  // Referenced: pages whose accessed bit was set since MeasureOnce cleared them all, kTouchWindow
+  // before (what the idle daemon actually reads, against what fault-around keeps mapped).
+  std::printf("  topodra-daemon by mapping (KiB; touched: referenced in the last %.0f s):\n",
+              kTouchWindow.count() / 1000.0);
+  std::printf("    %-5s %8s %7s %9s %7s\n", "perms", "size", "RSS", "Anonymous", "touched");
+  for (const Mapping& m : maps) {
+    if (Base(m.path) != "topodra-daemon") continue;
+    std::printf("    %-5s %8lu %7ld %9ld %7ld\n", m.perms.c_str(), (m.end - m.start) / 1024, m.rss,
+                m.anon, m.referenced);
+  }
   std::printf("  threads: %d\n", Threads(pid));
 }
 
@@ -306,14 +323,14 @@ struct Setup {
   bool deployed;  // HTTPS + token, metrics and health endpoints (as the chart runs it)
 };
 
-// One fresh daemon, idle: registered, its slices stored, then 1.5 s without work.
+// One fresh daemon, idle: registered, its slices stored, then `idle` without work.
 struct Idle {
   Rollup r;
   bool ok = false;
 };
 
 Idle MeasureOnce(const Setup& setup, const std::vector<std::string>& machine, bool breakdown,
-                 int top) {
+                 int top, std::chrono::milliseconds idle) {
   testing::FakeApiServerOptions o;
   o.nodes = {{kNode, "uid-bench-node"}};
   if (setup.deployed) {
@@ -361,10 +378,14 @@ Idle MeasureOnce(const Setup& setup, const std::vector<std::string>& machine, bo
     std::printf("no slices stored after 6 s\n%s\n", daemon.Log().c_str());
     return out;
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  std::this_thread::sleep_for(idle);
   out.r = ReadRollup(daemon.pid());
   out.ok = out.r.rss > 0;
-  if (breakdown) PrintBreakdown(daemon.pid(), TOPODRA_BINARY, top);
+  if (breakdown) {
+    std::ofstream("/proc/" + std::to_string(daemon.pid()) + "/clear_refs") << "1";
+    std::this_thread::sleep_for(kTouchWindow);
+    PrintBreakdown(daemon.pid(), TOPODRA_BINARY, top);
+  }
   sim->reset();
   const int exit_code = daemon.Terminate();
   if (exit_code != 0) {
@@ -409,12 +430,16 @@ std::string Verdict(double value, double target, const char* what) {
 int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : "test/fixtures/topologies";
   const int starts = argc > 2 ? std::max(1, std::atoi(argv[2])) : 3;
+  const auto idle = std::chrono::milliseconds(
+      argc > 3 ? static_cast<long>(std::max(0.0, std::atof(argv[3])) * 1000) : 1500);
   const std::vector<std::string> fixture = {"--topology-file", dir + "/192em64t-24n8c2t.xml"};
   ::signal(SIGPIPE, SIG_IGN);
 
   const Rollup floor = MeasureFloor();
-  std::printf("idle daemon memory, 384-CPU fixture (192em64t-24n8c2t.xml), %d fresh starts each\n",
-              starts);
+  std::printf(
+      "idle daemon memory, 384-CPU fixture (192em64t-24n8c2t.xml), %d fresh starts each, idle "
+      "%.1f s after its slices are stored\n",
+      starts, idle.count() / 1000.0);
   std::printf(
       "floor: a trivial C++ program linked the same way: PSS %.1f / USS %.1f / RSS %.1f MB\n",
       Mb(floor.pss), Mb(floor.uss), Mb(floor.rss));
@@ -423,8 +448,8 @@ int main(int argc, char** argv) {
   for (const Setup& setup : setups) {
     std::vector<Rollup> runs;
     for (int i = 0; i < starts; ++i) {
-      Idle idle = MeasureOnce(setup, fixture, false, 0);
-      if (idle.ok) runs.push_back(idle.r);
+      Idle one = MeasureOnce(setup, fixture, false, 0, idle);
+      if (one.ok) runs.push_back(one.r);
     }
     if (runs.empty()) return 1;
     auto median = [&](long Rollup::*field) {
@@ -448,6 +473,6 @@ int main(int argc, char** argv) {
   std::printf("targets: PSS <= %.0f MB, USS <= %.0f MB, RSS <= %.0f MB\n", kTargetPssMb,
               kTargetUssMb, kTargetRssMb);
   std::printf("\nwhere it goes, one more start as deployed:\n");
-  (void)MeasureOnce(setups[1], fixture, true, 30);
+  (void)MeasureOnce(setups[1], fixture, true, 30, idle);
   return 0;
 }
