@@ -275,11 +275,6 @@ bool Node::Republish(const topology::Topology& now, bool machine_changed) {
   inventory_ = std::move(next);
   // Health first: the streams tell the kubelet at once, the slices follow.
   device_health_->Publish(inventory_, gpu_verdicts_);
-  // The publishers start now, their writes held until the component's turn in Start: the list,
-  // the probes and building the slices overlap the rest of the assembly (the CPU setup with its
-  // device metadata, the claim services), which took 46-110 ms at 4096 CPUs before them.
-  auto publishing = std::make_unique<Publishing>(deps_.client, config_, inventory_);
-  publishing->Prepare();
   if (changed || machine_changed) components_.OnInventory(inventory_);
   return changed;
 }
@@ -335,11 +330,6 @@ bool Node::Rediscover(bool confirming) {
     if (early != gpu_verdicts_) {
       gpu_verdicts_ = std::move(early);
       device_health_->Publish(inventory_, gpu_verdicts_);
-  // The publishers start now, their writes held until the component's turn in Start: the list,
-  // the probes and building the slices overlap the rest of the assembly (the CPU setup with its
-  // device metadata, the claim services), which took 46-110 ms at 4096 CPUs before them.
-  auto publishing = std::make_unique<Publishing>(deps_.client, config_, inventory_);
-  publishing->Prepare();
     }
   }
   // Read before the discovery: a change in between makes the stored key older than the model,
