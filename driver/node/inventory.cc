@@ -17,22 +17,27 @@ Inventory Inventory::Build(const InventoryOptions& options, topology::Topology t
   return inv;
 }
 
-std::optional<publish::Pool> Inventory::PoolOf(const std::string& driver) const {
+const publish::Pool* Inventory::FindPool(const std::string& driver) const {
   for (const publish::Pool& p : pools_) {
-    if (p.driver == driver) return p;
+    if (p.driver == driver) return &p;
   }
+  return nullptr;
+}
+
+std::optional<publish::Pool> Inventory::PoolOf(const std::string& driver) const {
+  if (const publish::Pool* p = FindPool(driver)) return *p;
   return std::nullopt;
 }
 
 bool Inventory::ServesGpus() const {
   if (!options_.publish.gpus) return false;
-  const std::optional<publish::Pool> pool = GpuPool();
-  return pool.has_value() && !pool->devices.empty();
+  const publish::Pool* pool = FindPool(options_.publish.gpu_driver);
+  return pool != nullptr && !pool->devices.empty();
 }
 
 std::map<std::string, topology::Gpu> Inventory::PublishedGpus() const {
   std::set<std::string> published;
-  if (std::optional<publish::Pool> pool = GpuPool()) {
+  if (const publish::Pool* pool = FindPool(options_.publish.gpu_driver)) {
     for (const publish::Device& d : pool->devices) published.insert(d.name);
   }
   std::map<std::string, topology::Gpu> out;
@@ -50,11 +55,14 @@ void Inventory::AddMetadataSetup(prepare::DriverSetup* setup) const {
   }
   setup->device_metadata = options_.device_metadata;
   if (!setup->device_metadata) return;
-  if (std::optional<publish::Pool> pool = PoolOf(setup->driver)) {
+  if (const publish::Pool* pool = FindPool(setup->driver)) {
     for (const publish::Device& d : pool->devices) {
-      nlohmann::json attributes = nlohmann::json::object();
-      for (const auto& [name, value] : d.attributes)
-        attributes[name] = publish::AttributeToJson(value);
+      nlohmann::json attributes(nlohmann::json::value_t::object);
+      auto& members = attributes.get_ref<nlohmann::json::object_t&>();
+      // Sorted as the JSON object is: each goes in at the end, without a search.
+      for (const auto& [name, value] : d.attributes) {
+        members.emplace_hint(members.end(), name, publish::AttributeToJson(value));
+      }
       setup->device_attributes[d.name] = std::move(attributes);
     }
   }

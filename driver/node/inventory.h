@@ -75,6 +75,9 @@ class Inventory {
  private:
   // DriverSetup::metadata_root, device_metadata and device_attributes of setup->driver.
   void AddMetadataSetup(prepare::DriverSetup* setup) const;
+  // The pool itself, not a copy (PoolOf's): null when none. At 4096 CPUs a copy of the CPU pool
+  // was a tenth of the node's assembly.
+  const publish::Pool* FindPool(const std::string& driver) const;
 
   InventoryOptions options_;  // publish.reservations: the held devices
   topology::Topology topo_;

@@ -40,7 +40,11 @@ Node::Node(NodeConfig config, NodeDeps deps)
   if (deps_.topology_start.from_cache) stored_key_ = deps_.topology_start.key;
 }
 
-Node::~Node() { Stop(); }
+Node::~Node() {
+  Stop();
+  // Started at assembly: a node never started still has its publishers running (held).
+  if (publishing_ != nullptr) publishing_->Stop();
+}
 
 absl::StatusOr<std::unique_ptr<Node>> Node::Create(NodeConfig config, topology::Topology topo,
                                                    NodeDeps deps) {
@@ -112,6 +116,11 @@ void Node::Assemble(topology::Topology topo, std::optional<PinningSetup> pinning
   std::vector<topology::NumaNode> numa_nodes = topo.numa_nodes;
   inventory_ = Inventory::Build(inventory_options_, std::move(topo), held_);
   device_health_->Publish(inventory_, gpu_verdicts_);
+  // The publishers start now, their writes held until the component's turn in Start: the list,
+  // the probes and building the slices overlap the rest of the assembly (the CPU setup with its
+  // device metadata, the claim services), which took 46-110 ms at 4096 CPUs before them.
+  auto publishing = std::make_unique<Publishing>(deps_.client, config_, inventory_);
+  publishing->Prepare();
   if (config_.metrics_listen) {
     metrics::MetricsOptions mo;
     mo.version = config_.version;
@@ -135,7 +144,7 @@ void Node::Assemble(topology::Topology topo, std::optional<PinningSetup> pinning
   // bound stops the daemon before it writes to the API server or the journal. Its endpoints
   // read watch_ and publishing_ only when asked, and both exist by then (set below, at Create).
   if (config_.metrics_listen || config_.health_listen) AddHealth();
-  publishing_ = components_.Add(std::make_unique<Publishing>(deps_.client, config_, inventory_));
+  publishing_ = components_.Add(std::move(publishing));
   if (config_.reservations) AddReservations();
   std::function<void()> first;
   if (deps_.topology_cache != nullptr) first = [this] { SettleStoredTopology(); };
@@ -247,9 +256,9 @@ void Node::AddHealth() {
 }
 
 absl::Status Node::Start() {
-  publishing_->Prepare();
+  publishing_->Prepare();  // started at assembly already: nothing to do then
   absl::Status st = components_.Start();
-  // Prepare started the publishers before their component's turn: a component before it that
+  // Assembly started the publishers before their component's turn: a component before it that
   // fails leaves them running (held) unless they are stopped here.
   if (!st.ok()) publishing_->Stop();
   // Discovery and start-up leave freed heap behind; give it back to the system.
