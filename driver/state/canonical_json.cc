@@ -1,6 +1,7 @@
 #include "driver/state/canonical_json.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -12,9 +13,19 @@ namespace {
 // into floats, whose printed form is not their text.
 constexpr int kMaxDigits = 18;
 
+// The bytes a canonical string holds as they are: printable ASCII but '"' and '\\'.
+constexpr std::array<bool, 256> MakePlain() {
+  std::array<bool, 256> plain{};
+  for (int c = 0x20; c < 0x80; ++c) plain[c] = c != '"' && c != '\\';
+  return plain;
+}
+constexpr std::array<bool, 256> kPlain = MakePlain();
+
 class Scanner {
  public:
-  Scanner(absl::string_view text, int max_depth) : t_(text), max_depth_(max_depth) {}
+  Scanner(absl::string_view text, int max_depth, int record_depth = 0,
+          std::vector<Piece>* pieces = nullptr)
+      : t_(text), max_depth_(max_depth), record_depth_(record_depth), pieces_(pieces) {}
 
   // True when a canonical value starts at pos_; pos_ is then after it.
   bool Value(int depth) {
@@ -65,7 +76,14 @@ class Scanner {
     if (plain != nullptr) *plain = true;
     ++pos_;  // the opening quote
     while (pos_ < t_.size()) {
-      const unsigned char c = static_cast<unsigned char>(t_[pos_]);
+      // The run of plain characters at once, in locals: a store to pos_ per byte cannot be kept
+      // in a register (the text is char, which may alias it), and strings are most of the bytes.
+      const char* p = t_.data() + pos_;
+      const char* const end = t_.data() + t_.size();
+      while (p < end && kPlain[static_cast<unsigned char>(*p)]) ++p;
+      pos_ = static_cast<size_t>(p - t_.data());
+      if (p == end) break;
+      const unsigned char c = static_cast<unsigned char>(*p);
       if (c == '"') {
         ++pos_;
         return true;
@@ -157,7 +175,7 @@ class Scanner {
       first = false;
       if (pos_ >= t_.size() || t_[pos_] != ':') return false;
       ++pos_;
-      if (!Value(depth)) return false;
+      if (!RecordedValue(depth, key)) return false;
       if (pos_ >= t_.size()) return false;
       if (t_[pos_] == '}') {
         ++pos_;
@@ -175,7 +193,7 @@ class Scanner {
       ++pos_;
       return true;
     }
-    while (Value(depth)) {
+    while (RecordedValue(depth, absl::string_view())) {
       if (pos_ >= t_.size()) return false;
       if (t_[pos_] == ']') {
         ++pos_;
@@ -187,8 +205,21 @@ class Scanner {
     return false;
   }
 
+  // Value, listed in pieces_ when `depth` is at most record_depth_.
+  bool RecordedValue(int depth, absl::string_view key) {
+    if (pieces_ == nullptr || depth > record_depth_) return Value(depth);
+    const size_t index = pieces_->size();
+    const size_t start = pos_;
+    pieces_->push_back(Piece{depth, key, absl::string_view()});
+    if (!Value(depth)) return false;
+    (*pieces_)[index].value = t_.substr(start, pos_ - start);
+    return true;
+  }
+
   absl::string_view t_;
   int max_depth_;
+  int record_depth_;
+  std::vector<Piece>* pieces_;
   size_t pos_ = 0;
 };
 
@@ -225,6 +256,19 @@ size_t SkipChecked(absl::string_view t, size_t pos) {
 size_t ScanCanonical(absl::string_view text, int max_depth) {
   Scanner s(text, max_depth);
   return s.Value(0) ? s.pos() : 0;
+}
+
+size_t ScanCanonicalPieces(absl::string_view text, int max_depth, int record_depth,
+                           std::vector<Piece>* pieces) {
+  pieces->clear();
+  Scanner s(text, max_depth, record_depth, pieces);
+  return s.Value(0) ? s.pos() : 0;
+}
+
+size_t PieceEnd(const std::vector<Piece>& pieces, size_t i) {
+  size_t end = i + 1;
+  while (end < pieces.size() && pieces[end].depth > pieces[i].depth) ++end;
+  return end;
 }
 
 bool ObjectMembers(absl::string_view object, Members* out) {

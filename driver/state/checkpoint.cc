@@ -163,9 +163,7 @@ absl::Status ReadAllocation(const json& v, absl::string_view where, int version,
 // ReadAllocation of an allocation's canonical text (checked by ScanCanonical) without a tree of
 // its answer and CDI spec: they are kept as the text they are. nullopt for anything ReadAllocation
 // might refuse or read otherwise (the caller then takes the full parser, for its message).
-std::optional<Allocation> FastAllocation(absl::string_view text, int version) {
-  canonical::Members members;
-  if (!canonical::ObjectMembers(text, &members)) return std::nullopt;
+std::optional<Allocation> FastAllocationMembers(const canonical::Members& members, int version) {
   json small = json::object();
   absl::string_view answer, cdi;
   bool has_answer = false, has_cdi = false;
@@ -197,6 +195,24 @@ std::optional<Allocation> FastAllocation(absl::string_view text, int version) {
   if (has_answer) a.answer = JsonText::FromCanonicalText(answer);
   if (has_cdi) a.cdi = JsonText::FromCanonicalText(cdi);
   return a;
+}
+
+std::optional<Allocation> FastAllocation(absl::string_view text, int version) {
+  canonical::Members members;
+  if (!canonical::ObjectMembers(text, &members)) return std::nullopt;
+  return FastAllocationMembers(members, version);
+}
+
+// The members of the object pieces[i] (an object whose members ScanCanonicalPieces listed);
+// false when it is not an object. `end`: PieceEnd(pieces, i).
+bool PieceMembers(const std::vector<canonical::Piece>& pieces, size_t i, size_t end,
+                  canonical::Members* out) {
+  out->clear();
+  if (pieces[i].value.front() != '{') return false;
+  for (size_t k = i + 1; k < end; ++k) {
+    if (pieces[k].depth == pieces[i].depth + 1) out->emplace_back(pieces[k].key, pieces[k].value);
+  }
+  return true;
 }
 
 absl::Status ReadReservation(const json& v, absl::string_view where, Reservation* r) {
@@ -301,6 +317,10 @@ json AllocationToJson(const Allocation& a) {
 std::optional<Allocation> AllocationFromCanonicalText(absl::string_view text, bool scanned) {
   if (!scanned && canonical::ScanCanonical(text, kMaxDepth) != text.size()) return std::nullopt;
   return FastAllocation(text, kCheckpointVersion);
+}
+
+std::optional<Allocation> AllocationFromCanonicalMembers(const canonical::Members& members) {
+  return FastAllocationMembers(members, kCheckpointVersion);
 }
 
 absl::StatusOr<Allocation> AllocationFromJson(const json& value) {
@@ -475,21 +495,30 @@ std::optional<State> FastDecode(absl::string_view text, uint64_t* seq) {
     return std::nullopt;
   }
   if (Hex8(Crc32c(layout->payload)) != layout->checksum) return std::nullopt;
-  // The payload is one level inside the document, whose depth the full parser limits.
-  if (canonical::ScanCanonical(layout->payload, kMaxDepth - 1) != layout->payload.size()) {
+  // The payload is one level inside the document, whose depth the full parser limits. One pass
+  // checks it and lists its members (depth 1), the elements of its lists (2) and their members
+  // (3: the allocations' fields).
+  std::vector<canonical::Piece> pieces;
+  if (layout->payload.front() != '{' ||
+      canonical::ScanCanonicalPieces(layout->payload, kMaxDepth - 1, 3, &pieces) !=
+          layout->payload.size()) {
     return std::nullopt;
   }
-  canonical::Members members;
-  if (!canonical::ObjectMembers(layout->payload, &members)) return std::nullopt;
-  absl::string_view allocations, reservations;
+  // [begin, end) of `pieces`: the elements of "allocations" and "reservations" and their members.
+  size_t allocations = 0, allocations_end = 0, reservations = 0, reservations_end = 0;
   bool has_allocations = false, has_reservations = false;
   uint64_t snapshot_seq = 0;
-  for (const auto& [key, value] : members) {
+  for (size_t i = 0; i < pieces.size(); i = canonical::PieceEnd(pieces, i)) {
+    const absl::string_view key = pieces[i].key, value = pieces[i].value;
     if (key == "allocations") {
-      allocations = value;
+      if (value.front() != '[') return std::nullopt;
+      allocations = i + 1;
+      allocations_end = canonical::PieceEnd(pieces, i);
       has_allocations = true;
     } else if (key == "reservations" && version >= 2) {
-      reservations = value;
+      if (value.front() != '[') return std::nullopt;
+      reservations = i + 1;
+      reservations_end = canonical::PieceEnd(pieces, i);
       has_reservations = true;
     } else if (key == "seq") {
       if (value.front() == '-' || !absl::SimpleAtoi(value, &snapshot_seq)) return std::nullopt;
@@ -498,17 +527,22 @@ std::optional<State> FastDecode(absl::string_view text, uint64_t* seq) {
     }
   }
   if (!has_allocations || (version >= 2 && !has_reservations)) return std::nullopt;
-  std::vector<absl::string_view> items;
-  if (!canonical::ArrayElements(allocations, &items)) return std::nullopt;
   State state;
-  for (absl::string_view item : items) {
-    std::optional<Allocation> a = FastAllocation(item, version);
+  canonical::Members members;
+  for (size_t i = allocations; i < allocations_end;) {
+    const size_t end = canonical::PieceEnd(pieces, i);
+    if (!PieceMembers(pieces, i, end, &members)) return std::nullopt;
+    std::optional<Allocation> a = FastAllocationMembers(members, version);
     if (!a || state.Find(a->owner) != nullptr || !state.Add(*std::move(a)).ok()) {
       return std::nullopt;
     }
+    i = end;
   }
   if (has_reservations) {
-    if (!canonical::ArrayElements(reservations, &items)) return std::nullopt;
+    std::vector<absl::string_view> items;
+    for (size_t i = reservations; i < reservations_end; i = canonical::PieceEnd(pieces, i)) {
+      items.push_back(pieces[i].value);
+    }
     for (absl::string_view item : items) {
       // Few and small: the tree is cheap.
       json value = json::parse(item.begin(), item.end(), nullptr, /*allow_exceptions=*/false);
