@@ -163,7 +163,79 @@ absl::Status ReadAllocation(const json& v, absl::string_view where, int version,
 // ReadAllocation of an allocation's canonical text (checked by ScanCanonical) without a tree of
 // its answer and CDI spec: they are kept as the text they are. nullopt for anything ReadAllocation
 // might refuse or read otherwise (the caller then takes the full parser, for its message).
+// FastAllocationMembers for the usual record, without a JSON tree even of its small fields: every
+// string plain (no escape), the GPUs a list of such strings. nullopt for anything else, and for
+// anything ReadAllocation refuses (FastAllocationMembers then decides).
+std::optional<Allocation> DirectAllocation(const canonical::Members& members, int version) {
+  Allocation a;
+  // The fields ReadAllocation requires, in the order the canonical text has them.
+  constexpr int kRequired = 10;
+  int required = 0;
+  absl::string_view text;
+  auto cpus = [&](absl::string_view value, CpuSet* out) {
+    if (!canonical::PlainString(value, &text)) return false;
+    absl::StatusOr<CpuSet> parsed = CpuSet::Parse(std::string_view(text.data(), text.size()));
+    if (!parsed.ok()) return false;
+    *out = *std::move(parsed);
+    return true;
+  };
+  for (const auto& [key, value] : members) {
+    const bool plain = canonical::PlainString(value, &text);
+    if (key == "answer") {
+      a.answer = JsonText::FromCanonicalText(value);
+    } else if (key == "cdi") {
+      if (value != "null" && value.front() != '{') return std::nullopt;
+      a.cdi = JsonText::FromCanonicalText(value);
+    } else if (key == "cpus") {
+      if (!cpus(value, &a.cpus)) return std::nullopt;
+    } else if (key == "driver" && plain) {
+      a.driver = std::string(text);
+    } else if (key == "gpus") {
+      std::vector<absl::string_view> items;
+      if (!canonical::ArrayElements(value, &items)) return std::nullopt;
+      for (absl::string_view item : items) {
+        absl::string_view gpu;
+        if (!canonical::PlainString(item, &gpu) || !a.gpus.emplace(gpu).second) return std::nullopt;
+      }
+    } else if (key == "kind" && plain) {
+      if (text == KindName(AllocationKind::kDraClaim)) {
+        a.kind = AllocationKind::kDraClaim;
+      } else if (text == KindName(AllocationKind::kDevicePlugin)) {
+        a.kind = AllocationKind::kDevicePlugin;
+      } else {
+        return std::nullopt;
+      }
+    } else if (key == "name" && plain) {
+      a.claim_name = std::string(text);
+    } else if (key == "namespace" && plain) {
+      a.claim_namespace = std::string(text);
+    } else if (key == "owner" && plain) {
+      a.owner = std::string(text);
+    } else if (key == "phase" && plain) {
+      if (text == PhaseName(Phase::kPreparing)) {
+        a.phase = Phase::kPreparing;
+      } else if (text == PhaseName(Phase::kPrepared)) {
+        a.phase = Phase::kPrepared;
+      } else {
+        return std::nullopt;
+      }
+    } else if (key == "mems" && version >= 3) {
+      if (!cpus(value, &a.mems) || a.mems.Empty()) return std::nullopt;
+      continue;
+    } else if (key == "reservation" && version >= 2 && plain && !text.empty()) {
+      a.reservation = std::string(text);
+      continue;
+    } else {
+      return std::nullopt;
+    }
+    ++required;
+  }
+  if (required != kRequired) return std::nullopt;
+  return a;
+}
+
 std::optional<Allocation> FastAllocationMembers(const canonical::Members& members, int version) {
+  if (std::optional<Allocation> a = DirectAllocation(members, version)) return a;
   json small = json::object();
   absl::string_view answer, cdi;
   bool has_answer = false, has_cdi = false;
