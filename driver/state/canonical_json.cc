@@ -20,6 +20,13 @@ constexpr std::array<bool, 256> MakePlain() {
   return plain;
 }
 constexpr std::array<bool, 256> kPlain = MakePlain();
+// The characters after a backslash of the short escapes: \" \\ \b \f \n \r \t.
+constexpr std::array<bool, 256> MakeShortEscape() {
+  std::array<bool, 256> escape{};
+  for (const char c : {'"', '\\', 'b', 'f', 'n', 'r', 't'}) escape[static_cast<unsigned char>(c)] = true;
+  return escape;
+}
+constexpr std::array<bool, 256> kShortEscape = MakeShortEscape();
 
 class Scanner {
  public:
@@ -74,39 +81,40 @@ class Scanner {
   // null) is set to whether the string had no escape at all.
   bool String(bool* plain) {
     if (plain != nullptr) *plain = true;
-    ++pos_;  // the opening quote
-    while (pos_ < t_.size()) {
-      // The run of plain characters at once, in locals: a store to pos_ per byte cannot be kept
-      // in a register (the text is char, which may alias it), and strings are most of the bytes.
-      const char* p = t_.data() + pos_;
-      const char* const end = t_.data() + t_.size();
-      while (p < end && kPlain[static_cast<unsigned char>(*p)]) ++p;
-      pos_ = static_cast<size_t>(p - t_.data());
-      if (p == end) break;
+    // In locals: a store to pos_ per byte cannot be kept in a register (the text is char, which
+    // may alias it), and strings are most of a state file's bytes.
+    const char* const data = t_.data();
+    const char* const end = data + t_.size();
+    const char* p = data + pos_ + 1;  // after the opening quote
+    for (;;) {
+      while (p < end && kPlain[static_cast<unsigned char>(*p)]) ++p;  // the plain run at once
+      if (p == end) return false;
       const unsigned char c = static_cast<unsigned char>(*p);
       if (c == '"') {
-        ++pos_;
+        pos_ = static_cast<size_t>(p + 1 - data);
         return true;
       }
       if (c < 0x20) return false;
       if (c == '\\') {
         if (plain != nullptr) *plain = false;
+        if (p + 1 < end && kShortEscape[static_cast<unsigned char>(p[1])]) {
+          p += 2;
+          continue;
+        }
+        pos_ = static_cast<size_t>(p - data);
         if (!Escape()) return false;
-        continue;
+      } else {
+        pos_ = static_cast<size_t>(p - data);
+        if (!Utf8()) return false;
       }
-      if (c < 0x80) {
-        ++pos_;
-        continue;
-      }
-      if (!Utf8()) return false;
+      p = data + pos_;
     }
-    return false;
   }
 
   bool Escape() {
     if (pos_ + 1 >= t_.size()) return false;
     const char e = t_[pos_ + 1];
-    if (e == '"' || e == '\\' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
+    if (kShortEscape[static_cast<unsigned char>(e)]) {
       pos_ += 2;
       return true;
     }
