@@ -571,7 +571,7 @@ std::optional<State> FastDecode(absl::string_view text, uint64_t* seq) {
   // checks it and lists its members (depth 1), the elements of its lists (2) and their members
   // (3: the allocations' fields).
   std::vector<canonical::Piece> pieces;
-  if (layout->payload.front() != '{' ||
+  if (layout->payload.empty() || layout->payload.front() != '{' ||
       canonical::ScanCanonicalPieces(layout->payload, kMaxDepth - 1, 3, &pieces) !=
           layout->payload.size()) {
     return std::nullopt;
