@@ -27,7 +27,8 @@ constexpr std::array<bool, 256> kPlain = MakePlain();
 // The characters after a backslash of the short escapes: \" \\ \b \f \n \r \t.
 constexpr std::array<bool, 256> MakeShortEscape() {
   std::array<bool, 256> escape{};
-  for (const char c : {'"', '\\', 'b', 'f', 'n', 'r', 't'}) escape[static_cast<unsigned char>(c)] = true;
+  for (const char c : {'"', '\\', 'b', 'f', 'n', 'r', 't'})
+    escape[static_cast<unsigned char>(c)] = true;
   return escape;
 }
 constexpr std::array<bool, 256> kShortEscape = MakeShortEscape();
@@ -40,10 +41,9 @@ inline int PlainRun16(const char* p) {
   const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   // Signed bytes: the non-ASCII ones (0x80 and up) are negative, so "less than 0x20" takes them
   // with the control characters.
-  const __m128i special =
-      _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')),
-                                _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
-                   _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+  const __m128i special = _mm_or_si128(
+      _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+      _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
   const int mask = _mm_movemask_epi8(special);
   return mask == 0 ? 16 : __builtin_ctz(static_cast<unsigned>(mask));
 }

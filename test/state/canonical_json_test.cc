@@ -121,9 +121,9 @@ TEST(CanonicalJsonTest, ScanCanonicalPiecesSplitsAsItChecks) {
   for (const Piece& p : pieces) {
     got.push_back(absl::StrCat(p.depth, " ", p.key, "=", p.value));
   }
-  EXPECT_THAT(got, testing::ElementsAre(R"(1 a=[{"k":"x,}","l":[1]},2])", R"(2 ={"k":"x,}","l":[1]})",
-                                        R"(3 k="x,}")", R"(3 l=[1])", "2 =2",
-                                        R"(1 b="\"}")", "1 c={}"));
+  EXPECT_THAT(got,
+              testing::ElementsAre(R"(1 a=[{"k":"x,}","l":[1]},2])", R"(2 ={"k":"x,}","l":[1]})",
+                                   R"(3 k="x,}")", R"(3 l=[1])", "2 =2", R"(1 b="\"}")", "1 c={}"));
   EXPECT_EQ(PieceEnd(pieces, 0), 5u);
   EXPECT_EQ(PieceEnd(pieces, 1), 4u);
   EXPECT_EQ(PieceEnd(pieces, 5), 6u);
