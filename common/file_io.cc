@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -248,6 +249,12 @@ absl::StatusOr<std::string> ReadFileBounded(const std::string& path, size_t max_
   if (!raw.ok()) return raw.status();
   Fd fd(*raw);
   std::string text;
+  // Sized once: the state files are tens of MB with thousands of claims, and growing the string
+  // by doubling copied them again and again at every start.
+  struct stat st;
+  if (::fstat(fd.get(), &st) == 0 && st.st_size > 0) {
+    text.reserve(std::min(static_cast<size_t>(st.st_size), max_bytes) + 1);
+  }
   char buffer[64 * 1024];
   while (text.size() <= max_bytes) {
     const ssize_t n = ::read(fd.get(), buffer, sizeof(buffer));

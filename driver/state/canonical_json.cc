@@ -1,9 +1,14 @@
 #include "driver/state/canonical_json.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <string>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace topodra::state::canonical {
 namespace {
@@ -12,9 +17,43 @@ namespace {
 // into floats, whose printed form is not their text.
 constexpr int kMaxDigits = 18;
 
+// The bytes a canonical string holds as they are: printable ASCII but '"' and '\\'.
+constexpr std::array<bool, 256> MakePlain() {
+  std::array<bool, 256> plain{};
+  for (int c = 0x20; c < 0x80; ++c) plain[c] = c != '"' && c != '\\';
+  return plain;
+}
+constexpr std::array<bool, 256> kPlain = MakePlain();
+// The characters after a backslash of the short escapes: \" \\ \b \f \n \r \t.
+constexpr std::array<bool, 256> MakeShortEscape() {
+  std::array<bool, 256> escape{};
+  for (const char c : {'"', '\\', 'b', 'f', 'n', 'r', 't'})
+    escape[static_cast<unsigned char>(c)] = true;
+  return escape;
+}
+constexpr std::array<bool, 256> kShortEscape = MakeShortEscape();
+
+// The length of the run of plain bytes (kPlain) at p, at most 16, 16 bytes at a time: the device
+// metadata texts inside a state file have an escape every few bytes, so a byte loop paid a few
+// instructions for each byte and a word at a time (SWAR) rarely found a whole plain word.
+#if defined(__SSE2__)
+inline int PlainRun16(const char* p) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  // Signed bytes: the non-ASCII ones (0x80 and up) are negative, so "less than 0x20" takes them
+  // with the control characters.
+  const __m128i special = _mm_or_si128(
+      _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+      _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+  const int mask = _mm_movemask_epi8(special);
+  return mask == 0 ? 16 : __builtin_ctz(static_cast<unsigned>(mask));
+}
+#endif
+
 class Scanner {
  public:
-  Scanner(absl::string_view text, int max_depth) : t_(text), max_depth_(max_depth) {}
+  Scanner(absl::string_view text, int max_depth, int record_depth = 0,
+          std::vector<Piece>* pieces = nullptr)
+      : t_(text), max_depth_(max_depth), record_depth_(record_depth), pieces_(pieces) {}
 
   // True when a canonical value starts at pos_; pos_ is then after it.
   bool Value(int depth) {
@@ -63,32 +102,47 @@ class Scanner {
   // null) is set to whether the string had no escape at all.
   bool String(bool* plain) {
     if (plain != nullptr) *plain = true;
-    ++pos_;  // the opening quote
-    while (pos_ < t_.size()) {
-      const unsigned char c = static_cast<unsigned char>(t_[pos_]);
+    // In locals: a store to pos_ per byte cannot be kept in a register (the text is char, which
+    // may alias it), and strings are most of a state file's bytes.
+    const char* const data = t_.data();
+    const char* const end = data + t_.size();
+    const char* p = data + pos_ + 1;  // after the opening quote
+    for (;;) {
+#if defined(__SSE2__)
+      while (end - p >= 16) {
+        const int run = PlainRun16(p);
+        p += run;
+        if (run < 16) break;
+      }
+#endif
+      while (p < end && kPlain[static_cast<unsigned char>(*p)]) ++p;  // the plain run at once
+      if (p == end) return false;
+      const unsigned char c = static_cast<unsigned char>(*p);
       if (c == '"') {
-        ++pos_;
+        pos_ = static_cast<size_t>(p + 1 - data);
         return true;
       }
       if (c < 0x20) return false;
       if (c == '\\') {
         if (plain != nullptr) *plain = false;
+        if (p + 1 < end && kShortEscape[static_cast<unsigned char>(p[1])]) {
+          p += 2;
+          continue;
+        }
+        pos_ = static_cast<size_t>(p - data);
         if (!Escape()) return false;
-        continue;
+      } else {
+        pos_ = static_cast<size_t>(p - data);
+        if (!Utf8()) return false;
       }
-      if (c < 0x80) {
-        ++pos_;
-        continue;
-      }
-      if (!Utf8()) return false;
+      p = data + pos_;
     }
-    return false;
   }
 
   bool Escape() {
     if (pos_ + 1 >= t_.size()) return false;
     const char e = t_[pos_ + 1];
-    if (e == '"' || e == '\\' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
+    if (kShortEscape[static_cast<unsigned char>(e)]) {
       pos_ += 2;
       return true;
     }
@@ -157,7 +211,7 @@ class Scanner {
       first = false;
       if (pos_ >= t_.size() || t_[pos_] != ':') return false;
       ++pos_;
-      if (!Value(depth)) return false;
+      if (!RecordedValue(depth, key)) return false;
       if (pos_ >= t_.size()) return false;
       if (t_[pos_] == '}') {
         ++pos_;
@@ -175,7 +229,7 @@ class Scanner {
       ++pos_;
       return true;
     }
-    while (Value(depth)) {
+    while (RecordedValue(depth, absl::string_view())) {
       if (pos_ >= t_.size()) return false;
       if (t_[pos_] == ']') {
         ++pos_;
@@ -187,8 +241,21 @@ class Scanner {
     return false;
   }
 
+  // Value, listed in pieces_ when `depth` is at most record_depth_.
+  bool RecordedValue(int depth, absl::string_view key) {
+    if (pieces_ == nullptr || depth > record_depth_) return Value(depth);
+    const size_t index = pieces_->size();
+    const size_t start = pos_;
+    pieces_->push_back(Piece{depth, key, absl::string_view()});
+    if (!Value(depth)) return false;
+    (*pieces_)[index].value = t_.substr(start, pos_ - start);
+    return true;
+  }
+
   absl::string_view t_;
   int max_depth_;
+  int record_depth_;
+  std::vector<Piece>* pieces_;
   size_t pos_ = 0;
 };
 
@@ -225,6 +292,19 @@ size_t SkipChecked(absl::string_view t, size_t pos) {
 size_t ScanCanonical(absl::string_view text, int max_depth) {
   Scanner s(text, max_depth);
   return s.Value(0) ? s.pos() : 0;
+}
+
+size_t ScanCanonicalPieces(absl::string_view text, int max_depth, int record_depth,
+                           std::vector<Piece>* pieces) {
+  pieces->clear();
+  Scanner s(text, max_depth, record_depth, pieces);
+  return s.Value(0) ? s.pos() : 0;
+}
+
+size_t PieceEnd(const std::vector<Piece>& pieces, size_t i) {
+  size_t end = i + 1;
+  while (end < pieces.size() && pieces[end].depth > pieces[i].depth) ++end;
+  return end;
 }
 
 bool ObjectMembers(absl::string_view object, Members* out) {

@@ -27,6 +27,23 @@ namespace topodra::state::canonical {
 // one (or nests deeper than `max_depth` arrays and objects).
 size_t ScanCanonical(absl::string_view text, int max_depth);
 
+// One member of an object (its key without quotes) or element of an array (key ""), and how deep
+// it is: the members or elements of the outermost value are at depth 1.
+struct Piece {
+  int depth = 0;
+  absl::string_view key;
+  absl::string_view value;
+};
+// ScanCanonical that also lists the members and elements at depth 1 to `record_depth`, in the
+// order of the text (a container before what is in it). One pass over the text both checks it
+// and splits it: splitting again after the check (ObjectMembers, ArrayElements) read the large
+// strings of a state file twice more.
+size_t ScanCanonicalPieces(absl::string_view text, int max_depth, int record_depth,
+                           std::vector<Piece>* pieces);
+// The pieces inside pieces[i] (one level deeper, up to the next piece not deeper than it), as
+// members: [begin, end) of `pieces`.
+size_t PieceEnd(const std::vector<Piece>& pieces, size_t i);
+
 // The members of an object (each key without its quotes, and its value's text) and the elements
 // of an array, for text ScanCanonical accepted as a whole already (it is not checked again: one
 // pass checks the whole file, these only split it). False when it is not an object, an array.

@@ -163,9 +163,79 @@ absl::Status ReadAllocation(const json& v, absl::string_view where, int version,
 // ReadAllocation of an allocation's canonical text (checked by ScanCanonical) without a tree of
 // its answer and CDI spec: they are kept as the text they are. nullopt for anything ReadAllocation
 // might refuse or read otherwise (the caller then takes the full parser, for its message).
-std::optional<Allocation> FastAllocation(absl::string_view text, int version) {
-  canonical::Members members;
-  if (!canonical::ObjectMembers(text, &members)) return std::nullopt;
+// FastAllocationMembers for the usual record, without a JSON tree even of its small fields: every
+// string plain (no escape), the GPUs a list of such strings. nullopt for anything else, and for
+// anything ReadAllocation refuses (FastAllocationMembers then decides).
+std::optional<Allocation> DirectAllocation(const canonical::Members& members, int version) {
+  Allocation a;
+  // The fields ReadAllocation requires, in the order the canonical text has them.
+  constexpr int kRequired = 10;
+  int required = 0;
+  absl::string_view text;
+  auto cpus = [&](absl::string_view value, CpuSet* out) {
+    if (!canonical::PlainString(value, &text)) return false;
+    absl::StatusOr<CpuSet> parsed = CpuSet::Parse(std::string_view(text.data(), text.size()));
+    if (!parsed.ok()) return false;
+    *out = *std::move(parsed);
+    return true;
+  };
+  for (const auto& [key, value] : members) {
+    const bool plain = canonical::PlainString(value, &text);
+    if (key == "answer") {
+      a.answer = JsonText::FromCanonicalText(value);
+    } else if (key == "cdi") {
+      if (value != "null" && value.front() != '{') return std::nullopt;
+      a.cdi = JsonText::FromCanonicalText(value);
+    } else if (key == "cpus") {
+      if (!cpus(value, &a.cpus)) return std::nullopt;
+    } else if (key == "driver" && plain) {
+      a.driver = std::string(text);
+    } else if (key == "gpus") {
+      std::vector<absl::string_view> items;
+      if (!canonical::ArrayElements(value, &items)) return std::nullopt;
+      for (absl::string_view item : items) {
+        absl::string_view gpu;
+        if (!canonical::PlainString(item, &gpu) || !a.gpus.emplace(gpu).second) return std::nullopt;
+      }
+    } else if (key == "kind" && plain) {
+      if (text == KindName(AllocationKind::kDraClaim)) {
+        a.kind = AllocationKind::kDraClaim;
+      } else if (text == KindName(AllocationKind::kDevicePlugin)) {
+        a.kind = AllocationKind::kDevicePlugin;
+      } else {
+        return std::nullopt;
+      }
+    } else if (key == "name" && plain) {
+      a.claim_name = std::string(text);
+    } else if (key == "namespace" && plain) {
+      a.claim_namespace = std::string(text);
+    } else if (key == "owner" && plain) {
+      a.owner = std::string(text);
+    } else if (key == "phase" && plain) {
+      if (text == PhaseName(Phase::kPreparing)) {
+        a.phase = Phase::kPreparing;
+      } else if (text == PhaseName(Phase::kPrepared)) {
+        a.phase = Phase::kPrepared;
+      } else {
+        return std::nullopt;
+      }
+    } else if (key == "mems" && version >= 3) {
+      if (!cpus(value, &a.mems) || a.mems.Empty()) return std::nullopt;
+      continue;
+    } else if (key == "reservation" && version >= 2 && plain && !text.empty()) {
+      a.reservation = std::string(text);
+      continue;
+    } else {
+      return std::nullopt;
+    }
+    ++required;
+  }
+  if (required != kRequired) return std::nullopt;
+  return a;
+}
+
+std::optional<Allocation> FastAllocationMembers(const canonical::Members& members, int version) {
+  if (std::optional<Allocation> a = DirectAllocation(members, version)) return a;
   json small = json::object();
   absl::string_view answer, cdi;
   bool has_answer = false, has_cdi = false;
@@ -197,6 +267,24 @@ std::optional<Allocation> FastAllocation(absl::string_view text, int version) {
   if (has_answer) a.answer = JsonText::FromCanonicalText(answer);
   if (has_cdi) a.cdi = JsonText::FromCanonicalText(cdi);
   return a;
+}
+
+std::optional<Allocation> FastAllocation(absl::string_view text, int version) {
+  canonical::Members members;
+  if (!canonical::ObjectMembers(text, &members)) return std::nullopt;
+  return FastAllocationMembers(members, version);
+}
+
+// The members of the object pieces[i] (an object whose members ScanCanonicalPieces listed);
+// false when it is not an object. `end`: PieceEnd(pieces, i).
+bool PieceMembers(const std::vector<canonical::Piece>& pieces, size_t i, size_t end,
+                  canonical::Members* out) {
+  out->clear();
+  if (pieces[i].value.front() != '{') return false;
+  for (size_t k = i + 1; k < end; ++k) {
+    if (pieces[k].depth == pieces[i].depth + 1) out->emplace_back(pieces[k].key, pieces[k].value);
+  }
+  return true;
 }
 
 absl::Status ReadReservation(const json& v, absl::string_view where, Reservation* r) {
@@ -301,6 +389,10 @@ json AllocationToJson(const Allocation& a) {
 std::optional<Allocation> AllocationFromCanonicalText(absl::string_view text, bool scanned) {
   if (!scanned && canonical::ScanCanonical(text, kMaxDepth) != text.size()) return std::nullopt;
   return FastAllocation(text, kCheckpointVersion);
+}
+
+std::optional<Allocation> AllocationFromCanonicalMembers(const canonical::Members& members) {
+  return FastAllocationMembers(members, kCheckpointVersion);
 }
 
 absl::StatusOr<Allocation> AllocationFromJson(const json& value) {
@@ -475,21 +567,30 @@ std::optional<State> FastDecode(absl::string_view text, uint64_t* seq) {
     return std::nullopt;
   }
   if (Hex8(Crc32c(layout->payload)) != layout->checksum) return std::nullopt;
-  // The payload is one level inside the document, whose depth the full parser limits.
-  if (canonical::ScanCanonical(layout->payload, kMaxDepth - 1) != layout->payload.size()) {
+  // The payload is one level inside the document, whose depth the full parser limits. One pass
+  // checks it and lists its members (depth 1), the elements of its lists (2) and their members
+  // (3: the allocations' fields).
+  std::vector<canonical::Piece> pieces;
+  if (layout->payload.empty() || layout->payload.front() != '{' ||
+      canonical::ScanCanonicalPieces(layout->payload, kMaxDepth - 1, 3, &pieces) !=
+          layout->payload.size()) {
     return std::nullopt;
   }
-  canonical::Members members;
-  if (!canonical::ObjectMembers(layout->payload, &members)) return std::nullopt;
-  absl::string_view allocations, reservations;
+  // [begin, end) of `pieces`: the elements of "allocations" and "reservations" and their members.
+  size_t allocations = 0, allocations_end = 0, reservations = 0, reservations_end = 0;
   bool has_allocations = false, has_reservations = false;
   uint64_t snapshot_seq = 0;
-  for (const auto& [key, value] : members) {
+  for (size_t i = 0; i < pieces.size(); i = canonical::PieceEnd(pieces, i)) {
+    const absl::string_view key = pieces[i].key, value = pieces[i].value;
     if (key == "allocations") {
-      allocations = value;
+      if (value.front() != '[') return std::nullopt;
+      allocations = i + 1;
+      allocations_end = canonical::PieceEnd(pieces, i);
       has_allocations = true;
     } else if (key == "reservations" && version >= 2) {
-      reservations = value;
+      if (value.front() != '[') return std::nullopt;
+      reservations = i + 1;
+      reservations_end = canonical::PieceEnd(pieces, i);
       has_reservations = true;
     } else if (key == "seq") {
       if (value.front() == '-' || !absl::SimpleAtoi(value, &snapshot_seq)) return std::nullopt;
@@ -498,17 +599,22 @@ std::optional<State> FastDecode(absl::string_view text, uint64_t* seq) {
     }
   }
   if (!has_allocations || (version >= 2 && !has_reservations)) return std::nullopt;
-  std::vector<absl::string_view> items;
-  if (!canonical::ArrayElements(allocations, &items)) return std::nullopt;
   State state;
-  for (absl::string_view item : items) {
-    std::optional<Allocation> a = FastAllocation(item, version);
+  canonical::Members members;
+  for (size_t i = allocations; i < allocations_end;) {
+    const size_t end = canonical::PieceEnd(pieces, i);
+    if (!PieceMembers(pieces, i, end, &members)) return std::nullopt;
+    std::optional<Allocation> a = FastAllocationMembers(members, version);
     if (!a || state.Find(a->owner) != nullptr || !state.Add(*std::move(a)).ok()) {
       return std::nullopt;
     }
+    i = end;
   }
   if (has_reservations) {
-    if (!canonical::ArrayElements(reservations, &items)) return std::nullopt;
+    std::vector<absl::string_view> items;
+    for (size_t i = reservations; i < reservations_end; i = canonical::PieceEnd(pieces, i)) {
+      items.push_back(pieces[i].value);
+    }
     for (absl::string_view item : items) {
       // Few and small: the tree is cheap.
       json value = json::parse(item.begin(), item.end(), nullptr, /*allow_exceptions=*/false);

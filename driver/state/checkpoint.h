@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -55,6 +57,9 @@ absl::StatusOr<Allocation> AllocationFromJson(const nlohmann::json& value);
 // AllocationFromJson would refuse it (the caller then takes the full parser, for its message).
 // `scanned`: ScanCanonical accepted the text already (as part of a larger one).
 std::optional<Allocation> AllocationFromCanonicalText(absl::string_view text, bool scanned = false);
+// The same from the members of that text (ScanCanonicalPieces split it): key, value text.
+std::optional<Allocation> AllocationFromCanonicalMembers(
+    const std::vector<std::pair<absl::string_view, absl::string_view>>& members);
 // One reservation, likewise: {"uid", "name", "cpus": "<cpu list>", "gpus": [...], "placedAt",
 // "expiresAt", "ended", "endReason", "spec"}, every field always present.
 nlohmann::json ReservationToJson(const Reservation& reservation);

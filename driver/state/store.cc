@@ -65,18 +65,23 @@ std::optional<FastPut> FastPutLine(absl::string_view line) {
     }
   }
   const absl::string_view text = line.substr(9);
+  // One pass checks the line and splits it: the record's members (depth 1) and the allocation's
+  // (depth 2).
+  std::vector<canonical::Piece> pieces;
   if (!absl::StartsWith(text, R"({"put":{)") || Crc32c(text) != crc ||
-      canonical::ScanCanonical(text, kMaxDepth) != text.size()) {
+      canonical::ScanCanonicalPieces(text, kMaxDepth, 2, &pieces) != text.size()) {
     return std::nullopt;
   }
-  canonical::Members members;
-  if (!canonical::ObjectMembers(text, &members) || members.size() != 2 ||
-      members[0].first != "put" || members[1].first != "seq" || members[1].second.front() == '-') {
+  const size_t put_end = canonical::PieceEnd(pieces, 0);
+  if (put_end + 1 != pieces.size() || pieces[0].key != "put" || pieces[put_end].key != "seq" ||
+      pieces[put_end].value.front() == '-') {
     return std::nullopt;
   }
   FastPut out;
-  if (!absl::SimpleAtoi(members[1].second, &out.seq)) return std::nullopt;
-  std::optional<Allocation> a = AllocationFromCanonicalText(members[0].second, /*scanned=*/true);
+  if (!absl::SimpleAtoi(pieces[put_end].value, &out.seq)) return std::nullopt;
+  canonical::Members members;
+  for (size_t i = 1; i < put_end; ++i) members.emplace_back(pieces[i].key, pieces[i].value);
+  std::optional<Allocation> a = AllocationFromCanonicalMembers(members);
   if (!a) return std::nullopt;
   out.allocation = *std::move(a);
   return out;

@@ -11,8 +11,10 @@
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/json_parse.h"
+#include "driver/state/canonical_json.h"
 #include "driver/state/checkpoint.h"
 #include "driver/state/store.h"
 #include "nlohmann/json.hpp"
@@ -54,6 +56,17 @@ void CheckJournalLine(const std::string& text) {
     absl::StatusOr<topodra::state::Allocation> slow =
         topodra::state::AllocationFromJson((*body)["put"]);
     if (fast.has_value() && (!slow.ok() || !(*fast == *slow))) std::abort();
+    // The one-pass split the journal and the snapshot use reads it as the two-pass one.
+    std::vector<topodra::state::canonical::Piece> pieces;
+    if (topodra::state::canonical::ScanCanonicalPieces(put, 32, 1, &pieces) != put.size()) {
+      if (fast.has_value()) std::abort();
+    } else {
+      topodra::state::canonical::Members members;
+      for (const auto& p : pieces) members.emplace_back(p.key, p.value);
+      std::optional<topodra::state::Allocation> split =
+          topodra::state::AllocationFromCanonicalMembers(members);
+      if (split.has_value() != fast.has_value() || (split && !(*split == *fast))) std::abort();
+    }
   }
   if (body->contains("put")) (void)topodra::state::AllocationFromJson((*body)["put"]);
   if (body->contains("putReservation")) {

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -32,9 +33,11 @@ TEST(CanonicalJsonTest, AcceptsOnlyTheCanonicalPrintersText) {
                                               R"([1,"x",[null],{}])",
                                               R"({"a":1,"b":{"c":[true]},"bb":"x"})",
                                               R"({"A":1,"a":2})"};
+  std::vector<Piece> pieces;
   for (const std::string& text : canonical) {
     SCOPED_TRACE(text);
     EXPECT_EQ(ScanCanonical(text, 32), text.size());
+    EXPECT_EQ(ScanCanonicalPieces(text, 32, 3, &pieces), text.size());
     EXPECT_EQ(json::parse(text).dump(-1, ' ', false, json::error_handler_t::replace), text);
   }
   EXPECT_EQ(ScanCanonical("", 32), 0u);  // 0: no value
@@ -68,6 +71,7 @@ TEST(CanonicalJsonTest, AcceptsOnlyTheCanonicalPrintersText) {
   for (const std::string& text : not_canonical) {
     SCOPED_TRACE(text);
     EXPECT_NE(ScanCanonical(text, 32), text.size());
+    EXPECT_NE(ScanCanonicalPieces(text, 32, 3, &pieces), text.size());
   }
   // A value followed by more text: the value's length.
   EXPECT_EQ(ScanCanonical(R"({"a":1},{"b":2})", 32), 7u);
@@ -105,6 +109,36 @@ TEST(CanonicalJsonTest, SplitsObjectsAndArraysItScanned) {
   EXPECT_EQ(plain, "abc");
   EXPECT_FALSE(PlainString(R"("a\nb")", &plain));
   EXPECT_FALSE(PlainString("12", &plain));
+}
+
+// The one-pass split gives what ObjectMembers and ArrayElements give after the scan, a container
+// before what is in it, down to the depth asked for.
+TEST(CanonicalJsonTest, ScanCanonicalPiecesSplitsAsItChecks) {
+  const std::string text = R"({"a":[{"k":"x,}","l":[1]},2],"b":"\"}","c":{}})";
+  std::vector<Piece> pieces;
+  ASSERT_EQ(ScanCanonicalPieces(text, 32, 3, &pieces), text.size());
+  std::vector<std::string> got;
+  for (const Piece& p : pieces) {
+    got.push_back(absl::StrCat(p.depth, " ", p.key, "=", p.value));
+  }
+  EXPECT_THAT(got,
+              testing::ElementsAre(R"(1 a=[{"k":"x,}","l":[1]},2])", R"(2 ={"k":"x,}","l":[1]})",
+                                   R"(3 k="x,}")", R"(3 l=[1])", "2 =2", R"(1 b="\"}")", "1 c={}"));
+  EXPECT_EQ(PieceEnd(pieces, 0), 5u);
+  EXPECT_EQ(PieceEnd(pieces, 1), 4u);
+  EXPECT_EQ(PieceEnd(pieces, 5), 6u);
+  EXPECT_EQ(PieceEnd(pieces, 6), 7u);
+  // Depth 1 only: the outer members.
+  ASSERT_EQ(ScanCanonicalPieces(text, 32, 1, &pieces), text.size());
+  Members members;
+  ASSERT_TRUE(ObjectMembers(text, &members));
+  ASSERT_EQ(pieces.size(), members.size());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    EXPECT_EQ(pieces[i].key, members[i].first);
+    EXPECT_EQ(pieces[i].value, members[i].second);
+  }
+  // A text it refuses lists whatever it saw; the caller looks at the length only.
+  EXPECT_EQ(ScanCanonicalPieces(R"({"a":1,"b":01})", 32, 3, &pieces), 0u);
 }
 
 // A string as the canonical printer writes it reads back as itself; what it never writes does

@@ -772,8 +772,7 @@ TEST(CheckpointFastPathTest, GivesWhatTheFullParserGives) {
       EncodeCheckpoint(State()),
       doc.dump(2),                            // another layout
       laid_out(doc["payload"].dump(1), "3"),  // whitespace
-      laid_out(payload, "03"),
-      laid_out(payload, "4"),
+      laid_out(payload, "03"), laid_out(payload, "4"),
       laid_out(payload, "1"),  // "reservations" and "mems" unknown in version 1
       laid_out(absl::StrReplaceAll(payload, {{"\"seq\":42", "\"seq\":-42"}}), "3"),
       laid_out(absl::StrReplaceAll(payload, {{"\"phase\":\"Prepared\"", "\"phase\":\"Done\""}}),
@@ -782,6 +781,22 @@ TEST(CheckpointFastPathTest, GivesWhatTheFullParserGives) {
       laid_out(absl::StrReplaceAll(payload, {{"\"cdi\":{", "\"cdi\":[{"}, {"}]}}", "}]}]}"}}), "3"),
       absl::StrReplaceAll(saved, {{"uid-1", "uid-2"}}),  // damaged: checksum mismatch
       saved.substr(0, saved.size() / 2),                 // torn
+      // The one-pass split and the direct field reader against the full parser: a field with an
+      // escape (read through the tree), no payload, lists that are not lists, a GPU twice, a
+      // field the version does not have, an unknown field, an allocation that is not an object.
+      laid_out(absl::StrReplaceAll(payload, {{"\"name\":\"claim-0\"", "\"name\":\"claim\\\"0\""}}),
+               "3"),
+      laid_out("", "3"), laid_out("[]", "3"),
+      laid_out(absl::StrReplaceAll(payload, {{"\"allocations\":[", "\"allocations\":{\"a\":["},
+                                             {"],\"reservations\"", "]},\"reservations\""}}),
+               "3"),
+      laid_out(absl::StrReplaceAll(payload, {{"\"gpus\":[]", "\"gpus\":[\"g\",\"g\"]"}}), "3"),
+      laid_out(absl::StrReplaceAll(payload, {{"\"gpus\":[]", "\"gpus\":[\"g\\u0001\"]"}}), "3"),
+      laid_out(absl::StrReplaceAll(payload, {{"\"gpus\":[]", "\"gpus\":\"g\""}}), "3"),
+      laid_out(absl::StrReplaceAll(payload, {{"\"kind\":", "\"junk\":1,\"kind\":"}}), "3"),
+      laid_out(absl::StrReplaceAll(payload, {{"\"kind\":", "\"jmems\":1,\"kind\":"}}), "3"),
+      laid_out(absl::StrReplaceAll(payload, {{"\"allocations\":[", "\"allocations\":[1,"}}), "3"),
+      laid_out(payload, "2"),  // "mems" unknown in version 2
   };
   // Nested as deep as the reader allows, one level more, and one less (in a reservation's spec,
   // kept as it is): the payload sits one level inside the document, whose depth is what the full
