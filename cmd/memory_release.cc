@@ -1,8 +1,12 @@
 #include "cmd/memory_release.h"
 
+#include <link.h>
 #include <malloc.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -16,10 +20,12 @@ std::vector<DroppableRange> DroppableFileRanges(const std::string& smaps) {
   DroppableRange cur;
   bool candidate = false;  // the mapping being read may be dropped, so far
   long anonymous = -1;     // its Anonymous: line, -1 until read
+  long swap = -1;          // its Swap: line (a private copy swapped out is not Anonymous)
   auto finish = [&] {
-    if (candidate && anonymous == 0 && cur.rss_kib > 0) out.push_back(cur);
+    if (candidate && anonymous == 0 && swap == 0 && cur.rss_kib > 0) out.push_back(cur);
     candidate = false;
     anonymous = -1;
+    swap = -1;
   };
   while (std::getline(in, line)) {
     unsigned long a = 0, b = 0;
@@ -43,20 +49,61 @@ std::vector<DroppableRange> DroppableFileRanges(const std::string& smaps) {
     if (!(s >> key >> value)) continue;
     if (key == "Rss:") cur.rss_kib = value;
     if (key == "Anonymous:") anonymous = value;
+    if (key == "Swap:") swap = value;
   }
   finish();
   return out;
 }
+
+namespace {
+
+struct Span {
+  uintptr_t start = 0, end = 0;
+};
+
+// The whole pages of the loaded objects' segments that are never writable (text, read-only
+// data). RELRO lies in a writable segment, so it is never among them, whatever smaps says of its
+// pages at the moment (swapped out, a relocated page counts as Swap, not Anonymous). Objects
+// loaded at start stay mapped: the daemon never calls dlclose.
+std::vector<Span> ReadOnlyLoadSegments() {
+  std::vector<Span> spans;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        auto* out = static_cast<std::vector<Span>*>(data);
+        const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_LOAD || (ph.p_flags & PF_W) != 0) continue;
+          const uintptr_t begin = info->dlpi_addr + ph.p_vaddr;
+          const uintptr_t start = (begin + page - 1) / page * page;
+          const uintptr_t end = (begin + ph.p_memsz) / page * page;
+          if (start < end) out->push_back(Span{start, end});
+        }
+        return 0;
+      },
+      &spans);
+  return spans;
+}
+
+}  // namespace
 
 MemoryRelease ReleaseStartupMemory() {
   MemoryRelease out;
   std::ifstream in("/proc/self/smaps");
   std::stringstream text;
   text << in.rdbuf();
+  const std::vector<Span> segments = ReadOnlyLoadSegments();
   for (const DroppableRange& r : DroppableFileRanges(text.str())) {
-    // Read-only private file pages with no private copy: the kernel maps them again from the
-    // page cache on the next access.
-    if (madvise(reinterpret_cast<void*>(r.start), r.end - r.start, MADV_DONTNEED) == 0) {
+    // Read-only private file pages with no private copy, inside a segment the loader never made
+    // writable: the kernel maps them again from the page cache on the next access.
+    bool dropped = false;
+    for (const Span& s : segments) {
+      const uintptr_t start = std::max<uintptr_t>(s.start, r.start);
+      const uintptr_t end = std::min<uintptr_t>(s.end, r.end);
+      if (start >= end) continue;
+      dropped |= madvise(reinterpret_cast<void*>(start), end - start, MADV_DONTNEED) == 0;
+    }
+    if (dropped) {
       out.unmapped_kib += r.rss_kib;
       ++out.mappings;
     }

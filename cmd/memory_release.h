@@ -18,7 +18,8 @@ struct MemoryRelease {
 
 // The file mappings that may be dropped, from the text of /proc/self/smaps: not writable,
 // private, backed by a file (a path starting with '/'), and holding no page of their own
-// (Anonymous: 0 kB: no page written after a copy-on-write, such as the relocated RELRO data).
+// (Anonymous: 0 kB and Swap: 0 kB: no page written after a copy-on-write, such as the relocated
+// RELRO data, in memory or swapped out).
 // Dropping such a mapping's pages loses nothing: the next access maps them again from the page
 // cache (a minor fault). Ranges as [start, end) with the resident KiB of each.
 struct DroppableRange {
@@ -27,7 +28,9 @@ struct DroppableRange {
 };
 std::vector<DroppableRange> DroppableFileRanges(const std::string& smaps);
 
-// Drops the resident pages of every droppable file mapping (madvise MADV_DONTNEED: the page cache
+// Drops the resident pages of every droppable file mapping that lies in a loaded object's
+// never-writable segment (dl_iterate_phdr; so never RELRO, and never a mapping that is not an
+// object's, which another thread could unmap and replace meanwhile; madvise MADV_DONTNEED: the page cache
 // keeps the pages, the process no longer maps them, so the kernel may reclaim them like any
 // unmapped file page) and returns the free heap to the kernel (malloc_trim).
 MemoryRelease ReleaseStartupMemory();

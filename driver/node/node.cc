@@ -40,11 +40,7 @@ Node::Node(NodeConfig config, NodeDeps deps)
   if (deps_.topology_start.from_cache) stored_key_ = deps_.topology_start.key;
 }
 
-Node::~Node() {
-  Stop();
-  // Started at assembly: a node never started still has its publishers running (held).
-  if (publishing_ != nullptr) publishing_->Stop();
-}
+Node::~Node() { Stop(); }
 
 absl::StatusOr<std::unique_ptr<Node>> Node::Create(NodeConfig config, topology::Topology topo,
                                                    NodeDeps deps) {
@@ -266,7 +262,12 @@ absl::Status Node::Start() {
   return st;
 }
 
-void Node::Stop() { components_.Stop(); }
+void Node::Stop() {
+  components_.Stop();
+  // Assembly started the publishers (held) before their component's turn: a node stopped without
+  // a successful Start still has them running.
+  if (publishing_ != nullptr) publishing_->Stop();
+}
 
 bool Node::Republish(const topology::Topology& now, bool machine_changed) {
   inventory_options_.publish.unhealthy_gpus = DeviceHealth::Unhealthy(gpu_verdicts_);

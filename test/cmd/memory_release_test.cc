@@ -11,10 +11,11 @@
 namespace topodra::cmd {
 namespace {
 
-std::string Mapping(const std::string& head, long rss, long anonymous) {
+std::string Mapping(const std::string& head, long rss, long anonymous, long swap = 0) {
   return head + "\nSize:                100 kB\nRss:                 " + std::to_string(rss) +
          " kB\nPss:                 " + std::to_string(rss) +
-         " kB\nAnonymous:           " + std::to_string(anonymous) + " kB\nVmFlags: rd mr mw me\n";
+         " kB\nAnonymous:           " + std::to_string(anonymous) +
+         " kB\nSwap:                " + std::to_string(swap) + " kB\nVmFlags: rd mr mw me\n";
 }
 
 TEST(MemoryReleaseTest, DropsOnlyReadOnlyPrivateFilePagesWithoutCopies) {
@@ -42,6 +43,14 @@ TEST(MemoryReleaseTest, DropsOnlyReadOnlyPrivateFilePagesWithoutCopies) {
       EXPECT_EQ(got[0].rss_kib, c.rss) << c.head;
     }
   }
+  // A relocated page swapped out leaves Anonymous at 0: its Swap line keeps the mapping.
+  EXPECT_TRUE(
+      DroppableFileRanges(Mapping("3000-4000 r--p 00003000 fe:01 42  /usr/lib/libx.so", 4, 0, 8))
+          .empty());
+  // Without a Swap line nothing is known of swapped copies: kept.
+  EXPECT_TRUE(DroppableFileRanges("1000-2000 r-xp 00001000 fe:01 42  /usr/bin/x\nRss: 8 kB\n"
+                                  "Anonymous: 0 kB\n")
+                  .empty());
   // Several mappings in one text: each is judged on its own lines.
   std::string all;
   for (const Case& c : cases) all += Mapping(c.head, c.rss, c.anonymous);
