@@ -30,8 +30,8 @@ std::vector<DroppableRange> DroppableFileRanges(const std::string& smaps);
 
 // Drops the resident pages of every droppable file mapping that lies in a loaded object's
 // never-writable segment (dl_iterate_phdr; so never RELRO, and never a mapping that is not an
-// object's, which another thread could unmap and replace meanwhile; madvise MADV_DONTNEED: the page cache
-// keeps the pages, the process no longer maps them, so the kernel may reclaim them like any
+// object's, which another thread could unmap and replace meanwhile; madvise MADV_DONTNEED: the page
+// cache keeps the pages, the process no longer maps them, so the kernel may reclaim them like any
 // unmapped file page) and returns the free heap to the kernel (malloc_trim).
 MemoryRelease ReleaseStartupMemory();
 
