@@ -298,7 +298,9 @@ size_t ScanCanonicalPieces(absl::string_view text, int max_depth, int record_dep
                            std::vector<Piece>* pieces) {
   pieces->clear();
   Scanner s(text, max_depth, record_depth, pieces);
-  return s.Value(0) ? s.pos() : 0;
+  if (s.Value(0)) return s.pos();
+  pieces->clear();  // a partial list, whose last piece has no value yet
+  return 0;
 }
 
 size_t PieceEnd(const std::vector<Piece>& pieces, size_t i) {

@@ -37,11 +37,12 @@ struct Piece {
 // ScanCanonical that also lists the members and elements at depth 1 to `record_depth`, in the
 // order of the text (a container before what is in it). One pass over the text both checks it
 // and splits it: splitting again after the check (ObjectMembers, ArrayElements) read the large
-// strings of a state file twice more.
+// strings of a state file twice more. When it refuses the text (returns 0), `pieces` is empty.
 size_t ScanCanonicalPieces(absl::string_view text, int max_depth, int record_depth,
                            std::vector<Piece>* pieces);
-// The pieces inside pieces[i] (one level deeper, up to the next piece not deeper than it), as
-// members: [begin, end) of `pieces`.
+// One past the last piece inside pieces[i]: the pieces i+1 to PieceEnd - 1 are everything
+// inside it, at every deeper level (its members or elements, theirs, ... down to record_depth),
+// and PieceEnd is the next piece not deeper than it (or pieces.size()).
 size_t PieceEnd(const std::vector<Piece>& pieces, size_t i);
 
 // The members of an object (each key without its quotes, and its value's text) and the elements

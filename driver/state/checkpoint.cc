@@ -160,17 +160,34 @@ absl::Status ReadAllocation(const json& v, absl::string_view where, int version,
   });
 }
 
-// ReadAllocation of an allocation's canonical text (checked by ScanCanonical) without a tree of
-// its answer and CDI spec: they are kept as the text they are. nullopt for anything ReadAllocation
-// might refuse or read otherwise (the caller then takes the full parser, for its message).
-// FastAllocationMembers for the usual record, without a JSON tree even of its small fields: every
-// string plain (no escape), the GPUs a list of such strings. nullopt for anything else, and for
-// anything ReadAllocation refuses (FastAllocationMembers then decides).
+}  // namespace
+
+namespace internal {
+
+// ReadAllocation for the usual record, without a JSON tree even of its small fields: every string
+// plain (no escape), the GPUs a list of such strings. nullopt for anything else, and for anything
+// ReadAllocation refuses (FastAllocationMembers then decides).
 std::optional<Allocation> DirectAllocation(const canonical::Members& members, int version) {
   Allocation a;
-  // The fields ReadAllocation requires, in the order the canonical text has them.
-  constexpr int kRequired = 10;
-  int required = 0;
+  // One bit per field: a field seen twice is refused (the full parser never sees two, its tree
+  // keeps one), and every field ReadAllocation requires must be there.
+  enum Field : unsigned {
+    kAnswer = 1u << 0,
+    kCdi = 1u << 1,
+    kCpus = 1u << 2,
+    kDriver = 1u << 3,
+    kGpus = 1u << 4,
+    kKind = 1u << 5,
+    kName = 1u << 6,
+    kNamespace = 1u << 7,
+    kOwner = 1u << 8,
+    kPhase = 1u << 9,
+    kMems = 1u << 10,
+    kReservation = 1u << 11,
+  };
+  constexpr unsigned kRequired =
+      kAnswer | kCdi | kCpus | kDriver | kGpus | kKind | kName | kNamespace | kOwner | kPhase;
+  unsigned seen = 0;
   absl::string_view text;
   auto cpus = [&](absl::string_view value, CpuSet* out) {
     if (!canonical::PlainString(value, &text)) return false;
@@ -180,17 +197,24 @@ std::optional<Allocation> DirectAllocation(const canonical::Members& members, in
     return true;
   };
   for (const auto& [key, value] : members) {
+    if (value.empty()) return std::nullopt;  // not a value (ScanCanonicalPieces never gives one)
     const bool plain = canonical::PlainString(value, &text);
+    unsigned field = 0;
     if (key == "answer") {
+      field = kAnswer;
       a.answer = JsonText::FromCanonicalText(value);
     } else if (key == "cdi") {
+      field = kCdi;
       if (value != "null" && value.front() != '{') return std::nullopt;
       a.cdi = JsonText::FromCanonicalText(value);
     } else if (key == "cpus") {
+      field = kCpus;
       if (!cpus(value, &a.cpus)) return std::nullopt;
     } else if (key == "driver" && plain) {
+      field = kDriver;
       a.driver = std::string(text);
     } else if (key == "gpus") {
+      field = kGpus;
       std::vector<absl::string_view> items;
       if (!canonical::ArrayElements(value, &items)) return std::nullopt;
       for (absl::string_view item : items) {
@@ -198,6 +222,7 @@ std::optional<Allocation> DirectAllocation(const canonical::Members& members, in
         if (!canonical::PlainString(item, &gpu) || !a.gpus.emplace(gpu).second) return std::nullopt;
       }
     } else if (key == "kind" && plain) {
+      field = kKind;
       if (text == KindName(AllocationKind::kDraClaim)) {
         a.kind = AllocationKind::kDraClaim;
       } else if (text == KindName(AllocationKind::kDevicePlugin)) {
@@ -206,12 +231,16 @@ std::optional<Allocation> DirectAllocation(const canonical::Members& members, in
         return std::nullopt;
       }
     } else if (key == "name" && plain) {
+      field = kName;
       a.claim_name = std::string(text);
     } else if (key == "namespace" && plain) {
+      field = kNamespace;
       a.claim_namespace = std::string(text);
     } else if (key == "owner" && plain) {
+      field = kOwner;
       a.owner = std::string(text);
     } else if (key == "phase" && plain) {
+      field = kPhase;
       if (text == PhaseName(Phase::kPreparing)) {
         a.phase = Phase::kPreparing;
       } else if (text == PhaseName(Phase::kPrepared)) {
@@ -220,26 +249,38 @@ std::optional<Allocation> DirectAllocation(const canonical::Members& members, in
         return std::nullopt;
       }
     } else if (key == "mems" && version >= 3) {
+      field = kMems;
       if (!cpus(value, &a.mems) || a.mems.Empty()) return std::nullopt;
-      continue;
     } else if (key == "reservation" && version >= 2 && plain && !text.empty()) {
+      field = kReservation;
       a.reservation = std::string(text);
-      continue;
     } else {
       return std::nullopt;
     }
-    ++required;
+    if ((seen & field) != 0) return std::nullopt;
+    seen |= field;
   }
-  if (required != kRequired) return std::nullopt;
+  if ((seen & kRequired) != kRequired) return std::nullopt;
   return a;
 }
 
+}  // namespace internal
+
+namespace {
+
+// ReadAllocation of an allocation's canonical text (checked by ScanCanonical), split into its
+// members, without a tree of its answer and CDI spec: they are kept as the text they are. nullopt
+// for anything ReadAllocation might refuse or read otherwise (the caller then takes the full
+// parser, for its message).
 std::optional<Allocation> FastAllocationMembers(const canonical::Members& members, int version) {
-  if (std::optional<Allocation> a = DirectAllocation(members, version)) return a;
+  if (std::optional<Allocation> a = internal::DirectAllocation(members, version)) return a;
   json small = json::object();
   absl::string_view answer, cdi;
   bool has_answer = false, has_cdi = false;
   for (const auto& [key, value] : members) {
+    // A field twice is no text of one allocation (a tree would keep one of them), an empty text
+    // no value.
+    if (value.empty() || small.contains(std::string(key))) return std::nullopt;
     if (key == "answer") {
       answer = value;
       has_answer = true;
@@ -248,7 +289,7 @@ std::optional<Allocation> FastAllocationMembers(const canonical::Members& member
     }
     if (key == "cdi") {
       // ReadAllocation takes an object or null.
-      if (value != "null" && value.front() != '{') return std::nullopt;
+      if (value != "null" && (value.empty() || value.front() != '{')) return std::nullopt;
       cdi = value;
       has_cdi = true;
       small["cdi"] = nullptr;

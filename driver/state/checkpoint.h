@@ -60,6 +60,13 @@ std::optional<Allocation> AllocationFromCanonicalText(absl::string_view text, bo
 // The same from the members of that text (ScanCanonicalPieces split it): key, value text.
 std::optional<Allocation> AllocationFromCanonicalMembers(
     const std::vector<std::pair<absl::string_view, absl::string_view>>& members);
+// For tests: the reader AllocationFromCanonicalMembers tries first, for the usual record (every
+// string without an escape), with the fields of checkpoint `version`. nullopt for anything else,
+// and for a field twice or a required one missing (the caller then takes the slower reader).
+namespace internal {
+std::optional<Allocation> DirectAllocation(
+    const std::vector<std::pair<absl::string_view, absl::string_view>>& members, int version);
+}  // namespace internal
 // One reservation, likewise: {"uid", "name", "cpus": "<cpu list>", "gpus": [...], "placedAt",
 // "expiresAt", "ended", "endReason", "spec"}, every field always present.
 nlohmann::json ReservationToJson(const Reservation& reservation);

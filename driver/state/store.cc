@@ -42,15 +42,8 @@ absl::Status WriteAll(int fd, absl::string_view data) {
 
 }  // namespace
 
-namespace {
+namespace internal {
 
-// A "put" record read without a JSON tree of its allocation (most records of a busy node, and
-// most of their bytes), when its line is intact and its text canonical; nullopt for anything else
-// (DecodeJournalLine then decides, and says what is wrong).
-struct FastPut {
-  uint64_t seq = 0;
-  Allocation allocation;
-};
 std::optional<FastPut> FastPutLine(absl::string_view line) {
   if (line.size() < 10 || line.size() > kMaxLineBytes || line[8] != ' ') return std::nullopt;
   uint32_t crc = 0;
@@ -87,7 +80,7 @@ std::optional<FastPut> FastPutLine(absl::string_view line) {
   return out;
 }
 
-}  // namespace
+}  // namespace internal
 
 struct StateStore::Replayed {
   uint64_t seq = 0;           // the last seq applied, or the snapshot's
@@ -142,7 +135,7 @@ absl::Status StateStore::Replay(absl::string_view content, const std::string& jo
     const absl::string_view line = content.substr(pos, nl - pos);
     const std::string where =
         absl::StrCat(todo_journal, "line ", out->records + 1, " (byte ", pos, "): ");
-    std::optional<FastPut> fast = FastPutLine(line);
+    std::optional<internal::FastPut> fast = internal::FastPutLine(line);
     absl::StatusOr<json> body = fast ? absl::StatusOr<json>(json())
                                 : line.size() > kMaxLineBytes
                                     ? absl::StatusOr<json>(absl::DataLossError(absl::StrCat(

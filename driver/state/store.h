@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -140,5 +141,17 @@ inline constexpr int64_t kCompactJournalBytes = 16 << 20;
 // "removeReservation" (string).
 std::string EncodeJournalLine(const nlohmann::json& body);
 absl::StatusOr<nlohmann::json> DecodeJournalLine(absl::string_view line);
+
+namespace internal {
+// A "put" record read without a JSON tree of its allocation (most records of a busy node, and
+// most of their bytes), when its line is intact and its text canonical; nullopt for anything else
+// (DecodeJournalLine then decides, and says what is wrong). Whenever it gives a value, it is the
+// seq and AllocationFromJson of what DecodeJournalLine gives (store_test, checkpoint_fuzz).
+struct FastPut {
+  uint64_t seq = 0;
+  Allocation allocation;
+};
+std::optional<FastPut> FastPutLine(absl::string_view line);
+}  // namespace internal
 
 }  // namespace topodra::state

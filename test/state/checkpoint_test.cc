@@ -5,15 +5,18 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "driver/state/canonical_json.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "test/testing/no_dac_override.h"
@@ -840,6 +843,119 @@ TEST(CheckpointFastPathTest, AnAllocationsCanonicalTextReadsAsItsJson) {
   EXPECT_FALSE(AllocationFromCanonicalText(R"({"owner": "x"})").has_value());
   EXPECT_FALSE(AllocationFromCanonicalText(R"({"owner":"x"})").has_value());
   EXPECT_FALSE(AllocationFromCanonicalText("[]").has_value());
+}
+
+// The members of an allocation's canonical text, as the snapshot and journal readers split it.
+canonical::Members MembersOf(const std::string& text) {
+  std::vector<canonical::Piece> pieces;
+  EXPECT_EQ(canonical::ScanCanonicalPieces(text, 32, 1, &pieces), text.size()) << text;
+  canonical::Members members;
+  for (const canonical::Piece& p : pieces) members.emplace_back(p.key, p.value);
+  return members;
+}
+
+// Allocations with every field: ClaimsWithTexts' and one with a reservation, NUMA memory, two
+// GPUs, of the other kind and phase.
+std::vector<Allocation> EveryKindOfAllocation() {
+  std::vector<Allocation> all;
+  const State claims = ClaimsWithTexts();
+  for (const auto& [owner, a] : claims.allocations()) all.push_back(a);
+  Allocation plugin;
+  plugin.kind = AllocationKind::kDevicePlugin;
+  plugin.owner = "pod-uid/main/topodra.io/cpu";
+  plugin.driver = "dra.cpu";
+  plugin.cpus = CpuSet{8, 10, 11};
+  plugin.mems = CpuSet{0, 1};
+  plugin.gpus = {"0000:3b:00.0", "0000:af:00.0"};
+  plugin.reservation = "r-uid";
+  plugin.phase = Phase::kPreparing;
+  all.push_back(plugin);
+  return all;
+}
+
+// Every allocation as Save and Put write it is taken by the direct reader, not by the slower one
+// that builds a tree of its small fields: a field AllocationToJson writes that DirectAllocation
+// does not read would still decode right, only slower, and only this test tells.
+TEST(CheckpointFastPathTest, TheDirectReaderTakesEveryAllocationAsWritten) {
+  for (const Allocation& a : EveryKindOfAllocation()) {
+    const std::string text = CanonicalText(AllocationToJson(a));
+    SCOPED_TRACE(text);
+    std::optional<Allocation> direct = internal::DirectAllocation(MembersOf(text), 3);
+    ASSERT_TRUE(direct.has_value());
+    EXPECT_EQ(*direct, a);
+  }
+  // And every allocation of a saved file, as FastDecode splits it.
+  const std::string saved = EncodeCheckpoint(ClaimsWithTexts(), 7);
+  const json doc = json::parse(saved);
+  for (const json& a : doc["payload"]["allocations"]) {
+    EXPECT_TRUE(internal::DirectAllocation(MembersOf(CanonicalText(a)), 3).has_value()) << a;
+  }
+}
+
+// The direct reader keeps one bit per field: a field twice is refused even when the count of
+// fields is right, and so is a required field missing.
+TEST(CheckpointFastPathTest, TheDirectReaderDeclinesAFieldTwiceOrMissing) {
+  const Allocation a = EveryKindOfAllocation().back();
+  const std::string text = CanonicalText(AllocationToJson(a));
+  const canonical::Members members = MembersOf(text);
+  ASSERT_TRUE(internal::DirectAllocation(members, 3).has_value());
+  std::deque<std::string> keep;  // the added texts, which outlive the views of them
+  auto with = [&members, &keep](const std::string& drop,
+                                const std::vector<std::pair<std::string, std::string>>& add) {
+    canonical::Members out;
+    for (const auto& [key, value] : members) {
+      if (key != drop) out.emplace_back(key, value);
+    }
+    for (const auto& [key, value] : add) {
+      keep.push_back(key);
+      const absl::string_view k = keep.back();
+      keep.push_back(value);
+      out.emplace_back(k, keep.back());
+    }
+    return out;
+  };
+  const std::vector<std::pair<std::string, canonical::Members>> cases = {
+      {"owner twice, no kind", with("kind", {{"owner", "\"other\""}})},
+      {"kind twice", with("", {{"kind", "\"DraClaim\""}})},
+      {"answer twice, no cdi", with("cdi", {{"answer", "null"}})},
+      {"mems twice, no driver", with("driver", {{"mems", "\"1\""}})},
+      {"reservation twice", with("", {{"reservation", "\"r2\""}})},
+      {"no owner", with("owner", {})},
+      {"no gpus", with("gpus", {})},
+      {"cdi with no value", with("cdi", {{"cdi", ""}})},
+      {"answer with no value", with("answer", {{"answer", ""}})},
+  };
+  for (const auto& [name, c] : cases) {
+    SCOPED_TRACE(name);
+    EXPECT_FALSE(internal::DirectAllocation(c, 3).has_value());
+    EXPECT_FALSE(AllocationFromCanonicalMembers(c).has_value());
+  }
+}
+
+// The fuzz seed of a version-3 checkpoint in Save's layout, with every allocation field, NUMA
+// memory, a reservation and two GPUs (test/fuzz/corpus/checkpoint_fuzz/v3_all_fields.json),
+// carries a right checksum and reaches the direct reader: without it, the fuzz runs of CI never
+// reach DirectAllocation's success path.
+TEST(CheckpointFastPathTest, TheVersionThreeFuzzSeedReachesTheDirectReader) {
+  const std::string text =
+      ReadFile(TOPODRA_SOURCE_DIR "/test/fuzz/corpus/checkpoint_fuzz/v3_all_fields.json");
+  ASSERT_FALSE(text.empty());
+  uint64_t seq = 0, full_seq = 0;
+  absl::StatusOr<State> fast = DecodeCheckpoint(text, &seq);
+  ASSERT_TRUE(fast.ok()) << fast.status();
+  absl::StatusOr<State> full = DecodeCheckpointFullParse(text, &full_seq);
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(*fast, *full);
+  EXPECT_EQ(seq, full_seq);
+  const json doc = json::parse(text);
+  EXPECT_EQ(doc["version"], 3);
+  ASSERT_EQ(doc["payload"]["allocations"].size(), 2u);
+  bool every_field = false;
+  for (const json& a : doc["payload"]["allocations"]) {
+    EXPECT_TRUE(internal::DirectAllocation(MembersOf(CanonicalText(a)), 3).has_value()) << a;
+    every_field |= a.contains("mems") && a.contains("reservation") && a["gpus"].size() == 2;
+  }
+  EXPECT_TRUE(every_field);
 }
 
 }  // namespace

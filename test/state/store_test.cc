@@ -4,14 +4,17 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -626,6 +629,142 @@ TEST_F(StoreTest, PeekReportsCorruptionLikeOpen) {
   EXPECT_THAT(std::string(peeked.status().message()),
               testing::HasSubstr(absl::StrCat("journal \"", journal, "\": line 1 (byte 0)")));
   EXPECT_EQ(ReadFile(journal), text);
+}
+
+}  // namespace
+}  // namespace topodra::state
+
+namespace topodra::state {
+namespace {
+
+// "<crc> <text>" for any text, canonical or not, with a right CRC.
+std::string LineOf(const std::string& text) {
+  char hex[9];
+  std::snprintf(hex, sizeof(hex), "%08x", Crc32c(text));
+  return absl::StrCat(hex, " ", text);
+}
+
+// A put record's text with `replace` applied to it (its CRC made right).
+std::string PutLineWith(const Allocation& a,
+                        const std::vector<std::pair<std::string, std::string>>& replace) {
+  std::string text = CanonicalText(nlohmann::json{{"put", AllocationToJson(a)}, {"seq", 1}});
+  for (const auto& [from, to] : replace) {
+    const size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) text.replace(at, from.size(), to);
+  }
+  return LineOf(text);
+}
+
+// The journal's fast reader of "put" records: whenever it gives a record, it is the one the full
+// parser gives (DecodeJournalLine, then AllocationFromJson): the same seq, the same allocation.
+TEST(FastPutLineTest, GivesWhatTheFullParserGivesWheneverItGivesAnything) {
+  Allocation all = Claim("a", "0-3");
+  all.reservation = "resv-1";
+  all.mems = *CpuSet::Parse("0");
+  all.gpus = {"gpu-0", "gpu-1"};
+  all.cdi = nlohmann::json{{"metadata", {{{"content", "{\n\t\"a\": \"\xc3\xbc\\\"\"}\x01"}}}}};
+  Allocation plugin;
+  plugin.kind = AllocationKind::kDevicePlugin;
+  plugin.owner = "pod/c/topodra.io/cpu";
+  plugin.cpus = *CpuSet::Parse("4");
+  plugin.phase = Phase::kPreparing;
+  const std::vector<std::pair<std::string, bool>> lines = {
+      // {line, whether the fast reader must take it}
+      {PutLineWith(all, {}), true},
+      {PutLineWith(plugin, {}), true},
+      {PutLineWith(Claim("b", "1"), {{"\"seq\":1", "\"seq\":123456789012345678"}}), true},
+      {PutLineWith(Claim("b", "1"), {{"\"seq\":1", "\"seq\":0"}}), true},
+      {PutLineWith(Claim("b", "1"), {{"\"seq\":1}", "\"seq\":1,\"x\":1}"}}), false},
+      {PutLineWith(Claim("b", "1"), {{"\"seq\":1", "\"seq\":[1]"}}), false},
+      {PutLineWith(Claim("b", "1"), {{"\"seq\":1", "\"seq\":-1"}}), false},
+      {PutLineWith(Claim("b", "1"), {{"\"seq\":1", "\"seq\":1.0"}}), false},
+      {PutLineWith(Claim("b", "1"), {{"\"seq\":1", "\"seq\":\"1\""}}), false},
+      {PutLineWith(Claim("b", "1"), {{"\"seq\":1", "\"seq\":1234567890123456789"}}), false},
+      {PutLineWith(Claim("b", "1"), {{",\"seq\":1", ""}}), false},
+      {PutLineWith(Claim("b", "1"), {{"{\"put\":", "{\"put\": "}}), false},
+      {PutLineWith(Claim("b", "1"), {{"\"kind\":\"DraClaim\"", "\"kind\":\"X\""}}), false},
+      {PutLineWith(Claim("b", "1"), {{"\"phase\":\"Prepared\"", "\"phase\":\"Done\""}}), false},
+      // Escapes: read through a tree of the small fields, still without one of the answer.
+      {PutLineWith(Claim("b", "1"), {{"\"name\":\"claim-b\"", "\"name\":\"claim\\\"b\""}}), true},
+      {PutLineWith(Claim("b", "1"), {{"\"gpus\":[]", "\"gpus\":[\"g\",\"g\"]"}}), false},
+      {PutLineWith(Claim("b", "1"), {{"\"gpus\":[]", "\"gpus\":[\"g\\n\"]"}}), true},
+      {PutLineWith(Claim("b", "1"), {{"\"cpus\":\"1\"", "\"cpus\":\"1-0\""}}), false},
+      {PutLineWith(Claim("b", "1"),
+                   {{"\"kind\":\"DraClaim\"", "\"junk\":1,\"kind\":\"DraClaim\""}}),
+       false},
+      {PutLineWith(Claim("b", "1"), {{"\"driver\":\"dra.cpu\",", ""}}), false},
+      {PutLineWith(Claim("b", "1"), {{"\"cdi\":{", "\"cdi\":[{"}, {"}},\"cpus\"", "}}],\"cpus\""}}),
+       false},
+      {PutLineWith(Claim("b", "1"), {{"\"put\":{", "\"put\":{\"mems\":\"\","}}), false},
+      {PutLineWith(all, {{"\"reservation\":\"resv-1\"", "\"reservation\":\"\""}}), false},
+      {LineOf(R"({"put":[],"seq":1})"), false},
+      {LineOf(R"({"remove":"x","seq":1})"), false},
+      {"00000000 " +
+           CanonicalText(nlohmann::json{{"put", AllocationToJson(Claim("b", "1"))}, {"seq", 1}}),
+       false},
+  };
+  for (const auto& [line, fast_expected] : lines) {
+    SCOPED_TRACE(line);
+    std::optional<internal::FastPut> fast = internal::FastPutLine(line);
+    EXPECT_EQ(fast.has_value(), fast_expected);
+    if (!fast) continue;
+    absl::StatusOr<nlohmann::json> body = DecodeJournalLine(line);
+    ASSERT_TRUE(body.ok()) << body.status();
+    ASSERT_TRUE(body->contains("put"));
+    EXPECT_EQ((*body)["seq"].get<uint64_t>(), fast->seq);
+    absl::StatusOr<Allocation> slow = AllocationFromJson((*body)["put"]);
+    ASSERT_TRUE(slow.ok()) << slow.status();
+    EXPECT_EQ(fast->allocation, *slow);
+  }
+}
+
+// Records with a right CRC that the fast reader passes over are still refused by the full parser
+// with its message, at their line.
+TEST_F(StoreTest, PutRecordsTheFastReaderPassesOverAreRefusedAsBefore) {
+  const struct {
+    std::string name;
+    std::string line;
+    std::string error;
+  } cases[] = {
+      {"an extra member", PutLineWith(Claim("b", "1"), {{"\"seq\":1}", "\"seq\":1,\"x\":1}"}}),
+       "line 1 (byte 0): record is not {\"seq\", \"put\""},
+      {"seq not a number", PutLineWith(Claim("b", "1"), {{"\"seq\":1", "\"seq\":[1]"}}),
+       "line 1 (byte 0): record is not {\"seq\", \"put\""},
+      {"unknown kind", PutLineWith(Claim("b", "1"), {{"\"kind\":\"DraClaim\"", "\"kind\":\"X\""}}),
+       "line 1 (byte 0): allocation field \"kind\": unknown kind \"X\""},
+  };
+  std::filesystem::create_directories(dir_ + "/state");
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    WriteFile(path_ + ".journal", c.line + "\n");
+    absl::StatusOr<StateStore::Opened> o = StateStore::Open(path_);
+    ASSERT_FALSE(o.ok());
+    EXPECT_EQ(o.status().code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(std::string(o.status().message()), testing::HasSubstr(c.error));
+  }
+  // The same line without the change opens.
+  WriteFile(path_ + ".journal", PutLineWith(Claim("b", "1"), {}) + "\n");
+  absl::StatusOr<StateStore::Opened> o = StateStore::Open(path_);
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(*o->loaded.Find(Claim("b", "1").owner), Claim("b", "1"));
+}
+
+// The fuzz seeds of journal lines (test/fuzz/corpus/checkpoint_fuzz/put_*.txt) carry right CRCs:
+// the one with every field reaches the fast reader, the one it must refuse is refused by both.
+TEST(FastPutLineTest, FuzzSeedsReachTheFastReader) {
+  const std::string dir = TOPODRA_SOURCE_DIR "/test/fuzz/corpus/checkpoint_fuzz/";
+  for (const auto& [name, ok] : {std::pair<std::string, bool>{"put_all_fields.txt", true},
+                                 {"put_device_plugin.txt", true},
+                                 {"put_empty_reservation.txt", false}}) {
+    SCOPED_TRACE(name);
+    const std::string line = ReadFile(dir + name);
+    ASSERT_FALSE(line.empty());
+    absl::StatusOr<nlohmann::json> body = DecodeJournalLine(line);
+    ASSERT_TRUE(body.ok()) << body.status();
+    EXPECT_EQ(internal::FastPutLine(line).has_value(), ok);
+    EXPECT_EQ(AllocationFromJson((*body)["put"]).ok(), ok);
+  }
 }
 
 }  // namespace
