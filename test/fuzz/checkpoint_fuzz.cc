@@ -1,10 +1,19 @@
-// DecodeCheckpoint (what Checkpoint::Load does with the file's bytes) on arbitrary input: any
-// input is a status, never a crash, a hang or a leak. Random bytes almost never carry a right
-// CRC-32C, so when the input is a JSON object the target also decodes it with its checksum
-// fixed, to reach the payload parser, and in the layout Save writes, to reach the fast path that
-// reads it without a JSON tree. A state that decodes must re-encode to text that decodes to the
-// same state and the same text, and the fast path must give exactly what the full parser gives
-// (DecodeCheckpointFullParse; AllocationFromCanonicalText against AllocationFromJson).
+// The state files' readers on arbitrary input: any input is a status, never a crash, a hang or a
+// leak, and every fast reader gives exactly what the full parser gives. Random bytes almost never
+// carry a right CRC-32C, so the target also fixes it: a JSON object is decoded again with its
+// checksum fixed (to reach the payload parser) and in the layout Save writes with the checksum of
+// its payload's bytes (to reach the fast path that reads it without a JSON tree); an input whose
+// bytes after the first 9 are JSON is read again as a journal line with its CRC fixed (to reach
+// the replay's fast reader). It compares:
+// - a checkpoint: DecodeCheckpoint (fast path first) against DecodeCheckpointFullParse, the same
+//   status and, when it decodes, the same State and seq; that State re-encodes to text that
+//   decodes to the same State and re-encodes to the same text;
+// - a journal line: FastPutLine (the replay's reader of "put" lines: CRC, one-pass check and split
+//   to depth 2, AllocationFromCanonicalMembers) against DecodeJournalLine + AllocationFromJson:
+//   whenever it gives a record, the full parser accepts the line with the same seq and an equal
+//   allocation; AllocationFromCanonicalText and AllocationFromCanonicalMembers (of a depth-1
+//   split) of the put's canonical text against AllocationFromJson and against each other; and a
+//   record re-encodes to a line that decodes to the same record.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -46,6 +55,17 @@ void Check(const std::string& text) {
 // re-encodes to a line that decodes to the same record.
 void CheckJournalLine(const std::string& text) {
   absl::StatusOr<nlohmann::json> body = topodra::state::DecodeJournalLine(text);
+  // The replay's fast reader: a record only where the full parser reads the same one.
+  if (std::optional<topodra::state::internal::FastPut> fast =
+          topodra::state::internal::FastPutLine(text)) {
+    if (!body.ok() || !body->contains("put") || !(*body)["seq"].is_number_unsigned() ||
+        (*body)["seq"].get<uint64_t>() != fast->seq) {
+      std::abort();
+    }
+    absl::StatusOr<topodra::state::Allocation> slow =
+        topodra::state::AllocationFromJson((*body)["put"]);
+    if (!slow.ok() || !(*slow == fast->allocation)) std::abort();
+  }
   if (!body.ok()) return;
   // The journal's fast path: a canonical allocation reads as AllocationFromJson reads it.
   if (body->contains("put")) {

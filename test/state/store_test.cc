@@ -751,7 +751,7 @@ TEST_F(StoreTest, PutRecordsTheFastReaderPassesOverAreRefusedAsBefore) {
 }
 
 // The fuzz seeds of journal lines (test/fuzz/corpus/checkpoint_fuzz/put_*.txt) carry right CRCs:
-// the one with every field reaches the fast reader, the one it must refuse is refused by both.
+// the ones with every field reach the fast reader, the ones it must refuse are refused by both.
 TEST(FastPutLineTest, FuzzSeedsReachTheFastReader) {
   const std::string dir = TOPODRA_SOURCE_DIR "/test/fuzz/corpus/checkpoint_fuzz/";
   for (const auto& [name, ok] : {std::pair<std::string, bool>{"put_all_fields.txt", true},
@@ -765,6 +765,13 @@ TEST(FastPutLineTest, FuzzSeedsReachTheFastReader) {
     EXPECT_EQ(internal::FastPutLine(line).has_value(), ok);
     EXPECT_EQ(AllocationFromJson((*body)["put"]).ok(), ok);
   }
+  // A right CRC over a record with a member too many: refused by both.
+  const std::string extra = ReadFile(dir + "put_extra_member.txt");
+  ASSERT_FALSE(extra.empty());
+  EXPECT_FALSE(internal::FastPutLine(extra).has_value());
+  EXPECT_EQ(DecodeJournalLine(extra).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(DecodeJournalLine(extra).status().message()),
+              testing::HasSubstr("record is not"));
 }
 
 }  // namespace
