@@ -380,10 +380,23 @@ int RunLoad(Node& n, const std::vector<PrepareClaim>& claims, int threads, int i
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string dir = argc > 1 ? argv[1] : "test/fixtures/topologies";
-  const int iterations = argc > 2 ? std::atoi(argv[2]) : 2000;
+  // --latency-only may come anywhere; the other arguments keep their order.
+  std::vector<std::string> args;
+  bool latency_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--latency-only") {
+      latency_only = true;
+    } else {
+      args.emplace_back(argv[i]);
+    }
+  }
+  const std::string dir = !args.empty() ? args[0] : "test/fixtures/topologies";
+  const int iterations = args.size() > 1 ? std::atoi(args[1].c_str()) : 2000;
+  if (iterations < 1) {
+    std::fprintf(stderr, "ITERATIONS must be a positive number, not \"%s\"\n", args[1].c_str());
+    return 2;
+  }
   const std::vector<std::string> fixture = {"--topology-file", dir + "/192em64t-24n8c2t.xml"};
-  const bool latency_only = argc > 3 && std::string(argv[3]) == "--latency-only";
 
   // Start -> registered and idle RSS, 5 fresh starts on the 384-PU fixture.
   std::vector<double> starts;
