@@ -110,11 +110,13 @@ void Pinning::Stop() {
 
 // ---- DraDrivers
 
-DraDrivers::DraDrivers(std::vector<Driver> drivers, const NodeConfig& config)
+DraDrivers::DraDrivers(std::vector<Driver> drivers, const NodeConfig& config,
+                       std::function<void()> checked)
     : drivers_(std::move(drivers)),
       kubelet_root_(config.kubelet_root_dir),
       cdi_dir_(config.cdi_dir),
-      health_(config.dra_health) {}
+      health_(config.dra_health),
+      checked_(std::move(checked)) {}
 
 absl::Status DraDrivers::Start() {
   for (Driver& d : drivers_) {
@@ -124,18 +126,19 @@ absl::Status DraDrivers::Start() {
     // claims reading every file was most of a restart. Until a file is checked the kubelet and
     // the runtime see it as the crash left it.
     spdlog::info("driver {}: checking CDI files in the background", driver);
-    d.service->StartFileCheck(
-        [driver, dir = cdi_dir_](const absl::StatusOr<prepare::ClaimService::Reconciled>& r) {
-          if (absl::IsCancelled(r.status())) return;
-          if (!r.ok()) {
-            spdlog::error("driver {}: CDI files in \"{}\": {}", driver, dir,
-                          std::string(r.status().message()));
-            return;
-          }
-          // Also marks the end of the check in the log (restart_bench times it).
-          spdlog::info("driver {}: CDI files checked: {} written, {} removed", driver, r->written,
-                       r->removed);
-        });
+    d.service->StartFileCheck([driver, dir = cdi_dir_, checked = checked_](
+                                  const absl::StatusOr<prepare::ClaimService::Reconciled>& r) {
+      if (checked) checked();
+      if (absl::IsCancelled(r.status())) return;
+      if (!r.ok()) {
+        spdlog::error("driver {}: CDI files in \"{}\": {}", driver, dir,
+                      std::string(r.status().message()));
+        return;
+      }
+      // Also marks the end of the check in the log (restart_bench times it).
+      spdlog::info("driver {}: CDI files checked: {} written, {} removed", driver, r->written,
+                   r->removed);
+    });
     plugin::PluginOptions po;
     po.driver = driver;
     po.kubelet_root = kubelet_root_;

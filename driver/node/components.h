@@ -76,7 +76,9 @@ class DraDrivers : public Component {
     health::Board* health_board = nullptr;    // PluginOptions::health_board
     std::unique_ptr<plugin::KubeletPlugin> plugin;
   };
-  DraDrivers(std::vector<Driver> drivers, const NodeConfig& config);
+  // `checked` is called once per driver when its claims' file check ends, whatever its outcome.
+  DraDrivers(std::vector<Driver> drivers, const NodeConfig& config,
+             std::function<void()> checked = nullptr);
   const char* name() const override { return "dra-drivers"; }
   absl::Status Start() override;
   void Stop() override;
@@ -88,6 +90,7 @@ class DraDrivers : public Component {
   std::vector<Driver> drivers_;
   const std::string kubelet_root_, cdi_dir_;
   const bool health_;
+  const std::function<void()> checked_;
 };
 
 // The legacy device-plugin API on the same node allocations, and the reclaimer that releases

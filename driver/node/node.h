@@ -29,6 +29,7 @@
 #include "driver/node/config.h"
 #include "driver/node/device_health.h"
 #include "driver/node/inventory.h"
+#include "driver/node/start_latch.h"
 #include "driver/node/topology_cache.h"
 #include "driver/plugin/instance_lock.h"
 #include "driver/prepare/claim_service.h"
@@ -148,6 +149,9 @@ class Node {
   bool store_failed_ = false;  // the last Store failed (its warning was logged)
   mutable std::mutex online_mu_;
   CpuSet online_;  // guarded by online_mu_
+  // The DRA drivers' file checks: the confirmation of a stored machine model waits for them
+  // (SettleStoredTopology).
+  StartLatch file_checks_;
 
   // Owned by components_.
   DraDrivers* dra_ = nullptr;
