@@ -289,8 +289,8 @@ void Node::SettleStoredTopology() {
     // Only once the claims' files are checked: the discovery (hwloc's import of a large machine
     // takes a CPU for a fifth of a second) would otherwise take a CPU from the kubelet's
     // registration and the check on a small node (restart_bench: 47 against 15 ms to register
-    // with 10,000 claims on 2 CPUs). Not at a lower priority instead: a thread at nice 19 that
-    // holds a lock the registration needs (a malloc arena's) made an empty start 90 ms slower.
+    // with 10,000 claims on 2 CPUs). Not at a lower priority instead: at nice 19 an empty start
+    // was 90 ms slower (a priority inversion on some lock, most likely a malloc arena's).
     if (file_checks_.Wait(std::chrono::minutes(1)) == StartLatch::WaitEnd::kStopped) return;
     Rediscover(true);
     return;
