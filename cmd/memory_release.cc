@@ -13,6 +13,24 @@
 
 namespace topodra::cmd {
 
+bool ParseSmapsHeader(const std::string& line, SmapsHeader* out) {
+  unsigned long a = 0, b = 0;
+  char perms[8] = {};
+  int consumed = 0;
+  // The key lines that follow a header ("Rss:", ...) have their ':' before the first space; a
+  // header's first ':' is in its device, after the addresses and perms.
+  if (std::sscanf(line.c_str(), "%lx-%lx %7s %*s %*s %*s%n", &a, &b, perms, &consumed) != 3 ||
+      !(line.find(':') > line.find(' '))) {
+    return false;
+  }
+  out->start = a;
+  out->end = b;
+  out->perms = perms;
+  out->path = line.substr(static_cast<size_t>(consumed));
+  out->path.erase(0, out->path.find_first_not_of(' '));
+  return true;
+}
+
 std::vector<DroppableRange> DroppableFileRanges(const std::string& smaps) {
   std::vector<DroppableRange> out;
   std::istringstream in(smaps);
@@ -27,20 +45,14 @@ std::vector<DroppableRange> DroppableFileRanges(const std::string& smaps) {
     anonymous = -1;
     swap = -1;
   };
+  SmapsHeader h;
   while (std::getline(in, line)) {
-    unsigned long a = 0, b = 0;
-    char perms[8] = {};
-    int consumed = 0;
-    // A mapping's first line: "start-end perms offset dev inode [path]"; the keys that follow
-    // ("Rss:", ...) have no '-' before their first space.
-    if (std::sscanf(line.c_str(), "%lx-%lx %7s %*s %*s %*s%n", &a, &b, perms, &consumed) == 3 &&
-        line.find(':') > line.find(' ')) {
+    if (ParseSmapsHeader(line, &h)) {
       finish();
-      std::string path = line.substr(consumed);
-      path.erase(0, path.find_first_not_of(' '));
-      const std::string p(perms);
-      candidate = p.size() == 4 && p[1] == '-' && p[3] == 'p' && !path.empty() && path[0] == '/';
-      cur = DroppableRange{a, b, 0};
+      const std::string& p = h.perms;
+      candidate =
+          p.size() == 4 && p[1] == '-' && p[3] == 'p' && !h.path.empty() && h.path[0] == '/';
+      cur = DroppableRange{h.start, h.end, 0};
       continue;
     }
     std::istringstream s(line);

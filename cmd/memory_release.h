@@ -16,6 +16,14 @@ struct MemoryRelease {
   bool trimmed = false;   // malloc_trim gave memory back
 };
 
+// A mapping's first line in /proc/<pid>/smaps: "start-end perms offset dev inode [path]" (path
+// empty for anonymous memory). False for the key lines that follow it ("Rss:    4 kB", ...).
+struct SmapsHeader {
+  unsigned long start = 0, end = 0;
+  std::string perms, path;
+};
+bool ParseSmapsHeader(const std::string& line, SmapsHeader* out);
+
 // The file mappings that may be dropped, from the text of /proc/self/smaps: not writable,
 // private, backed by a file (a path starting with '/'), and holding no page of their own
 // (Anonymous: 0 kB and Swap: 0 kB: no page written after a copy-on-write, such as the relocated

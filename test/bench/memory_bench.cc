@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cmd/memory_release.h"
 #include "test/integration/daemon.h"
 #include "test/integration/fake_apiserver.h"
 #include "test/kubelet_sim/kubelet_sim.h"
@@ -97,19 +98,14 @@ std::vector<Mapping> ReadSmaps(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/smaps");
   std::vector<Mapping> out;
   std::string line;
+  cmd::SmapsHeader h;
   while (std::getline(in, line)) {
-    unsigned long a = 0, b = 0;
-    char perms[8] = {};
-    int consumed = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx %7s %*s %*s %*s%n", &a, &b, perms, &consumed) == 3 &&
-        line.find(':') > line.find(' ')) {
+    if (cmd::ParseSmapsHeader(line, &h)) {
       Mapping m;
-      m.start = a;
-      m.end = b;
-      m.perms = perms;
-      std::string rest = line.substr(consumed);
-      rest.erase(0, rest.find_first_not_of(' '));
-      m.path = rest;
+      m.start = h.start;
+      m.end = h.end;
+      m.perms = h.perms;
+      m.path = h.path;
       out.push_back(m);
       continue;
     }

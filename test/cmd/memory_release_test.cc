@@ -62,6 +62,21 @@ TEST(MemoryReleaseTest, DropsOnlyReadOnlyPrivateFilePagesWithoutCopies) {
   EXPECT_EQ(got[2].start, 0x9000u);
 }
 
+TEST(MemoryReleaseTest, ReadsAMappingsFirstLineAndNoKeyLine) {
+  SmapsHeader h;
+  ASSERT_TRUE(ParseSmapsHeader("7f00-7f80 r-xp 00001000 fe:01 42   /usr/lib/a b.so (deleted)", &h));
+  EXPECT_EQ(h.start, 0x7f00u);
+  EXPECT_EQ(h.end, 0x7f80u);
+  EXPECT_EQ(h.perms, "r-xp");
+  EXPECT_EQ(h.path, "/usr/lib/a b.so (deleted)");
+  ASSERT_TRUE(ParseSmapsHeader("1000-2000 rw-p 00000000 00:00 0 ", &h));
+  EXPECT_EQ(h.path, "");  // anonymous
+  for (const char* key : {"Rss:                   4 kB", "Anonymous:             0 kB",
+                          "AnonHugePages:         0 kB", "VmFlags: rd ex mr mw me", ""}) {
+    EXPECT_FALSE(ParseSmapsHeader(key, &h)) << key;
+  }
+}
+
 // Relocated pointers (RELRO), string constants (rodata), a virtual call (vtable, text): all read
 // the same after the process dropped its file pages.
 struct Shape {
