@@ -226,6 +226,12 @@ TEST_F(ReservationNodeTest, PreAllocationWaitsForABusyCpuThenTakesIt) {
 
 TEST_F(ReservationNodeTest, GpuHeldForItsOwnerOnly) {
   Start({"--slice-mixins", "off"});
+  // Start waits for the CPU driver only. Under load the GPU driver was seen registering as little
+  // as 30 ms before the first GPU prepare below; sent first, that prepare fails with "DRA driver
+  // gpu.topodra.io is not registered" (the likely cause of a CI failure here). A kubelet never
+  // calls a driver it has not registered.
+  ASSERT_TRUE(sim_->WaitForRegistration(kGpu, 1, absl::Seconds(20)).ok()) << daemon_.Log();
+  WaitFilesChecked(kGpu);
   json spec = {
       {"nodeName", kNode}, {"gpus", {{"count", 1}}}, {"owners", {{{"claimName", "owner"}}}}};
   json obj = {{"apiVersion", "topodra.io/v1alpha1"},
