@@ -165,8 +165,10 @@ void Node::AddKubeletComponents() {
     drivers.push_back(std::move(d));
   }
   file_checks_.Expect(drivers.size());
-  dra_ = components_.Add(
-      std::make_unique<DraDrivers>(std::move(drivers), config_, [this] { file_checks_.Done(); }));
+  dra_ = components_.Add(std::make_unique<DraDrivers>(std::move(drivers), config_, [this] {
+    if (deps_.file_check_ending) deps_.file_check_ending();
+    file_checks_.Done();
+  }));
 
   if (config_.device_plugin.kinds.empty()) return;
   std::vector<DevicePlugins::Plugin> plugins;

@@ -67,6 +67,9 @@ struct NodeDeps {
   // stores the model with the key read before the discovery.
   std::shared_ptr<const TopologyCache> topology_cache;
   StartTopology topology_start;
+  // Tests only: runs on a DRA driver's file-check thread as its check of the claims' files ends,
+  // before the node counts that check as ended (a test holds it there to see what waits for it).
+  std::function<void()> file_check_ending;
 };
 
 class Node {

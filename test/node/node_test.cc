@@ -8,8 +8,13 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <mutex>
+#include <thread>
 
 #include "test/node/fake_mapping_source.h"
 #include "test/node/stub_rest_client.h"
@@ -163,12 +168,14 @@ class StoredTopologyTest : public NodeTest {
     topology::Topology topo = std::move(start->topology);
     deps.topology_cache = cache_;
     deps.topology_start = *std::move(start);
+    if (hook_) deps.file_check_ending = [this] { hook_(); };
     absl::StatusOr<std::unique_ptr<Node>> node =
         Node::Create(std::move(config), std::move(topo), std::move(deps));
     EXPECT_TRUE(node.ok()) << node.status();
     return node.ok() ? *std::move(node) : nullptr;
   }
   std::shared_ptr<TopologyCache> cache_;
+  std::function<void()> hook_;  // the nodes' file_check_ending
 };
 
 TEST_F(StoredTopologyTest, AStartFromTheStoredModelServesWhatADiscoveredStartDoes) {
@@ -223,6 +230,56 @@ TEST_F(StoredTopologyTest, TheConfirmingDiscoveryRepublishesAStoredModelThatDiff
     absl::StatusOr<topology::Topology> now = cache_->Load(*key);
     return now.ok() && now->cpus.size() == 16;
   }));
+  node->Stop();
+}
+
+// The stored model's confirming discovery (hwloc, a CPU for a fifth of a second on a large
+// machine) waits for the DRA drivers' checks of their claims' files: held here, nothing is
+// rediscovered; released, the machine as it is now is published.
+TEST_F(StoredTopologyTest, TheConfirmingDiscoveryWaitsForTheClaimFileChecks) {
+  NodeConfig c = Config();
+  c.publish.cpu_mode = publish::CpuDeviceMode::kIndividual;
+  c.topology_refresh = absl::Hours(1);  // only the first turn discovers
+  absl::StatusOr<MachineKey> key = cache_->ReadKey();
+  ASSERT_TRUE(key.ok()) << key.status();
+  ASSERT_TRUE(
+      cache_->Store(*key, topodra::testing::LoadTopology("16em64t-4s2c2t-offlines.xml")).ok());
+  std::mutex mu;
+  std::condition_variable cv;
+  int held = 0;
+  bool released = false;
+  hook_ = [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    ++held;
+    cv.notify_all();
+    cv.wait(lock, [&] { return released; });
+  };
+  bool from_cache = false;
+  std::unique_ptr<Node> node = CreateAtStart(c, &from_cache);
+  ASSERT_NE(node, nullptr);
+  ASSERT_TRUE(from_cache);
+  auto release = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      released = true;
+    }
+    cv.notify_all();
+  };
+  // Released before the node is destroyed whatever fails, or its Stop would wait for the hold.
+  struct Releaser {
+    std::function<void()> f;
+    ~Releaser() { f(); }
+  } releaser{release};
+  ASSERT_TRUE(node->Start().ok());
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(20), [&] { return held == 1; }));
+  }
+  // The machine watch's first turn came at Start; without the wait it has rediscovered by now.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(node->inventory().CpuPool()->devices.size(), 7u);
+  release();
+  EXPECT_TRUE(Eventually([&] { return node->inventory().CpuPool()->devices.size() == 16; }));
   node->Stop();
 }
 
