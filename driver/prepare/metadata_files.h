@@ -23,9 +23,13 @@ namespace topodra::prepare {
 inline constexpr std::size_t kMaxMetadataFileBytes = 1 << 20;
 
 // Each host file (0644; directories made 0755) and its CDI spec (its cdiVersion kept), each
-// replaced atomically; fsynced with `synced`. Stops at the first failure.
+// replaced atomically; fsynced with `synced`. Unsynced, the host files of a claim whose directory
+// is not there yet are created in place in a directory made for them (no reader can see them
+// before their CDI spec is written). `cdi_texts`, when given, holds each file's CDI spec as
+// SpecStore::Write would print it, already validated ("" for one to print here): written as it
+// is. Stops at the first failure.
 absl::Status WriteMetadataFiles(const cdi::SpecStore& cdi, const std::vector<MetadataFile>& files,
-                                bool synced);
+                                bool synced, const std::vector<std::string>* cdi_texts = nullptr);
 
 // Checks every host file and CDI spec of `files` and writes again those missing or different:
 // "" when all were right, else which were written and why.
