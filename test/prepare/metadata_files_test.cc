@@ -1,4 +1,4 @@
-// RemoveMetadataFiles on real files: a claim's metadata as prepare wrote it goes file by file,
+// WriteMetadataFiles and RemoveMetadataFiles on real files: a claim's metadata as prepare wrote it goes file by file,
 // and whatever else is found (a stray file, a link in a directory's place, a path of another
 // shape) leaves the tree to remove_all, which never follows a link out of it.
 #include "driver/prepare/metadata_files.h"
@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,111 @@ TEST_F(RemoveMetadataFilesTest, AHostFileOutsideTheClaimDirectoryIsLeftAlone) {
       Remove({dir_ + "/outside/req/metadata.json", claim_dir_ + "/../x/metadata.json"}).ok());
   EXPECT_FALSE(fs::exists(claim_dir_));
   EXPECT_TRUE(fs::exists(dir_ + "/outside/req/metadata.json"));
+}
+
+
+// WriteMetadataFiles: a claim whose directory is new gets its host files created in place; one
+// whose directory is there (a crashed prepare's, a restore) the atomic way. Either way the same
+// files, modes and CDI specs, whatever the umask, and no temporary file left.
+class WriteMetadataFilesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/metadata-write-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    fs::create_directories(dir_ + "/root");
+    fs::create_directories(dir_ + "/cdi");
+    for (const std::string request : {"a", "b"}) {
+      MetadataFile f;
+      f.request = request;
+      f.host_path = claim_dir() + "/" + request + "/metadata.json";
+      f.content = "{\"request\": \"" + request + "\"}\n";
+      f.cdi_file = "dra.cpu_metadata_uid_" + request + ".json";
+      f.cdi_spec.cdi_version = "0.5.0";
+      f.cdi_spec.kind = "dra.cpu/metadata";
+      cdi::Device d;
+      d.name = "uid_" + request;
+      d.container_edits.mounts.push_back({f.host_path, "/m/" + request, {"ro", "bind"}, ""});
+      f.cdi_spec.devices.push_back(d);
+      files_.push_back(f);
+    }
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string claim_dir() const { return dir_ + "/root/ns_claim"; }
+  static mode_t ModeOf(const std::string& path) {
+    struct stat st;
+    return ::lstat(path.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0;
+  }
+  static std::string Read(const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  // Every file written as planned, nothing else in the claim's directory.
+  void ExpectWritten(const cdi::SpecStore& store) {
+    EXPECT_EQ(ModeOf(claim_dir()), 0755u);
+    for (const MetadataFile& f : files_) {
+      EXPECT_EQ(Read(f.host_path), f.content);
+      EXPECT_EQ(ModeOf(f.host_path), 0644u);
+      EXPECT_EQ(ModeOf(fs::path(f.host_path).parent_path()), 0755u);
+      EXPECT_EQ(std::distance(fs::directory_iterator(fs::path(f.host_path).parent_path()),
+                              fs::directory_iterator()),
+                1);
+      EXPECT_EQ(Read(store.PathOf(f.cdi_file)), cdi::ToJsonText(f.cdi_spec));
+    }
+    EXPECT_EQ(std::distance(fs::directory_iterator(claim_dir()), fs::directory_iterator()), 2);
+  }
+  std::string dir_;
+  std::vector<MetadataFile> files_;
+};
+
+TEST_F(WriteMetadataFilesTest, ANewClaimDirectoryGetsTheFilesWithTheirModesWhateverTheUmask) {
+  const cdi::SpecStore store(dir_ + "/cdi");
+  const mode_t old = ::umask(0277);
+  const absl::Status st = WriteMetadataFiles(store, files_, /*synced=*/false);
+  ::umask(old);
+  ASSERT_TRUE(st.ok()) << st;
+  ExpectWritten(store);
+}
+
+TEST_F(WriteMetadataFilesTest, TextsGivenAreWrittenAsTheyAre) {
+  const cdi::SpecStore store(dir_ + "/cdi");
+  std::vector<std::string> texts;
+  for (const MetadataFile& f : files_) texts.push_back(cdi::ToJsonText(f.cdi_spec));
+  texts[1] = "";  // printed here
+  ASSERT_TRUE(WriteMetadataFiles(store, files_, /*synced=*/false, &texts).ok());
+  ExpectWritten(store);
+}
+
+TEST_F(WriteMetadataFilesTest, AClaimDirectoryThereIsWrittenIntoAtomically) {
+  // A crashed prepare's leftovers: an old file and the other request missing.
+  fs::create_directories(claim_dir() + "/a");
+  std::ofstream(files_[0].host_path) << "old";
+  const cdi::SpecStore store(dir_ + "/cdi");
+  ASSERT_TRUE(WriteMetadataFiles(store, files_, /*synced=*/false).ok());
+  ExpectWritten(store);
+  // And again over what is there now (unprepare's restore), synced or not.
+  ASSERT_TRUE(WriteMetadataFiles(store, files_, /*synced=*/false).ok());
+  ASSERT_TRUE(WriteMetadataFiles(store, files_, /*synced=*/true).ok());
+  ExpectWritten(store);
+}
+
+TEST_F(WriteMetadataFilesTest, AMissingMetadataRootIsMade) {
+  fs::remove_all(dir_ + "/root");
+  const cdi::SpecStore store(dir_ + "/cdi");
+  ASSERT_TRUE(WriteMetadataFiles(store, files_, /*synced=*/false).ok());
+  ExpectWritten(store);
+}
+
+TEST_F(WriteMetadataFilesTest, AFailedWriteLeavesWhatTheUndoRemoves) {
+  const cdi::SpecStore store(dir_ + "/cdi");
+  files_[1].host_path = claim_dir() + "/a/metadata.json";  // the same request directory twice
+  const absl::Status st = WriteMetadataFiles(store, files_, /*synced=*/false);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("device metadata"), std::string::npos) << st;
+  ASSERT_TRUE(RemoveMetadataFiles(store, claim_dir(), {files_[0].cdi_file, files_[1].cdi_file},
+                                  {files_[0].host_path})
+                  .ok());
+  EXPECT_FALSE(fs::exists(claim_dir()));
 }
 
 }  // namespace
