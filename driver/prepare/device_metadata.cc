@@ -97,8 +97,8 @@ std::string DocumentAfterVersion(const claims::Claim& claim, const std::string& 
             " attribute(s) left out of the device metadata (at most ", kMaxMetadataAttributes,
             " attributes and ", kMaxMetadataValues, " values): ", absl::StrJoin(dropped, ", ")));
       }
-      out += j == 0 ? "[\n        {\n          \"driver\": "
-                    : ",\n        {\n          \"driver\": ";
+      out +=
+          j == 0 ? "[\n        {\n          \"driver\": " : ",\n        {\n          \"driver\": ";
       AppendQuoted(&out, driver);
       out += ",\n          \"pool\": ";
       AppendQuoted(&out, d->pool);

@@ -235,8 +235,7 @@ absl::Status WriteMetadataFiles(const cdi::SpecStore& cdi, const std::vector<Met
       return st;
     }
     if (cdi_texts != nullptr && i < cdi_texts->size() && !(*cdi_texts)[i].empty()) {
-      if (absl::Status st = cdi.WriteValidatedText(f.cdi_file, (*cdi_texts)[i], synced);
-          !st.ok()) {
+      if (absl::Status st = cdi.WriteValidatedText(f.cdi_file, (*cdi_texts)[i], synced); !st.ok()) {
         return st;
       }
       continue;

@@ -242,8 +242,9 @@ std::string PrintedInFull(const claims::Claim& claim, const std::string& request
     // Each request name's devices in order of its first device.
     nlohmann::ordered_json requests = nlohmann::ordered_json::array();
     for (const MetadataDevice& d : devices) {
-      auto r = std::find_if(requests.begin(), requests.end(),
-                            [&](const nlohmann::ordered_json& x) { return x["name"] == d.request; });
+      auto r = std::find_if(requests.begin(), requests.end(), [&](const nlohmann::ordered_json& x) {
+        return x["name"] == d.request;
+      });
       if (r == requests.end()) {
         requests.push_back({{"name", d.request}, {"devices", nlohmann::ordered_json::array()}});
         r = requests.end() - 1;

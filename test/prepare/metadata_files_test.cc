@@ -1,6 +1,6 @@
-// WriteMetadataFiles and RemoveMetadataFiles on real files: a claim's metadata as prepare wrote it goes file by file,
-// and whatever else is found (a stray file, a link in a directory's place, a path of another
-// shape) leaves the tree to remove_all, which never follows a link out of it.
+// WriteMetadataFiles and RemoveMetadataFiles on real files: a claim's metadata as prepare wrote it
+// goes file by file, and whatever else is found (a stray file, a link in a directory's place, a
+// path of another shape) leaves the tree to remove_all, which never follows a link out of it.
 #include "driver/prepare/metadata_files.h"
 
 #include <gtest/gtest.h>
@@ -87,7 +87,6 @@ TEST_F(RemoveMetadataFilesTest, AHostFileOutsideTheClaimDirectoryIsLeftAlone) {
   EXPECT_FALSE(fs::exists(claim_dir_));
   EXPECT_TRUE(fs::exists(dir_ + "/outside/req/metadata.json"));
 }
-
 
 // WriteMetadataFiles: a claim whose directory is new gets its host files created in place; one
 // whose directory is there (a crashed prepare's, a restore) the atomic way. Either way the same
