@@ -1,8 +1,8 @@
 // The device metadata files of prepared claims on the host (device_metadata.h says what they
 // hold and where): written before the kubelet is answered, removed on unprepare, brought in line
-// with the allocation state at start. Like the claims' CDI specs, they are written atomically
-// without fsync at prepare (the journal holds their content) and fsynced when start restores
-// them.
+// with the allocation state at start. Like the claims' CDI specs, they are written without fsync
+// at prepare (the journal holds their content) and fsynced when start restores them; a claim
+// directory prepare makes gets its files created in place, any other write is atomic.
 #pragma once
 
 #include <cstddef>
