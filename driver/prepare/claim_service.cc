@@ -910,7 +910,8 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref, const claims::Claim& 
   }
   // Not synced, as the CDI spec: the journal record below holds the content, start restores it.
   if (absl::Status st =
-          WriteMetadataFiles(*cdi_, plan.metadata, /*synced=*/false, &plan.metadata_cdi_texts);
+          WriteMetadataFiles(*cdi_, plan.metadata, /*synced=*/false, &plan.metadata_cdi_texts,
+                             HostFileWrite::kInPlaceIfNewClaimDir);
       !st.ok()) {
     undo();
     return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(st)));

@@ -114,21 +114,9 @@ absl::Status ExactMode(int fd, mode_t mode, const std::string& path) {
   return files::ErrnoStatus(errno, "chmod", path);
 }
 
-absl::Status WriteAllTo(int fd, absl::string_view content, const std::string& path) {
-  while (!content.empty()) {
-    const ssize_t n = ::write(fd, content.data(), content.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return files::ErrnoStatus(errno, "write", path);
-    }
-    content.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
-}
-
 // The host files of a claim whose directory is not there yet, written in place: the claim
-// directory made here (`claim` holds it once made), each request directory in it and the file
-// created with O_EXCL, all through descriptors that refuse links. No temporary file and rename
+// directory made here (Make), each request directory in it and the file created with O_EXCL, all
+// through descriptors that refuse links. No temporary file and rename
 // are needed, as no reader can see a half-written file: the directory is new, no CDI spec mounts
 // the file before it is written (WriteMetadataFiles writes the spec after), and the claim is in
 // flight, so no other call and no file check touches it meanwhile. A crash mid-write leaves a
@@ -136,8 +124,9 @@ absl::Status WriteAllTo(int fd, absl::string_view content, const std::string& pa
 // file check removes, as it removes files of an unrecorded claim written the atomic way; with a
 // record it would compare the content and rewrite it. On ext4 that saves the rename, the
 // temporary name's directory entry, a failing create and mkdir and a stat per claim.
-// kUnavailable (nothing written) when the claim directory is already there or cannot be made
-// here: the caller writes atomically then.
+// Only for prepare's first write of a claim's files: a restore (unprepare putting back what it
+// removed) must stay atomic, as the start-up check may rewrite the CDI specs that mount the files
+// before it gets to a torn host file.
 class FreshClaimDir {
  public:
   explicit FreshClaimDir(std::string path) : path_(std::move(path)) {}
@@ -148,7 +137,8 @@ class FreshClaimDir {
   }
   const std::string& path() const { return path_; }
 
-  // Makes the claim directory. False when it was there (or its parent was not): nothing made.
+  // Makes the claim directory. False when it was there (or its parent was not): nothing made, and
+  // the caller writes atomically. An error for any other failure.
   absl::StatusOr<bool> Make() {
     if (::mkdir(path_.c_str(), 0755) != 0) {
       if (errno == EEXIST || errno == ENOENT) return false;
@@ -175,7 +165,7 @@ class FreshClaimDir {
                             O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) return files::ErrnoStatus(errno, "create", path);
     absl::Status st = ExactMode(fd, 0644, path);
-    if (st.ok()) st = WriteAllTo(fd, content, path);
+    if (st.ok()) st = files::WriteAll(fd, content, path);
     // A close error on a written file can be the first sign the data did not reach the disk.
     if (::close(fd) != 0 && st.ok()) st = files::ErrnoStatus(errno, "close", path);
     if (!st.ok()) ::unlinkat(req.get(), name.c_str(), 0);
@@ -203,12 +193,13 @@ bool InClaimDir(const MetadataFile& f, const std::string& claim_dir, std::string
 }  // namespace
 
 absl::Status WriteMetadataFiles(const cdi::SpecStore& cdi, const std::vector<MetadataFile>& files,
-                                bool synced, const std::vector<std::string>* cdi_texts) {
-  // Unsynced writes of a claim's files into a claim directory that is not there yet go in place
-  // (FreshClaimDir); synced ones (restores) and any other case the atomic way.
+                                bool synced, const std::vector<std::string>* cdi_texts,
+                                HostFileWrite how) {
+  // Only prepare's first write, unsynced, into a claim directory that is not there yet goes in
+  // place (FreshClaimDir); restores, synced writes and any other case the atomic way.
   std::optional<FreshClaimDir> fresh;
   bool fresh_made = false;
-  if (!synced && !files.empty()) {
+  if (how == HostFileWrite::kInPlaceIfNewClaimDir && !synced && !files.empty()) {
     fresh.emplace(SplitPath(SplitPath(files.front().host_path).dir).dir);
     std::string request, name;
     const bool all_in = std::all_of(files.begin(), files.end(), [&](const MetadataFile& f) {
