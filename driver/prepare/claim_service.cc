@@ -337,19 +337,28 @@ absl::StatusOr<int> ClaimService::CheckClaimFiles(const std::string& owner, bool
     for (const auto& [file, text] : specs) wanted->cdi_files.insert(file);
     for (const auto& [path, content] : host_file_content) wanted->host_files.insert(path);
   }
-  const std::string label = absl::StrCat("driver ", driver_);
   int written = 0;
+  // The host files first: a metadata CDI spec must never mount a file not yet whole. When one
+  // cannot be written, the metadata specs are left as they are (the claim's own spec is still
+  // checked) and the failure returned.
+  absl::Status host_failed;
+  for (const auto& [path, content] : host_file_content) {
+    if (metadata_root.empty()) break;
+    absl::StatusOr<bool> w = CheckMetadataHostFile(path, content);
+    if (!w.ok()) {
+      host_failed = w.status();
+      break;
+    }
+    written += *w ? 1 : 0;
+  }
+  const std::string label = absl::StrCat("driver ", driver_);
   for (const auto& [file, text] : specs) {
+    if (!host_failed.ok() && IsMetadataCdiFileOf(driver_, file)) continue;
     absl::StatusOr<bool> w = cdi::CheckCdiFileText(*cdi_, file, text, label);
     if (!w.ok()) return w.status();
     written += *w ? 1 : 0;
   }
-  if (metadata_root.empty()) return written;
-  for (const auto& [path, content] : host_file_content) {
-    absl::StatusOr<bool> w = CheckMetadataHostFile(path, content);
-    if (!w.ok()) return w.status();
-    written += *w ? 1 : 0;
-  }
+  if (!host_failed.ok()) return host_failed;
   return written;
 }
 
