@@ -384,13 +384,16 @@ TEST(PlanDeviceMetadata, StoredFormRoundTripsAndRefusesDamage) {
   EXPECT_THAT(MetadataFilesFromJson(relative).status().message(), HasSubstr("absolute"));
 }
 
-// Through PlanClaim as the daemon's driver setups make it: the CDI ids of the answer, the stored
-// allocation, and nothing at all when the flag is off.
 // Each metadata CDI text of `plan` is byte for byte what SpecStore::Write writes for its spec.
 void ExpectWrittenAsSpecStoreWrites(const Plan& plan) {
   ASSERT_EQ(plan.metadata_cdi_texts.size(), plan.metadata.size());
   char tmpl[] = "/tmp/metadata-cdi-text-XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  // Removed however the function returns (an ASSERT returns early).
+  struct RemovedAtEnd {
+    std::string dir;
+    ~RemovedAtEnd() { std::filesystem::remove_all(dir); }
+  } temp{tmpl};
   const cdi::SpecStore store(tmpl);
   for (size_t i = 0; i < plan.metadata.size(); ++i) {
     const MetadataFile& f = plan.metadata[i];
@@ -400,9 +403,10 @@ void ExpectWrittenAsSpecStoreWrites(const Plan& plan) {
     ASSERT_TRUE(written.ok()) << written.status();
     EXPECT_EQ(plan.metadata_cdi_texts[i], *written) << f.cdi_file;
   }
-  std::filesystem::remove_all(tmpl);
 }
 
+// Through PlanClaim as the daemon's driver setups make it: the CDI ids of the answer, the stored
+// allocation, and nothing at all when the flag is off.
 TEST(PlanClaimDeviceMetadata, CpuAndGpuClaimsGetAFileAndACdiIdPerRequest) {
   const topology::Topology& topo = Load(testing::k192);
   DriverSetup setup = testing::CpuSetup(topo, testing::Mode::kNuma);
