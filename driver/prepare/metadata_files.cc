@@ -116,17 +116,16 @@ absl::Status ExactMode(int fd, mode_t mode, const std::string& path) {
 
 // The host files of a claim whose directory is not there yet, written in place: the claim
 // directory made here (Make), each request directory in it and the file created with O_EXCL, all
-// through descriptors that refuse links. No temporary file and rename
-// are needed, as no reader can see a half-written file: the directory is new, no CDI spec mounts
-// the file before it is written (WriteMetadataFiles writes the spec after), and the claim is in
-// flight, so no other call and no file check touches it meanwhile. A crash mid-write leaves a
-// torn file that no durable record names (the journal record comes after), which the start-up
-// file check removes, as it removes files of an unrecorded claim written the atomic way; with a
-// record it would compare the content and rewrite it. On ext4 that saves the rename, the
-// temporary name's directory entry, a failing create and mkdir and a stat per claim.
+// through descriptors that refuse links. No temporary file and rename are needed, as no reader
+// can see a half-written file: the directory is new, no CDI spec mounts the file before it is
+// written (WriteMetadataFiles writes the spec after), and the claim is in flight, so no other
+// call and no file check touches it meanwhile. A crash mid-write leaves a torn file that no
+// durable record names (the journal record comes after), which the start-up file check removes,
+// as it removes files of an unrecorded claim written the atomic way. On ext4 that saves the
+// rename, the temporary name's directory entry, a failing create and mkdir and a stat per claim.
 // Only for prepare's first write of a claim's files: a restore (unprepare putting back what it
-// removed) must stay atomic, as the start-up check may rewrite the CDI specs that mount the files
-// before it gets to a torn host file.
+// removed) writes files a durable record already names, so they stay atomic (the old content or
+// the new, never a torn one).
 class FreshClaimDir {
  public:
   explicit FreshClaimDir(std::string path) : path_(std::move(path)) {}
