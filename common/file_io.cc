@@ -38,18 +38,6 @@ class Fd {
   int fd_;
 };
 
-absl::Status WriteAll(int fd, absl::string_view content, const std::string& path) {
-  while (!content.empty()) {
-    const ssize_t n = ::write(fd, content.data(), content.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus(errno, "write", path);
-    }
-    content.remove_prefix(static_cast<size_t>(n));
-  }
-  return absl::OkStatus();
-}
-
 // Unique among threads (counter) and processes (pid); O_EXCL catches a crashed process's
 // leftover with the same pid.
 std::string TempName(const std::string& file_name) {
@@ -61,6 +49,20 @@ std::string TempName(const std::string& file_name) {
 }
 
 }  // namespace
+
+absl::Status WriteAll(int fd, absl::string_view content, const std::string& path) {
+  while (!content.empty()) {
+    const ssize_t n = ::write(fd, content.data(), content.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, "write", path);
+    }
+    // Not expected of a regular file, but a loop that could never end must not be one.
+    if (n == 0) return ErrnoStatus(EIO, "write (nothing written)", path);
+    content.remove_prefix(static_cast<size_t>(n));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ErrnoStatus(int err, absl::string_view op, const std::string& path) {
   return absl::ErrnoToStatus(err, absl::StrCat(op, " \"", path, "\""));

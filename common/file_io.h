@@ -18,6 +18,10 @@ namespace topodra::files {
 // the errno text without strerror's shared buffer: `<op> "<path>": <text>`.
 absl::Status ErrnoStatus(int err, absl::string_view op, const std::string& path);
 
+// write(2) of all of `content` to `fd`, retried on EINTR and short writes; `path` names the file
+// in the error.
+absl::Status WriteAll(int fd, absl::string_view content, const std::string& path);
+
 // mkdir -p; what it creates gets exactly dir_mode, whatever the umask.
 absl::Status MakeDirectories(const std::string& dir, mode_t dir_mode);
 

@@ -337,19 +337,28 @@ absl::StatusOr<int> ClaimService::CheckClaimFiles(const std::string& owner, bool
     for (const auto& [file, text] : specs) wanted->cdi_files.insert(file);
     for (const auto& [path, content] : host_file_content) wanted->host_files.insert(path);
   }
-  const std::string label = absl::StrCat("driver ", driver_);
   int written = 0;
+  // The host files first: a metadata CDI spec must never mount a file not yet whole. When one
+  // cannot be written, the metadata specs are left as they are (the claim's own spec is still
+  // checked) and the failure returned.
+  absl::Status host_failed;
+  for (const auto& [path, content] : host_file_content) {
+    if (metadata_root.empty()) break;
+    absl::StatusOr<bool> w = CheckMetadataHostFile(path, content);
+    if (!w.ok()) {
+      host_failed = w.status();
+      break;
+    }
+    written += *w ? 1 : 0;
+  }
+  const std::string label = absl::StrCat("driver ", driver_);
   for (const auto& [file, text] : specs) {
+    if (!host_failed.ok() && IsMetadataCdiFileOf(driver_, file)) continue;
     absl::StatusOr<bool> w = cdi::CheckCdiFileText(*cdi_, file, text, label);
     if (!w.ok()) return w.status();
     written += *w ? 1 : 0;
   }
-  if (metadata_root.empty()) return written;
-  for (const auto& [path, content] : host_file_content) {
-    absl::StatusOr<bool> w = CheckMetadataHostFile(path, content);
-    if (!w.ok()) return w.status();
-    written += *w ? 1 : 0;
-  }
+  if (!host_failed.ok()) return host_failed;
   return written;
 }
 
@@ -909,7 +918,10 @@ ClaimOutcome ClaimService::PrepareOne(const ClaimRef& ref, const claims::Claim& 
     }
   }
   // Not synced, as the CDI spec: the journal record below holds the content, start restores it.
-  if (absl::Status st = WriteMetadataFiles(*cdi_, plan.metadata, /*synced=*/false); !st.ok()) {
+  if (absl::Status st =
+          WriteMetadataFiles(*cdi_, plan.metadata, /*synced=*/false, &plan.metadata_cdi_texts,
+                             HostFileWrite::kInPlaceIfNewClaimDir);
+      !st.ok()) {
     undo();
     return fail(absl::StrCat("claim ", Ref(ref), ": ", Message(st)));
   }

@@ -15,7 +15,6 @@ namespace topodra::prepare {
 namespace {
 
 using json = nlohmann::json;
-using ordered_json = nlohmann::ordered_json;
 
 // NAME_MAX of Linux file systems: "<ns>_<name>" is one path component.
 constexpr size_t kMaxComponent = 255;
@@ -31,38 +30,27 @@ std::string Qualified(const std::string& driver, const std::string& name) {
   return absl::StrContains(name, '/') ? name : absl::StrCat(driver, "/", name);
 }
 
-// Text any reader can take, whatever bytes a published string carried.
-std::string Dump(const ordered_json& j) {
+// Text any reader can take, whatever bytes a published string carried: nlohmann's print with
+// an indent of 2, bytes that are not UTF-8 as U+FFFD.
+std::string Dump(const json& j) {
   return j.dump(2, ' ', false, nlohmann::detail::error_handler_t::replace);
 }
 
-// `j` with its objects' keys in sorted order (std::map's), the order Go writes a map in. Built
-// directly: a dump and a parse of the text cost as much as the rest of the document.
-ordered_json Ordered(const json& j) {
-  if (j.is_object()) {
-    ordered_json out = ordered_json::object();
-    for (const auto& [key, value] : j.items()) out.emplace(key, Ordered(value));
-    return out;
+void AppendQuoted(std::string* out, const std::string& s) {
+  out->append(json(s).dump(-1, ' ', false, nlohmann::detail::error_handler_t::replace));
+}
+
+// `j` as Dump prints it, as the value of a key whose object's members are indented by `indent`
+// spaces: every line after the first indented that much more. A printed JSON string never holds
+// a raw newline, so every "\n" is a line break.
+void AppendIndented(std::string* out, const json& j, size_t indent) {
+  const std::string text = Dump(j);
+  size_t from = 0;
+  for (size_t nl; (nl = text.find('\n', from)) != std::string::npos; from = nl + 1) {
+    out->append(text, from, nl + 1 - from);
+    out->append(indent, ' ');
   }
-  if (j.is_array()) {
-    ordered_json out = ordered_json::array();
-    for (const json& e : j) out.push_back(Ordered(e));
-    return out;
-  }
-  switch (j.type()) {
-    case json::value_t::string:
-      return j.get_ref<const std::string&>();
-    case json::value_t::boolean:
-      return j.get<bool>();
-    case json::value_t::number_integer:
-      return j.get<int64_t>();
-    case json::value_t::number_unsigned:
-      return j.get<uint64_t>();
-    case json::value_t::number_float:
-      return j.get<double>();
-    default:
-      return nullptr;  // null, discarded, binary (never in attributes)
-  }
+  out->append(text, from, std::string::npos);
 }
 
 struct RequestGroup {
@@ -71,21 +59,36 @@ struct RequestGroup {
   std::vector<std::pair<std::string, std::vector<const MetadataDevice*>>> requests;
 };
 
-ordered_json Document(const claims::Claim& claim, const std::string& driver,
-                      const RequestGroup& group, const char* api_version,
-                      std::vector<std::string>* notes) {
-  ordered_json doc;
-  doc["kind"] = "DeviceMetadata";
-  doc["apiVersion"] = api_version;
-  doc["metadata"] = {{"name", claim.name},
-                     {"namespace", claim.namespace_name},
-                     {"uid", claim.uid},
-                     {"generation", 1}};
-  if (!claim.pod_claim_name.empty()) doc["podClaimName"] = claim.pod_claim_name;
-  ordered_json requests = ordered_json::array();
-  for (const auto& [name, devices] : group.requests) {
-    ordered_json list = ordered_json::array();
-    for (const MetadataDevice* d : devices) {
+// The document as nlohmann prints an ordered_json with an indent of 2 (Go's order: the fixed
+// members in the KEP's order, the attributes sorted by name as Go writes a map, which is how a
+// json object keeps them), printed directly rather than built as a tree and printed: the tree of
+// every attribute copied into an ordered_json and printed cost more than the rest of a prepare's
+// planning. Everything after the apiVersion's value: the caller puts the head and the version
+// before it (the two versions of the file differ only there).
+std::string DocumentAfterVersion(const claims::Claim& claim, const std::string& driver,
+                                 const RequestGroup& group, std::vector<std::string>* notes) {
+  std::string out = "\",\n  \"metadata\": {\n    \"name\": ";
+  AppendQuoted(&out, claim.name);
+  out += ",\n    \"namespace\": ";
+  AppendQuoted(&out, claim.namespace_name);
+  out += ",\n    \"uid\": ";
+  AppendQuoted(&out, claim.uid);
+  out += ",\n    \"generation\": 1\n  },\n";
+  if (!claim.pod_claim_name.empty()) {
+    out += "  \"podClaimName\": ";
+    AppendQuoted(&out, claim.pod_claim_name);
+    out += ",\n";
+  }
+  out += "  \"requests\": ";
+  if (group.requests.empty()) out += "[]";
+  for (size_t i = 0; i < group.requests.size(); ++i) {
+    const auto& [name, devices] = group.requests[i];
+    out += i == 0 ? "[\n    {\n      \"name\": " : ",\n    {\n      \"name\": ";
+    AppendQuoted(&out, name);
+    out += ",\n      \"devices\": ";
+    if (devices.empty()) out += "[]";
+    for (size_t j = 0; j < devices.size(); ++j) {
+      const MetadataDevice* d = devices[j];
       std::vector<std::string> dropped;
       const json attributes = MetadataAttributes(driver, d->decided, d->published, &dropped);
       if (notes != nullptr && !dropped.empty()) {
@@ -94,38 +97,33 @@ ordered_json Document(const claims::Claim& claim, const std::string& driver,
             " attribute(s) left out of the device metadata (at most ", kMaxMetadataAttributes,
             " attributes and ", kMaxMetadataValues, " values): ", absl::StrJoin(dropped, ", ")));
       }
-      ordered_json device;
-      device["driver"] = driver;
-      device["pool"] = d->pool;
-      device["name"] = d->name;
-      // Sorted by name, as Go writes a map.
-      if (!attributes.empty()) device["attributes"] = Ordered(attributes);
-      list.push_back(std::move(device));
+      out +=
+          j == 0 ? "[\n        {\n          \"driver\": " : ",\n        {\n          \"driver\": ";
+      AppendQuoted(&out, driver);
+      out += ",\n          \"pool\": ";
+      AppendQuoted(&out, d->pool);
+      out += ",\n          \"name\": ";
+      AppendQuoted(&out, d->name);
+      if (!attributes.empty()) {
+        out += ",\n          \"attributes\": ";
+        AppendIndented(&out, attributes, 10);
+      }
+      out += "\n        }";
     }
-    ordered_json request;
-    request["name"] = name;
-    request["devices"] = std::move(list);
-    requests.push_back(std::move(request));
+    if (!devices.empty()) out += "\n      ]";
+    out += "\n    }";
   }
-  doc["requests"] = std::move(requests);
-  return doc;
+  if (!group.requests.empty()) out += "\n  ]";
+  out += "\n}";
+  return out;
 }
 
-// The file's content from the v1beta1 document: its text, then the same with the v1alpha1
-// apiVersion, each ended by a newline. The two differ only there, and "apiVersion" is printed
-// second, after the fixed "kind", so the other version is spliced into the text rather than the
-// document printed twice.
-std::string BothVersions(ordered_json doc) {
-  const std::string beta = Dump(doc);
-  const std::string head = "{\n  \"kind\": \"DeviceMetadata\",\n  \"apiVersion\": \"";
-  const std::string version = kMetadataApiV1beta1;
-  if (!absl::StartsWith(beta, head) ||
-      !absl::StartsWith(absl::string_view(beta).substr(head.size()), version)) {
-    doc["apiVersion"] = kMetadataApiV1alpha1;  // not printed as expected: print it again
-    return absl::StrCat(beta, "\n", Dump(doc), "\n");
-  }
-  return absl::StrCat(beta, "\n", head, kMetadataApiV1alpha1,
-                      absl::string_view(beta).substr(head.size() + version.size()), "\n");
+// The file's content: the v1beta1 document, then the same with the v1alpha1 apiVersion, each
+// ended by a newline. "kind" is printed first, "apiVersion" second.
+std::string BothVersions(const std::string& after_version) {
+  constexpr absl::string_view head = "{\n  \"kind\": \"DeviceMetadata\",\n  \"apiVersion\": \"";
+  return absl::StrCat(head, kMetadataApiV1beta1, after_version, "\n", head, kMetadataApiV1alpha1,
+                      after_version, "\n");
 }
 
 }  // namespace
@@ -262,7 +260,7 @@ absl::StatusOr<DeviceMetadataPlan> PlanDeviceMetadata(const claims::Claim& claim
     MetadataFile f;
     f.request = g.base;
     f.host_path = MetadataHostPath(root, claim.namespace_name, claim.name, g.base);
-    f.content = BothVersions(Document(claim, driver, g, kMetadataApiV1beta1, &plan.notes));
+    f.content = BothVersions(DocumentAfterVersion(claim, driver, g, &plan.notes));
     f.cdi_file = MetadataCdiFileName(driver, claim.uid, g.base);
     f.cdi_spec.cdi_version = kMetadataCdiVersion;
     f.cdi_spec.kind = MetadataCdiKind(driver);

@@ -2,11 +2,13 @@
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <optional>
 #include <system_error>
 
 #include "absl/strings/match.h"
@@ -105,13 +107,129 @@ bool RemovedOneByOne(const std::string& claim_dir, const std::vector<std::string
   return ::rmdir(claim_dir.c_str()) == 0 || errno == ENOENT;
 }
 
+// The mode asked for, whatever the umask (the socket server narrows it for a moment while it
+// binds, and a file or directory made meanwhile would lose bits).
+absl::Status ExactMode(int fd, mode_t mode, const std::string& path) {
+  if (::fchmod(fd, mode) == 0) return absl::OkStatus();
+  return files::ErrnoStatus(errno, "chmod", path);
+}
+
+// The host files of a claim whose directory is not there yet, written in place: the claim
+// directory made here (Make), each request directory in it and the file created with O_EXCL, all
+// through descriptors that refuse links. No temporary file and rename are needed, as no reader
+// can see a half-written file: the directory is new, no CDI spec mounts the file before it is
+// written (WriteMetadataFiles writes the spec after), and the claim is in flight, so no other
+// call and no file check touches it meanwhile. A crash mid-write leaves a torn file that no
+// durable record names (the journal record comes after), which the start-up file check removes,
+// as it removes files of an unrecorded claim written the atomic way. On ext4 that saves the
+// rename, the temporary name's directory entry, a failing create and mkdir and a stat per claim.
+// Only for prepare's first write of a claim's files: a restore (unprepare putting back what it
+// removed) writes files a durable record already names, so they stay atomic (the old content or
+// the new, never a torn one).
+class FreshClaimDir {
+ public:
+  explicit FreshClaimDir(std::string path) : path_(std::move(path)) {}
+  FreshClaimDir(const FreshClaimDir&) = delete;
+  FreshClaimDir& operator=(const FreshClaimDir&) = delete;
+  ~FreshClaimDir() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  const std::string& path() const { return path_; }
+
+  // Makes the claim directory. False when it was there (or its parent was not): nothing made, and
+  // the caller writes atomically. An error for any other failure.
+  absl::StatusOr<bool> Make() {
+    if (::mkdir(path_.c_str(), 0755) != 0) {
+      if (errno == EEXIST || errno == ENOENT) return false;
+      return files::ErrnoStatus(errno, "create directory", path_);
+    }
+    fd_ = ::open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd_ < 0) return files::ErrnoStatus(errno, "open the directory just created", path_);
+    if (absl::Status st = ExactMode(fd_, 0755, path_); !st.ok()) return st;
+    return true;
+  }
+
+  // <claim dir>/<request>/<name>, the request directory made here.
+  absl::Status Write(const std::string& request, const std::string& name,
+                     absl::string_view content) const {
+    const std::string dir = absl::StrCat(path_, "/", request);
+    if (::mkdirat(fd_, request.c_str(), 0755) != 0) {
+      return files::ErrnoStatus(errno, "create directory", dir);
+    }
+    const DirFd req(fd_, request);
+    if (req.get() < 0) return files::ErrnoStatus(errno, "open the directory just created", dir);
+    if (absl::Status st = ExactMode(req.get(), 0755, dir); !st.ok()) return st;
+    const std::string path = absl::StrCat(dir, "/", name);
+    const int fd = ::openat(req.get(), name.c_str(),
+                            O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) return files::ErrnoStatus(errno, "create", path);
+    absl::Status st = ExactMode(fd, 0644, path);
+    if (st.ok()) st = files::WriteAll(fd, content, path);
+    // A close error on a written file can be the first sign the data did not reach the disk.
+    if (::close(fd) != 0 && st.ok()) st = files::ErrnoStatus(errno, "close", path);
+    if (!st.ok()) ::unlinkat(req.get(), name.c_str(), 0);
+    return st;
+  }
+
+ private:
+  const std::string path_;
+  int fd_ = -1;
+};
+
+// Whether `f`'s host file is "<claim_dir>/<request>/<name>" with plain names (as planned), and
+// those names.
+bool InClaimDir(const MetadataFile& f, const std::string& claim_dir, std::string* request,
+                std::string* name) {
+  const Split p = SplitPath(f.host_path);
+  const Split r = SplitPath(p.dir);
+  auto plain = [](const std::string& n) { return !n.empty() && n != "." && n != ".."; };
+  if (r.dir != claim_dir || !plain(r.name) || !plain(p.name)) return false;
+  *request = r.name;
+  *name = p.name;
+  return true;
+}
+
 }  // namespace
 
 absl::Status WriteMetadataFiles(const cdi::SpecStore& cdi, const std::vector<MetadataFile>& files,
-                                bool synced) {
-  for (const MetadataFile& f : files) {
+                                bool synced, const std::vector<std::string>* cdi_texts,
+                                HostFileWrite how) {
+  // Only prepare's first write, unsynced, into a claim directory that is not there yet goes in
+  // place (FreshClaimDir); restores, synced writes and any other case the atomic way.
+  std::optional<FreshClaimDir> fresh;
+  bool fresh_made = false;
+  if (how == HostFileWrite::kInPlaceIfNewClaimDir && !synced && !files.empty()) {
+    fresh.emplace(SplitPath(SplitPath(files.front().host_path).dir).dir);
+    std::string request, name;
+    const bool all_in = std::all_of(files.begin(), files.end(), [&](const MetadataFile& f) {
+      return InClaimDir(f, fresh->path(), &request, &name);
+    });
+    if (all_in) {
+      absl::StatusOr<bool> made = fresh->Make();
+      if (!made.ok()) {
+        return absl::Status(made.status().code(),
+                            absl::StrCat("write device metadata: ", made.status().message()));
+      }
+      fresh_made = *made;
+    }
+  }
+  for (size_t i = 0; i < files.size(); ++i) {
+    const MetadataFile& f = files[i];
     // The host file first: a CDI spec must never mount a file that is not there.
-    if (absl::Status st = WriteHostFile(f, synced); !st.ok()) return st;
+    std::string request, name;
+    if (fresh_made && InClaimDir(f, fresh->path(), &request, &name)) {
+      if (absl::Status st = fresh->Write(request, name, f.content); !st.ok()) {
+        return absl::Status(st.code(), absl::StrCat("write device metadata: ", st.message()));
+      }
+    } else if (absl::Status st = WriteHostFile(f, synced); !st.ok()) {
+      return st;
+    }
+    if (cdi_texts != nullptr && i < cdi_texts->size() && !(*cdi_texts)[i].empty()) {
+      if (absl::Status st = cdi.WriteValidatedText(f.cdi_file, (*cdi_texts)[i], synced); !st.ok()) {
+        return st;
+      }
+      continue;
+    }
     absl::StatusOr<cdi::Spec> w =
         cdi.Write(f.cdi_file, f.cdi_spec, synced, cdi::VersionPolicy::kAtLeastGiven);
     if (!w.ok()) return w.status();

@@ -1,8 +1,8 @@
 // The device metadata files of prepared claims on the host (device_metadata.h says what they
 // hold and where): written before the kubelet is answered, removed on unprepare, brought in line
-// with the allocation state at start. Like the claims' CDI specs, they are written atomically
-// without fsync at prepare (the journal holds their content) and fsynced when start restores
-// them.
+// with the allocation state at start. Like the claims' CDI specs, they are written without fsync
+// at prepare (the journal holds their content) and fsynced when start restores them; a claim
+// directory prepare makes gets its files created in place, any other write is atomic.
 #pragma once
 
 #include <cstddef>
@@ -22,10 +22,21 @@ namespace topodra::prepare {
 // The largest metadata file read back; a bigger one is rewritten.
 inline constexpr std::size_t kMaxMetadataFileBytes = 1 << 20;
 
+// How WriteMetadataFiles writes the host files. kInPlaceIfNewClaimDir is for prepare's first
+// write of a claim's files only: unsynced, the host files of a claim whose directory is not there
+// yet are created in place in a directory made for them (no reader can see them before their CDI
+// spec is written, and a crash leaves a torn file no record names). Any other write (unprepare
+// putting back what it removed) is kAtomic: a torn file there could be mounted by a CDI spec
+// that the start-up check rewrites before it gets to the host file.
+enum class HostFileWrite { kAtomic, kInPlaceIfNewClaimDir };
+
 // Each host file (0644; directories made 0755) and its CDI spec (its cdiVersion kept), each
-// replaced atomically; fsynced with `synced`. Stops at the first failure.
+// replaced atomically, or the host files in place as `how` allows; fsynced with `synced`.
+// `cdi_texts`, when given, holds each file's CDI spec as SpecStore::Write would print it, already
+// validated ("" for one to print here): written as it is. Stops at the first failure.
 absl::Status WriteMetadataFiles(const cdi::SpecStore& cdi, const std::vector<MetadataFile>& files,
-                                bool synced);
+                                bool synced, const std::vector<std::string>* cdi_texts = nullptr,
+                                HostFileWrite how = HostFileWrite::kAtomic);
 
 // Checks every host file and CDI spec of `files` and writes again those missing or different:
 // "" when all were right, else which were written and why.

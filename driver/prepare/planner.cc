@@ -481,7 +481,15 @@ absl::StatusOr<Plan> PlanClaim(const claims::Claim& claim, const DriverSetup& se
     json spec = cdi::ToJson(plan->cdi_spec);
     if (!plan->cdi_spec.devices.empty()) plan->cdi_text = cdi::JsonTextOf(spec);  // validated
     json cdi = {{"file", plan->cdi_file}, {"spec", std::move(spec)}};
-    if (!plan->metadata.empty()) cdi["metadata"] = MetadataFilesToJson(plan->metadata);
+    if (!plan->metadata.empty()) {
+      json metadata = MetadataFilesToJson(plan->metadata);
+      // PlanDeviceMetadata validated each spec, so its cdiVersion is one SpecStore::Write keeps:
+      // the text printed from the stored document is the one it would write.
+      for (const json& m : metadata) {
+        plan->metadata_cdi_texts.push_back(cdi::JsonTextOf(m.at("cdiSpec")));
+      }
+      cdi["metadata"] = std::move(metadata);
+    }
     a.cdi = cdi;
   }
   return plan;

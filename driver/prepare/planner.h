@@ -104,6 +104,8 @@ struct Plan {
   // `devices`), and why some metadata was left out (for the log).
   std::vector<MetadataFile> metadata;
   std::vector<std::string> notes;
+  // Each metadata file's CDI spec as text, validated (SpecStore::WriteValidatedText writes it).
+  std::vector<std::string> metadata_cdi_texts;
   // The devices as the metadata describes them, in `devices` order (PlanClaim's input).
   std::vector<MetadataDevice> metadata_devices;
 };

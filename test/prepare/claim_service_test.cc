@@ -1526,6 +1526,15 @@ class ClaimServiceFileCheckTest : public ClaimServiceMetadataTest {
     }
     return out;
   }
+  // The service started on k16 with device metadata on and default/<name> (uid `uid`, two CPUs of
+  // NUMA node 0) prepared: the setup, for a restart.
+  DriverSetup StartWithOnePrepared(const std::string& name, const std::string& uid) {
+    const topology::Topology& topo = Load(k16);
+    const DriverSetup setup = MetadataSetup(topo);
+    Start(setup, topo);
+    PrepareOk(Add("default", name, uid, {Result("cpus", kNuma0, "2")}));
+    return setup;
+  }
   // Starts the check in the background; the returned function waits for its outcome.
   std::function<absl::StatusOr<ClaimService::Reconciled>()> StartCheck() {
     auto done = std::make_shared<std::promise<absl::StatusOr<ClaimService::Reconciled>>>();
@@ -1575,15 +1584,31 @@ TEST_F(ClaimServiceFileCheckTest, RepairsDamagedFilesAndRemovesStaleOnesAfterSta
   EXPECT_EQ(r->written + r->removed, 0);
 }
 
+// The check writes a claim's host files before its metadata CDI specs: when a host file cannot be
+// written, no metadata spec mounts it, while the claim's own spec is still put back.
+TEST_F(ClaimServiceFileCheckTest, NoMetadataSpecIsWrittenBeforeItsHostFile) {
+  const DriverSetup setup = StartWithOnePrepared("r1", "uid-r1");
+  const std::string claim_dir = dir_ + "/plugins/dra.cpu/dra-device-metadata/default_r1";
+  ASSERT_TRUE(std::filesystem::exists(HostFile("r1")));
+  // All its files lost, and a file in the place of its metadata directory.
+  std::filesystem::remove(cdi_->PathOf("dra.cpu-claim_uid-r1.json"));
+  std::filesystem::remove(cdi_->PathOf("dra.cpu_metadata_uid-r1_cpus.json"));
+  std::filesystem::remove_all(claim_dir);
+  std::ofstream(claim_dir) << "in the way";
+
+  Restart({{setup, k16}});
+  absl::StatusOr<ClaimService::Reconciled> r = StartCheck()();
+  EXPECT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("default_r1"));
+  EXPECT_FALSE(CdiExists("dra.cpu_metadata_uid-r1_cpus.json"));
+  EXPECT_TRUE(CdiExists("dra.cpu-claim_uid-r1.json"));
+}
+
 // A claim deleted and made again under the same name: the stale one (still in the state) and
 // the new one share the metadata directory. Once the new one's prepare has written its files
 // there, the check of the stale one must not write its stored files over them.
 TEST_F(ClaimServiceFileCheckTest, TheCheckOfAStaleClaimLeavesTheDirectoryOfANewOneAlone) {
-  const topology::Topology& topo = Load(k16);
-  const DriverSetup setup = MetadataSetup(topo);
-  Start(setup, topo);
-  const ClaimRef stale = Add("default", "same", "uid-stale", {Result("cpus", kNuma0, "2")});
-  PrepareOk(stale);
+  const DriverSetup setup = StartWithOnePrepared("same", "uid-stale");
   const std::string stale_content = Contents(HostFile("same"));
   Restart({{setup, k16}});
   const ClaimRef fresh = Add("default", "same", "uid-fresh", {Result("cpus", kNuma0, "4")});

@@ -4,12 +4,18 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "cdi/spec_store.h"
+#include "common/file_io.h"
 
 #include "test/prepare/prepare_testing.h"
 
@@ -233,8 +239,17 @@ std::string PrintedInFull(const claims::Claim& claim, const std::string& request
                        {"uid", claim.uid},
                        {"generation", 1}};
     if (!claim.pod_claim_name.empty()) doc["podClaimName"] = claim.pod_claim_name;
-    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    // Each request name's devices in order of its first device.
+    nlohmann::ordered_json requests = nlohmann::ordered_json::array();
     for (const MetadataDevice& d : devices) {
+      auto r = std::find_if(requests.begin(), requests.end(), [&](const nlohmann::ordered_json& x) {
+        return x["name"] == d.request;
+      });
+      if (r == requests.end()) {
+        requests.push_back({{"name", d.request}, {"devices", nlohmann::ordered_json::array()}});
+        r = requests.end() - 1;
+      }
+      nlohmann::ordered_json& list = (*r)["devices"];
       nlohmann::ordered_json device;
       device["driver"] = "dra.cpu";
       device["pool"] = d.pool;
@@ -245,7 +260,9 @@ std::string PrintedInFull(const claims::Claim& claim, const std::string& request
       }
       list.push_back(device);
     }
-    doc["requests"] = {{{"name", request}, {"devices", list}}};
+    // `request` is the base of every request name in the file.
+    EXPECT_TRUE(absl::StartsWith(requests[0]["name"].get<std::string>(), request));
+    doc["requests"] = requests;
     absl::StrAppend(&out, doc.dump(2, ' ', false, nlohmann::detail::error_handler_t::replace),
                     "\n");
   }
@@ -282,6 +299,11 @@ TEST(PlanDeviceMetadata, TheTextIsBothDocumentsAsPrintedInFull) {
          {{kCpusetAttribute, {{"string", "0-3"}}}, {kNumaNodesAttribute, {{"ints", {0, 1}}}}},
          published},
         {"cpus", "node1", "cpudevnuma001", {}, published}}},
+      {"subrequests, devices of odd names",
+       "",
+       {{"cpus/a", "node \"1\"", "dev\\0", {{kCpusetAttribute, {{"string", "0-3"}}}}, published},
+        {"cpus/b", "node1", "bad \xff name", {}, nullptr},
+        {"cpus/a", "node1", "dev1", {}, {{"deep", {{"x", {{"y", {1, {{"z", "w"}}}}}}}}}}}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -362,6 +384,27 @@ TEST(PlanDeviceMetadata, StoredFormRoundTripsAndRefusesDamage) {
   EXPECT_THAT(MetadataFilesFromJson(relative).status().message(), HasSubstr("absolute"));
 }
 
+// Each metadata CDI text of `plan` is byte for byte what SpecStore::Write writes for its spec.
+void ExpectWrittenAsSpecStoreWrites(const Plan& plan) {
+  ASSERT_EQ(plan.metadata_cdi_texts.size(), plan.metadata.size());
+  char tmpl[] = "/tmp/metadata-cdi-text-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  // Removed however the function returns (an ASSERT returns early).
+  struct RemovedAtEnd {
+    std::string dir;
+    ~RemovedAtEnd() { std::filesystem::remove_all(dir); }
+  } temp{tmpl};
+  const cdi::SpecStore store(tmpl);
+  for (size_t i = 0; i < plan.metadata.size(); ++i) {
+    const MetadataFile& f = plan.metadata[i];
+    ASSERT_TRUE(store.Write(f.cdi_file, f.cdi_spec, false, cdi::VersionPolicy::kAtLeastGiven).ok());
+    absl::StatusOr<std::string> written =
+        files::ReadFileBounded(store.PathOf(f.cdi_file), cdi::kMaxSpecBytes);
+    ASSERT_TRUE(written.ok()) << written.status();
+    EXPECT_EQ(plan.metadata_cdi_texts[i], *written) << f.cdi_file;
+  }
+}
+
 // Through PlanClaim as the daemon's driver setups make it: the CDI ids of the answer, the stored
 // allocation, and nothing at all when the flag is off.
 TEST(PlanClaimDeviceMetadata, CpuAndGpuClaimsGetAFileAndACdiIdPerRequest) {
@@ -410,6 +453,8 @@ TEST(PlanClaimDeviceMetadata, CpuAndGpuClaimsGetAFileAndACdiIdPerRequest) {
       MetadataFilesFromJson(on->allocation.cdi.Parse()["metadata"]);
   ASSERT_TRUE(stored.ok()) << stored.status();
   EXPECT_EQ(*stored, on->metadata);
+  // The CDI specs as printed by the planner: what SpecStore::Write would have written.
+  ExpectWrittenAsSpecStoreWrites(*on);
   EXPECT_EQ(DevicesFromJson(on->allocation.answer)->at(0).cdi_device_ids,
             on->devices[0].cdi_device_ids);
 
@@ -434,6 +479,7 @@ TEST(PlanClaimDeviceMetadata, CpuAndGpuClaimsGetAFileAndACdiIdPerRequest) {
   EXPECT_EQ(gattrs["gpu.topodra.io/type"], json({{"string", "gpu"}}));
   EXPECT_EQ(gp->devices[0].cdi_device_ids.back(),
             std::string("gpu.topodra.io/metadata=") + kUid + "_gpu");
+  ExpectWrittenAsSpecStoreWrites(*gp);
 }
 
 }  // namespace

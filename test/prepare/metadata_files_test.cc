@@ -1,6 +1,6 @@
-// RemoveMetadataFiles on real files: a claim's metadata as prepare wrote it goes file by file,
-// and whatever else is found (a stray file, a link in a directory's place, a path of another
-// shape) leaves the tree to remove_all, which never follows a link out of it.
+// WriteMetadataFiles and RemoveMetadataFiles on real files: a claim's metadata as prepare wrote it
+// goes file by file, and whatever else is found (a stray file, a link in a directory's place, a
+// path of another shape) leaves the tree to remove_all, which never follows a link out of it.
 #include "driver/prepare/metadata_files.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,141 @@ TEST_F(RemoveMetadataFilesTest, AHostFileOutsideTheClaimDirectoryIsLeftAlone) {
       Remove({dir_ + "/outside/req/metadata.json", claim_dir_ + "/../x/metadata.json"}).ok());
   EXPECT_FALSE(fs::exists(claim_dir_));
   EXPECT_TRUE(fs::exists(dir_ + "/outside/req/metadata.json"));
+}
+
+// WriteMetadataFiles: a claim whose directory is new gets its host files created in place when
+// prepare asks for it; one whose directory is there (a crashed prepare's), and any write prepare
+// does not make (a restore), the atomic way. Either way the same
+// files, modes and CDI specs, whatever the umask, and no temporary file left.
+class WriteMetadataFilesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/metadata-write-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    fs::create_directories(dir_ + "/root");
+    fs::create_directories(dir_ + "/cdi");
+    for (const std::string request : {"a", "b"}) {
+      MetadataFile f;
+      f.request = request;
+      f.host_path = claim_dir() + "/" + request + "/metadata.json";
+      f.content = "{\"request\": \"" + request + "\"}\n";
+      f.cdi_file = "dra.cpu_metadata_uid_" + request + ".json";
+      f.cdi_spec.cdi_version = "0.5.0";
+      f.cdi_spec.kind = "dra.cpu/metadata";
+      cdi::Device d;
+      d.name = "uid_" + request;
+      d.container_edits.mounts.push_back({f.host_path, "/m/" + request, {"ro", "bind"}, ""});
+      f.cdi_spec.devices.push_back(d);
+      files_.push_back(f);
+    }
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string claim_dir() const { return dir_ + "/root/ns_claim"; }
+  static mode_t ModeOf(const std::string& path) {
+    struct stat st;
+    return ::lstat(path.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0;
+  }
+  static std::string Read(const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  absl::Status Prepare(const cdi::SpecStore& store,
+                       const std::vector<std::string>* texts = nullptr) {
+    return WriteMetadataFiles(store, files_, /*synced=*/false, texts,
+                              HostFileWrite::kInPlaceIfNewClaimDir);
+  }
+  // Every file written as planned, nothing else in the claim's directory. Each CDI spec as
+  // SpecStore::Write prints it, or `texts[i]` when that is not "".
+  void ExpectWritten(const cdi::SpecStore& store, const std::vector<std::string>& texts = {}) {
+    EXPECT_EQ(ModeOf(claim_dir()), 0755u);
+    for (size_t i = 0; i < files_.size(); ++i) {
+      const MetadataFile& f = files_[i];
+      EXPECT_EQ(Read(f.host_path), f.content);
+      EXPECT_EQ(ModeOf(f.host_path), 0644u);
+      EXPECT_EQ(ModeOf(fs::path(f.host_path).parent_path()), 0755u);
+      EXPECT_EQ(std::distance(fs::directory_iterator(fs::path(f.host_path).parent_path()),
+                              fs::directory_iterator()),
+                1);
+      const bool given = i < texts.size() && !texts[i].empty();
+      EXPECT_EQ(Read(store.PathOf(f.cdi_file)), given ? texts[i] : cdi::ToJsonText(f.cdi_spec));
+    }
+    EXPECT_EQ(std::distance(fs::directory_iterator(claim_dir()), fs::directory_iterator()), 2);
+  }
+  std::string dir_;
+  std::vector<MetadataFile> files_;
+};
+
+TEST_F(WriteMetadataFilesTest, ANewClaimDirectoryGetsTheFilesWithTheirModesWhateverTheUmask) {
+  const cdi::SpecStore store(dir_ + "/cdi");
+  const mode_t old = ::umask(0277);
+  const absl::Status st = Prepare(store);
+  ::umask(old);
+  ASSERT_TRUE(st.ok()) << st;
+  ExpectWritten(store);
+}
+
+TEST_F(WriteMetadataFilesTest, TextsGivenAreWrittenAsTheyAre) {
+  const cdi::SpecStore store(dir_ + "/cdi");
+  // The first text is a valid spec printed otherwise than SpecStore::Write prints it, so a text
+  // that was not written as given shows; the second is printed here.
+  const std::vector<std::string> texts = {cdi::ToJsonText(files_[0].cdi_spec, /*indent=*/4), ""};
+  ASSERT_NE(texts[0], cdi::ToJsonText(files_[0].cdi_spec));
+  ASSERT_TRUE(Prepare(store, &texts).ok());
+  ExpectWritten(store, texts);
+  absl::StatusOr<cdi::Spec> back = store.Read(files_[0].cdi_file);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, files_[0].cdi_spec);
+}
+
+TEST_F(WriteMetadataFilesTest, AClaimDirectoryThereIsWrittenIntoAtomically) {
+  // A crashed prepare's leftovers: an old file and the other request missing.
+  fs::create_directories(claim_dir() + "/a");
+  std::ofstream(files_[0].host_path) << "old";
+  const cdi::SpecStore store(dir_ + "/cdi");
+  ASSERT_TRUE(Prepare(store).ok());
+  ExpectWritten(store);
+  // And again over what is there now (unprepare's restore), synced or not.
+  ASSERT_TRUE(WriteMetadataFiles(store, files_, /*synced=*/false).ok());
+  ASSERT_TRUE(WriteMetadataFiles(store, files_, /*synced=*/true).ok());
+  ExpectWritten(store);
+}
+
+TEST_F(WriteMetadataFilesTest, AMissingMetadataRootIsMade) {
+  fs::remove_all(dir_ + "/root");
+  const cdi::SpecStore store(dir_ + "/cdi");
+  ASSERT_TRUE(Prepare(store).ok());
+  ExpectWritten(store);
+}
+
+// Two files in the same request directory tell the ways apart: in place, the second mkdir of the
+// request directory fails; the atomic way writes over the first file.
+TEST_F(WriteMetadataFilesTest, AFailedWriteLeavesWhatTheUndoRemoves) {
+  const cdi::SpecStore store(dir_ + "/cdi");
+  files_[1].host_path = claim_dir() + "/a/metadata.json";  // the same request directory twice
+  const absl::Status st = Prepare(store);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("device metadata"), std::string::npos) << st;
+  ASSERT_TRUE(RemoveMetadataFiles(store, claim_dir(), {files_[0].cdi_file, files_[1].cdi_file},
+                                  {files_[0].host_path})
+                  .ok());
+  EXPECT_FALSE(fs::exists(claim_dir()));
+}
+
+TEST_F(WriteMetadataFilesTest, ARestoreIntoAMissingClaimDirectoryIsAtomic) {
+  const cdi::SpecStore store(dir_ + "/cdi");
+  files_[1].host_path = claim_dir() + "/a/metadata.json";  // the same request directory twice
+  // Unprepare's restore after the claim directory was removed: unsynced, not prepare's write.
+  const absl::Status st = WriteMetadataFiles(store, files_, /*synced=*/false);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(Read(files_[1].host_path), files_[1].content);
+  EXPECT_EQ(std::distance(fs::directory_iterator(claim_dir() + "/a"), fs::directory_iterator()), 1);
+  // Synced, even when prepare's way is asked for.
+  fs::remove_all(claim_dir());
+  ASSERT_TRUE(WriteMetadataFiles(store, files_, /*synced=*/true, nullptr,
+                                 HostFileWrite::kInPlaceIfNewClaimDir)
+                  .ok());
+  EXPECT_EQ(Read(files_[1].host_path), files_[1].content);
 }
 
 }  // namespace
