@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "test/state/reservation_testing.h"
@@ -772,6 +773,81 @@ TEST(FastPutLineTest, FuzzSeedsReachTheFastReader) {
   EXPECT_EQ(DecodeJournalLine(extra).status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(DecodeJournalLine(extra).status().message()),
               testing::HasSubstr("record is not"));
+}
+
+}  // namespace
+}  // namespace topodra::state
+
+namespace topodra::state {
+namespace {
+
+// The start maps the state files, Peek reads them: both give the file's bytes and the same
+// errors, and a file the mapping cannot take (empty, oversized) is read.
+TEST_F(StoreTest, StateFileTextMappedOrReadGivesTheSameBytes) {
+  std::filesystem::create_directories(dir_ + "/state");
+  const std::string file = dir_ + "/state/some.json";
+  std::string text;
+  for (int i = 0; i < 5000; ++i) absl::StrAppend(&text, "line ", i, "\n");  // several pages
+  WriteFile(file, text);
+
+  absl::StatusOr<StateFileText> mapped = StateFileText::Map(file, kMaxCheckpointBytes);
+  absl::StatusOr<StateFileText> read = StateFileText::Read(file, kMaxCheckpointBytes);
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_TRUE(mapped->mapped());
+  EXPECT_FALSE(read->mapped());
+  EXPECT_EQ(mapped->view(), text);
+  EXPECT_EQ(read->view(), text);
+
+  // Moved, the mapping goes with it (and is released once).
+  StateFileText moved = *std::move(mapped);
+  EXPECT_EQ(moved.view(), text);
+  moved = *std::move(read);
+  EXPECT_EQ(moved.view(), text);
+
+  // Larger than the bound: read as files::ReadFileBounded does, past the bound (so the decoder
+  // reports the file as oversized) but not necessarily whole.
+  absl::StatusOr<StateFileText> capped = StateFileText::Map(file, 100);
+  ASSERT_TRUE(capped.ok()) << capped.status();
+  EXPECT_FALSE(capped->mapped());
+  EXPECT_GT(capped->view().size(), 100u);
+  EXPECT_EQ(capped->view(), StateFileText::Read(file, 100)->view());
+  EXPECT_TRUE(absl::StartsWith(text, capped->view()));
+
+  WriteFile(file, "");
+  absl::StatusOr<StateFileText> empty = StateFileText::Map(file, kMaxCheckpointBytes);
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(empty->view(), "");
+
+  EXPECT_TRUE(absl::IsNotFound(StateFileText::Map(file + ".missing", 100).status()));
+  EXPECT_TRUE(absl::IsNotFound(StateFileText::Read(file + ".missing", 100).status()));
+  // A link in the daemon's own directory is refused whichever way the file is read.
+  const std::string link = dir_ + "/state/link.json";
+  std::filesystem::create_symlink(file, link);
+  EXPECT_EQ(StateFileText::Map(link, 100).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(StateFileText::Read(link, 100).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// What Open maps and what Peek reads are the same state, the journal included.
+TEST_F(StoreTest, OpenOfTheMappedFilesGivesWhatPeekReads) {
+  {
+    StateStore::Opened o = OpenOk();
+    State recorded;
+    for (int i = 0; i < 40; ++i) {
+      const Allocation a = Claim(absl::StrCat("u", i), absl::StrCat(i));
+      ASSERT_TRUE(o.store->Put(a).ok());
+      ASSERT_TRUE(recorded.Add(a).ok());
+      if (i == 19) {
+        ASSERT_TRUE(o.store->Compact(recorded).ok());  // 20 in the snapshot
+      }
+    }
+  }
+  absl::StatusOr<State> peeked = StateStore::Peek(path_);
+  ASSERT_TRUE(peeked.ok()) << peeked.status();
+  StateStore::Opened o = OpenOk();
+  EXPECT_EQ(o.loaded.Size(), 40);
+  EXPECT_EQ(o.replayed, 20);
+  EXPECT_EQ(o.loaded, *peeked);
 }
 
 }  // namespace
