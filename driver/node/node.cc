@@ -1,8 +1,8 @@
 #include "driver/node/node.h"
 
 #include <malloc.h>
-#include <sys/resource.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"

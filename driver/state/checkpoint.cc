@@ -807,7 +807,8 @@ absl::StatusOr<StateFileText> StateFileText::Map(const std::string& path, std::s
   const int fd = *raw;
   struct stat st;
   void* map = MAP_FAILED;
-  if (::fstat(fd, &st) == 0 && st.st_size > 0 && static_cast<std::size_t>(st.st_size) <= max_bytes) {
+  if (::fstat(fd, &st) == 0 && st.st_size > 0 &&
+      static_cast<std::size_t>(st.st_size) <= max_bytes) {
     map = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
   }
   ::close(fd);  // the mapping keeps the file
@@ -849,7 +850,7 @@ absl::StatusOr<State> Checkpoint::Read(uint64_t* seq, bool map) const {
   if (file_name_.empty()) return fail(absl::InvalidArgumentError("path names a directory"));
   // One byte past the limit comes back, so DecodeCheckpoint reports an oversized file.
   absl::StatusOr<StateFileText> text = map ? StateFileText::Map(path_, kMaxCheckpointBytes)
-                                            : StateFileText::Read(path_, kMaxCheckpointBytes);
+                                           : StateFileText::Read(path_, kMaxCheckpointBytes);
   if (!text.ok()) {
     if (absl::IsNotFound(text.status())) return State{};
     return fail(text.status());
