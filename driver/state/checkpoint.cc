@@ -802,6 +802,11 @@ absl::StatusOr<StateFileText> StateFileText::Map(const std::string& path, std::s
 #ifndef MADV_POPULATE_READ
   constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14; older kernels say EINVAL
 #endif
+  return MapWithAdvice(path, max_bytes, MADV_POPULATE_READ);
+}
+
+absl::StatusOr<StateFileText> StateFileText::MapWithAdvice(const std::string& path,
+                                                           std::size_t max_bytes, int advice) {
   absl::StatusOr<int> raw = files::OpenRegularFile(path, O_RDONLY);
   if (!raw.ok()) return raw.status();
   const int fd = *raw;
@@ -816,8 +821,9 @@ absl::StatusOr<StateFileText> StateFileText::Map(const std::string& path, std::s
   StateFileText out;
   out.map_ = static_cast<const char*>(map);
   out.size_ = static_cast<std::size_t>(st.st_size);
-  // Without it each page is mapped at its first access (still no copy, no zeroing).
-  if (::madvise(map, out.size_, MADV_POPULATE_READ) != 0 && errno != EINVAL) {
+  // Any failure, EINVAL from a kernel before 5.14 included, is read instead: an unpopulated
+  // mapping would turn an I/O error met while decoding into a SIGBUS rather than a status.
+  if (::madvise(map, out.size_, advice) != 0) {
     out.Unmap();
     return Read(path, max_bytes);
   }

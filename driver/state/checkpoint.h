@@ -79,13 +79,19 @@ std::string WhatToDo(absl::StatusCode code);
 // The bytes of a state file (snapshot or journal), held for one decoding.
 class StateFileText {
  public:
-  // The file mapped read-only, its pages mapped in one call (MADV_POPULATE_READ): for the start,
-  // whose files nobody else writes (the instance lock is held), so nobody truncates them while
-  // they are mapped. Read into fresh memory instead, 10,000 claims' 42 MB cost a page fault every
-  // 4 KiB and two copies, about a third of the state load (docs/dev/benchmarks.md, restart).
-  // Falls back to Read for an empty or oversized file and when the mapping or its population
-  // fails (Read then reports an I/O error as a status rather than a SIGBUS on a later access).
+  // The file mapped read-only, its pages read in one call (MADV_POPULATE_READ): for the start,
+  // whose files nobody else writes while the daemon holds the instance lock. Read into fresh
+  // memory instead, 10,000 claims' 42 MB cost a page fault every 4 KiB and two copies, about a
+  // third of the state load (docs/dev/benchmarks.md, restart). Falls back to Read for an empty or
+  // oversized file and whenever the mapping or its population fails (EINVAL from a kernel before
+  // 5.14 included), so an I/O error reading the file is a status. What can still raise SIGBUS:
+  // a page the kernel reclaims after the population and fails to read again, and a file that
+  // another process shrinks while it is mapped (nobody may: the instance lock keeps a second
+  // daemon out, and docs/user/dra-plugin.md says to stop the daemon before restoring the files).
   static absl::StatusOr<StateFileText> Map(const std::string& path, std::size_t max_bytes);
+  // Map with `advice` in place of MADV_POPULATE_READ: tests give one the kernel refuses.
+  static absl::StatusOr<StateFileText> MapWithAdvice(const std::string& path, std::size_t max_bytes,
+                                                     int advice);
   // read(2) into memory (files::ReadFileBounded): for a file another process may truncate while it
   // is read (Peek of a running daemon's journal, which a compaction empties), where a mapped page
   // past the new end would fault with SIGBUS. Both: NotFound when missing; a file larger than
@@ -125,7 +131,8 @@ class Checkpoint {
   absl::Status Save(const State& state, uint64_t seq = 0, bool prepared_only = false) const;
   // A missing file is the empty state. A corrupt file is an error telling the operator what to
   // do, never silently dropped. Removes temporary files a crashed Save left behind, so call it
-  // at start, not concurrently with Save.
+  // at start, not concurrently with Save. Maps the file (StateFileText::Map): nobody may shrink
+  // it while it loads (the daemon holds the instance lock).
   absl::StatusOr<State> Load() const;
   // Also gives the journal sequence number a StateStore snapshot covers (0 for none).
   absl::StatusOr<State> Load(uint64_t* seq) const;
