@@ -301,7 +301,7 @@ absl::StatusOr<StateStore::Opened> StateStore::Open(const std::string& path,
   Replayed replayed;
   absl::Status replay = Replay(journal_found ? text->view() : absl::string_view(), journal,
                                snapshot_seq, &out.loaded, &replayed);
-  text = absl::NotFoundError("released");
+  if (journal_found) *text = StateFileText();  // unmaps the journal before it may be truncated
   if (!replay.ok()) return replay;
   out.replayed = replayed.applied;
   out.dropped_torn = replayed.dropped_torn;
