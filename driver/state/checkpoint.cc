@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -766,6 +767,69 @@ absl::Status Checkpoint::RemoveStaleTemps() const {
   return files::SyncDirectory(dir_);
 }
 
+StateFileText::StateFileText(StateFileText&& other) noexcept
+    : text_(std::move(other.text_)),
+      map_(std::exchange(other.map_, nullptr)),
+      size_(std::exchange(other.size_, 0)) {}
+
+StateFileText& StateFileText::operator=(StateFileText&& other) noexcept {
+  if (this != &other) {
+    Unmap();
+    text_ = std::move(other.text_);
+    map_ = std::exchange(other.map_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+StateFileText::~StateFileText() { Unmap(); }
+
+void StateFileText::Unmap() {
+  if (map_ != nullptr) ::munmap(const_cast<char*>(map_), size_);
+  map_ = nullptr;
+  size_ = 0;
+}
+
+absl::StatusOr<StateFileText> StateFileText::Read(const std::string& path, std::size_t max_bytes) {
+  absl::StatusOr<std::string> text = files::ReadFileBounded(path, max_bytes);
+  if (!text.ok()) return text.status();
+  StateFileText out;
+  out.text_ = *std::move(text);
+  return out;
+}
+
+absl::StatusOr<StateFileText> StateFileText::Map(const std::string& path, std::size_t max_bytes) {
+#ifndef MADV_POPULATE_READ
+  constexpr int MADV_POPULATE_READ = 22;  // Linux 5.14; older kernels say EINVAL
+#endif
+  return MapWithAdvice(path, max_bytes, MADV_POPULATE_READ);
+}
+
+absl::StatusOr<StateFileText> StateFileText::MapWithAdvice(const std::string& path,
+                                                           std::size_t max_bytes, int advice) {
+  absl::StatusOr<int> raw = files::OpenRegularFile(path, O_RDONLY);
+  if (!raw.ok()) return raw.status();
+  const int fd = *raw;
+  struct stat st;
+  void* map = MAP_FAILED;
+  if (::fstat(fd, &st) == 0 && st.st_size > 0 &&
+      static_cast<std::size_t>(st.st_size) <= max_bytes) {
+    map = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+  }
+  ::close(fd);  // the mapping keeps the file
+  if (map == MAP_FAILED) return Read(path, max_bytes);
+  StateFileText out;
+  out.map_ = static_cast<const char*>(map);
+  out.size_ = static_cast<std::size_t>(st.st_size);
+  // Any failure, EINVAL from a kernel before 5.14 included, is read instead: an unpopulated
+  // mapping would turn an I/O error met while decoding into a SIGBUS rather than a status.
+  if (::madvise(map, out.size_, advice) != 0) {
+    out.Unmap();
+    return Read(path, max_bytes);
+  }
+  return out;
+}
+
 absl::StatusOr<State> Checkpoint::Load() const {
   uint64_t seq = 0;
   return Load(&seq);
@@ -779,24 +843,25 @@ absl::StatusOr<State> Checkpoint::Load(uint64_t* seq) const {
                           absl::StrCat("load checkpoint \"", path_, "\": ", st.message()));
     }
   }
-  return Read(seq);
+  return Read(seq, /*map=*/true);
 }
 
-absl::StatusOr<State> Checkpoint::Peek(uint64_t* seq) const { return Read(seq); }
+absl::StatusOr<State> Checkpoint::Peek(uint64_t* seq) const { return Read(seq, /*map=*/false); }
 
-absl::StatusOr<State> Checkpoint::Read(uint64_t* seq) const {
+absl::StatusOr<State> Checkpoint::Read(uint64_t* seq, bool map) const {
   *seq = 0;
   auto fail = [this](const absl::Status& st) {
     return absl::Status(st.code(), absl::StrCat("load checkpoint \"", path_, "\": ", st.message()));
   };
   if (file_name_.empty()) return fail(absl::InvalidArgumentError("path names a directory"));
   // One byte past the limit comes back, so DecodeCheckpoint reports an oversized file.
-  absl::StatusOr<std::string> text = files::ReadFileBounded(path_, kMaxCheckpointBytes);
+  absl::StatusOr<StateFileText> text = map ? StateFileText::Map(path_, kMaxCheckpointBytes)
+                                           : StateFileText::Read(path_, kMaxCheckpointBytes);
   if (!text.ok()) {
     if (absl::IsNotFound(text.status())) return State{};
     return fail(text.status());
   }
-  absl::StatusOr<State> state = DecodeCheckpoint(*text, seq);
+  absl::StatusOr<State> state = DecodeCheckpoint(text->view(), seq);
   if (!state.ok()) {
     return absl::Status(state.status().code(),
                         absl::StrCat("checkpoint \"", path_, "\": ", state.status().message(),

@@ -76,6 +76,47 @@ absl::StatusOr<Reservation> ReservationFromJson(const nlohmann::json& value);
 // state file, appended to the message that stops the daemon.
 std::string WhatToDo(absl::StatusCode code);
 
+// The bytes of a state file (snapshot or journal), held for one decoding.
+class StateFileText {
+ public:
+  // The file mapped read-only, its pages read in one call (MADV_POPULATE_READ): for the start,
+  // whose files nobody else writes while the daemon holds the instance lock. Read into fresh
+  // memory instead, 10,000 claims' 42 MB cost a page fault every 4 KiB and two copies, about a
+  // third of the state load (docs/dev/benchmarks.md, restart). Falls back to Read for an empty or
+  // oversized file and whenever the mapping or its population fails (EINVAL from a kernel before
+  // 5.14 included), so an I/O error reading the file is a status. What can still raise SIGBUS:
+  // a page the kernel reclaims after the population and fails to read again, and a file that
+  // another process shrinks while it is mapped (nobody may: the instance lock keeps a second
+  // daemon out, and docs/user/dra-plugin.md says to stop the daemon before restoring the files).
+  static absl::StatusOr<StateFileText> Map(const std::string& path, std::size_t max_bytes);
+  // Map with `advice` in place of MADV_POPULATE_READ: tests give one the kernel refuses.
+  static absl::StatusOr<StateFileText> MapWithAdvice(const std::string& path, std::size_t max_bytes,
+                                                     int advice);
+  // read(2) into memory (files::ReadFileBounded): for a file another process may truncate while it
+  // is read (Peek of a running daemon's journal, which a compaction empties), where a mapped page
+  // past the new end would fault with SIGBUS. Both: NotFound when missing; a file larger than
+  // max_bytes gives more than max_bytes bytes (not necessarily all), so the decoder reports it.
+  static absl::StatusOr<StateFileText> Read(const std::string& path, std::size_t max_bytes);
+
+  StateFileText() = default;
+  StateFileText(StateFileText&& other) noexcept;
+  StateFileText& operator=(StateFileText&& other) noexcept;
+  StateFileText(const StateFileText&) = delete;
+  StateFileText& operator=(const StateFileText&) = delete;
+  ~StateFileText();
+
+  absl::string_view view() const {
+    return map_ != nullptr ? absl::string_view(map_, size_) : absl::string_view(text_);
+  }
+  bool mapped() const { return map_ != nullptr; }
+
+ private:
+  void Unmap();
+  std::string text_;
+  const char* map_ = nullptr;
+  std::size_t size_ = 0;
+};
+
 // The State's file. Save replaces it atomically (temp file in the same directory, fsync, rename,
 // directory fsync), so after a crash the file holds either the old or the new state, whole.
 class Checkpoint {
@@ -90,7 +131,8 @@ class Checkpoint {
   absl::Status Save(const State& state, uint64_t seq = 0, bool prepared_only = false) const;
   // A missing file is the empty state. A corrupt file is an error telling the operator what to
   // do, never silently dropped. Removes temporary files a crashed Save left behind, so call it
-  // at start, not concurrently with Save.
+  // at start, not concurrently with Save. Maps the file (StateFileText::Map): nobody may shrink
+  // it while it loads (the daemon holds the instance lock).
   absl::StatusOr<State> Load() const;
   // Also gives the journal sequence number a StateStore snapshot covers (0 for none).
   absl::StatusOr<State> Load(uint64_t* seq) const;
@@ -100,7 +142,8 @@ class Checkpoint {
 
  private:
   absl::Status RemoveStaleTemps() const;
-  absl::StatusOr<State> Read(uint64_t* seq) const;
+  // Map: StateFileText::Map, else Read (Peek).
+  absl::StatusOr<State> Read(uint64_t* seq, bool map) const;
 
   std::string path_;
   std::string dir_;

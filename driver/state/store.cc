@@ -285,14 +285,11 @@ absl::StatusOr<StateStore::Opened> StateStore::Open(const std::string& path,
 
   Opened out;
   out.loaded = *std::move(state);
-  absl::StatusOr<std::string> text = files::ReadFileBounded(journal, kMaxCheckpointBytes);
-  std::string content;
+  // Mapped, and released before anything below truncates the file (a torn last record).
+  absl::StatusOr<StateFileText> text = StateFileText::Map(journal, kMaxCheckpointBytes);
   const bool journal_found = text.ok();
-  if (text.ok()) {
-    content = *std::move(text);
-  } else if (!absl::IsNotFound(text.status())) {
-    return text.status();
-  } else if (snapshot_seq > 0) {
+  if (!journal_found && !absl::IsNotFound(text.status())) return text.status();
+  if (!journal_found && snapshot_seq > 0) {
     // Open creates the journal and nothing ever removes it: whatever was recorded after the
     // snapshot went with it.
     return absl::DataLossError(absl::StrCat(
@@ -302,9 +299,10 @@ absl::StatusOr<StateStore::Opened> StateStore::Open(const std::string& path,
         WhatToDo(absl::StatusCode::kDataLoss)));
   }
   Replayed replayed;
-  if (absl::Status st = Replay(content, journal, snapshot_seq, &out.loaded, &replayed); !st.ok()) {
-    return st;
-  }
+  absl::Status replay = Replay(journal_found ? text->view() : absl::string_view(), journal,
+                               snapshot_seq, &out.loaded, &replayed);
+  if (journal_found) *text = StateFileText();  // unmaps the journal before it may be truncated
+  if (!replay.ok()) return replay;
   out.replayed = replayed.applied;
   out.dropped_torn = replayed.dropped_torn;
   out.is_new = !snapshot_found && !journal_found;

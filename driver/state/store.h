@@ -71,7 +71,9 @@ class StateStore : public Journal {
   };
   // `if_new` runs when the state is new (see is_new) before Open creates anything: its error
   // stops Open, so a refusal stays a refusal at the next start. The caller tells a new node from
-  // a lost state by what the state leaves elsewhere (CDI files).
+  // a lost state by what the state leaves elsewhere (CDI files). Maps both files
+  // (StateFileText::Map): nobody may shrink them while Open runs (the caller holds the instance
+  // lock).
   static absl::StatusOr<Opened> Open(const std::string& path,
                                      const std::function<absl::Status()>& if_new = {});
   // The state Open would load, for reading a running daemon's files from another process:

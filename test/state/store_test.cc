@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "test/state/reservation_testing.h"
@@ -772,6 +774,174 @@ TEST(FastPutLineTest, FuzzSeedsReachTheFastReader) {
   EXPECT_EQ(DecodeJournalLine(extra).status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(DecodeJournalLine(extra).status().message()),
               testing::HasSubstr("record is not"));
+}
+
+}  // namespace
+}  // namespace topodra::state
+
+namespace topodra::state {
+namespace {
+
+// Whether this process maps `path` (a line of /proc/self/maps names it).
+bool Maps(const std::string& path) {
+  const std::string name = std::filesystem::canonical(path).string();
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (absl::EndsWith(line, " " + name) || absl::EndsWith(line, " " + name + " (deleted)")) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Kernels before 5.14 refuse MADV_POPULATE_READ, and Map then reads the file.
+bool KernelPopulates() {
+  const long page = ::sysconf(_SC_PAGESIZE);
+  void* p = ::mmap(nullptr, page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return false;
+#ifndef MADV_POPULATE_READ
+  constexpr int MADV_POPULATE_READ = 22;
+#endif
+  const bool ok = ::madvise(p, page, MADV_POPULATE_READ) == 0;
+  ::munmap(p, page);
+  return ok;
+}
+
+// The start maps the state files, Peek reads them: both give the file's bytes and the same
+// errors, and a file the mapping cannot take (empty, oversized) is read.
+TEST_F(StoreTest, StateFileTextMappedOrReadGivesTheSameBytes) {
+  std::filesystem::create_directories(dir_ + "/state");
+  const std::string file = dir_ + "/state/some.json";
+  std::string text;
+  for (int i = 0; i < 5000; ++i) absl::StrAppend(&text, "line ", i, "\n");  // several pages
+  WriteFile(file, text);
+
+  absl::StatusOr<StateFileText> mapped = StateFileText::Map(file, kMaxCheckpointBytes);
+  absl::StatusOr<StateFileText> read = StateFileText::Read(file, kMaxCheckpointBytes);
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(mapped->mapped(), KernelPopulates());
+  EXPECT_FALSE(read->mapped());
+  EXPECT_EQ(mapped->view(), text);
+  EXPECT_EQ(read->view(), text);
+  EXPECT_EQ(Maps(file), mapped->mapped());
+
+  // Moved, the mapping goes with it (and is released once, when the owner is overwritten).
+  StateFileText moved = *std::move(mapped);
+  EXPECT_FALSE(mapped->mapped()) << "the moved-from text still holds the mapping";
+  EXPECT_EQ(mapped->view(), "");
+  EXPECT_EQ(moved.view(), text);
+  EXPECT_EQ(moved.mapped(), KernelPopulates());
+  moved = *std::move(read);
+  EXPECT_EQ(moved.view(), text);
+  EXPECT_FALSE(Maps(file));
+  {
+    absl::StatusOr<StateFileText> again = StateFileText::Map(file, kMaxCheckpointBytes);
+    ASSERT_TRUE(again.ok()) << again.status();
+    StateFileText owner = *std::move(again);
+    EXPECT_EQ(Maps(file), owner.mapped());
+  }
+  EXPECT_FALSE(Maps(file)) << "destroyed, the text still maps the file";
+
+  // Larger than the bound: read as files::ReadFileBounded does, past the bound (so the decoder
+  // reports the file as oversized) but not necessarily whole.
+  absl::StatusOr<StateFileText> capped = StateFileText::Map(file, 100);
+  ASSERT_TRUE(capped.ok()) << capped.status();
+  EXPECT_FALSE(capped->mapped());
+  EXPECT_GT(capped->view().size(), 100u);
+  EXPECT_EQ(capped->view(), StateFileText::Read(file, 100)->view());
+  EXPECT_TRUE(absl::StartsWith(text, capped->view()));
+
+  WriteFile(file, "");
+  absl::StatusOr<StateFileText> empty = StateFileText::Map(file, kMaxCheckpointBytes);
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(empty->view(), "");
+
+  EXPECT_TRUE(absl::IsNotFound(StateFileText::Map(file + ".missing", 100).status()));
+  EXPECT_TRUE(absl::IsNotFound(StateFileText::Read(file + ".missing", 100).status()));
+  // A link in the daemon's own directory is refused whichever way the file is read.
+  const std::string link = dir_ + "/state/link.json";
+  std::filesystem::create_symlink(file, link);
+  EXPECT_EQ(StateFileText::Map(link, 100).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(StateFileText::Read(link, 100).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// What Open maps and what Peek reads are the same state, the journal included.
+TEST_F(StoreTest, OpenOfTheMappedFilesGivesWhatPeekReads) {
+  {
+    StateStore::Opened o = OpenOk();
+    State recorded;
+    for (int i = 0; i < 40; ++i) {
+      const Allocation a = Claim(absl::StrCat("u", i), absl::StrCat(i));
+      ASSERT_TRUE(o.store->Put(a).ok());
+      ASSERT_TRUE(recorded.Add(a).ok());
+      if (i == 19) {
+        ASSERT_TRUE(o.store->Compact(recorded).ok());  // 20 in the snapshot
+      }
+    }
+  }
+  absl::StatusOr<State> peeked = StateStore::Peek(path_);
+  ASSERT_TRUE(peeked.ok()) << peeked.status();
+  StateStore::Opened o = OpenOk();
+  EXPECT_EQ(o.loaded.Size(), 40);
+  EXPECT_EQ(o.replayed, 20);
+  EXPECT_EQ(o.loaded, *peeked);
+}
+
+// A file whose size is a whole number of pages has no zero byte after it: the text ends where
+// the file does.
+TEST_F(StoreTest, StateFileTextOfWholePagesIsTheFile) {
+  std::filesystem::create_directories(dir_ + "/state");
+  const std::string file = dir_ + "/state/pages.json";
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  std::string text(2 * page, 'x');
+  for (std::size_t i = 0; i < text.size(); i += 97) text[i] = '\n';
+  text.back() = 'z';
+  WriteFile(file, text);
+  absl::StatusOr<StateFileText> mapped = StateFileText::Map(file, kMaxCheckpointBytes);
+  ASSERT_TRUE(mapped.ok()) << mapped.status();
+  EXPECT_EQ(mapped->mapped(), KernelPopulates());
+  ASSERT_EQ(mapped->view().size(), text.size());
+  EXPECT_EQ(mapped->view(), text);
+}
+
+// A population the kernel refuses (as kernels before 5.14 refuse MADV_POPULATE_READ) is read
+// instead: an unpopulated mapping would turn an I/O error into a SIGBUS.
+TEST_F(StoreTest, StateFileTextReadsWhenThePopulationFails) {
+  std::filesystem::create_directories(dir_ + "/state");
+  const std::string file = dir_ + "/state/some.json";
+  const std::string text(10000, 'y');
+  WriteFile(file, text);
+  absl::StatusOr<StateFileText> got =
+      StateFileText::MapWithAdvice(file, kMaxCheckpointBytes, /*advice=*/-1);  // EINVAL
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_FALSE(got->mapped());
+  EXPECT_EQ(got->view(), text);
+  EXPECT_FALSE(Maps(file)) << "the refused mapping is still there";
+}
+
+// Open releases the mappings of both files, the journal before it cuts a torn record off.
+TEST_F(StoreTest, OpenLeavesNoStateFileMapped) {
+  {
+    StateStore::Opened o = OpenOk();
+    State recorded;
+    for (int i = 0; i < 6; ++i) {
+      const Allocation a = Claim(absl::StrCat("u", i), absl::StrCat(i));
+      ASSERT_TRUE(o.store->Put(a).ok());
+      ASSERT_TRUE(recorded.Add(a).ok());
+      if (i == 2) {
+        ASSERT_TRUE(o.store->Compact(recorded).ok());
+      }
+    }
+  }
+  const std::string journal = path_ + ".journal";
+  const std::string text = ReadFile(journal);
+  WriteFile(journal, text.substr(0, text.size() - 7));  // a torn last record
+  StateStore::Opened o = OpenOk();
+  ASSERT_TRUE(o.dropped_torn);
+  EXPECT_EQ(o.loaded.Size(), 5);
+  EXPECT_FALSE(Maps(journal));
+  EXPECT_FALSE(Maps(path_));
 }
 
 }  // namespace
