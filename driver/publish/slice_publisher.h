@@ -112,22 +112,34 @@ class SlicePublisher : private kube::InformerHandler {
     bool lists = false;
     NodeAllocatableField node_allocatable = NodeAllocatableField::kNone;
   };
+  // The slices to write and their objects: objects[i] is slices[i]'s JSON at the pass's
+  // generation, or null until built. Objects are built while the writes are held (the daemon is
+  // still starting); once the writes may go, each one left is built by the writer that sends it,
+  // so the first create does not wait for the whole pool's JSON.
+  struct Planned {
+    std::vector<Slice> slices;
+    std::vector<nlohmann::json> objects;
+  };
   absl::Status Reconcile();
-  // Deletes the cached slices not `wanted` and writes `desired` at `generation`; counts the
-  // writes sent.
-  absl::Status WriteDesired(std::vector<nlohmann::json>& desired,
-                            const std::set<std::string>& wanted, int64_t generation,
-                            const Form& form, int64_t* writes);
+  // Deletes the cached slices not `wanted` and writes every planned slice at `generation`;
+  // counts the writes sent.
+  absl::Status WriteDesired(Planned& planned, const std::set<std::string>& wanted,
+                            int64_t generation, const Form& form, int64_t* writes);
   // Waits while writes are held; false when Stop() came first. *waited says whether it had to
   // wait (the pool may have changed meanwhile).
   bool WritesAllowed(bool* waited);
+  bool WritesHeld() const;
+  // Whether the first write of a pass must go alone: the slices carry a field that a server
+  // may drop (a feature gate off) and no probe has shown this server keeps it.
+  bool FirstWriteAlone(const std::vector<Slice>& slices, const Form& form) const;
   bool PrepareWrite(nlohmann::json& obj) const;
   absl::StatusOr<kube::Response> SendWrite(nlohmann::json& obj, bool update);
-  // Writes objs[begin, begin + n), up to opts_.write_concurrency at once; the answers in order.
-  // After a failure no further write starts (those left unsent answer Cancelled).
-  // covered[i] says whether the answer of write i holds every field sent (the workers check it
-  // to stop the batch; CheckStored need not walk the slice again).
-  std::vector<absl::StatusOr<kube::Response>> SendWrites(std::vector<nlohmann::json>& objs,
+  // Writes planned.objects[begin, begin + n) (building those still null at `generation`), up to
+  // opts_.write_concurrency at once; the answers in order. After a failure no further write
+  // starts (those left unsent answer Cancelled). covered[i] says whether the answer of write i
+  // holds every field sent (the workers check it to stop the batch; CheckStored need not walk
+  // the slice again).
+  std::vector<absl::StatusOr<kube::Response>> SendWrites(Planned& planned, int64_t generation,
                                                          size_t begin, size_t n,
                                                          std::vector<char>& covered);
   absl::Status CheckStored(const nlohmann::json& sent, const nlohmann::json& stored,
@@ -144,7 +156,8 @@ class SlicePublisher : private kube::InformerHandler {
   absl::StatusOr<bool> ListAttributesSupported(const Pool& pool);
   absl::StatusOr<NodeAllocatableField> NodeAllocatableFieldKept(const Pool& pool);
   absl::StatusOr<Pool> ApplyGatedFields(Pool p, Form* form);
-  absl::StatusOr<std::vector<nlohmann::json>> DesiredObjects(std::optional<Pool> pool, Form* form);
+  // The slices of `pool` in the form this server keeps (probing once per gated field).
+  absl::StatusOr<std::vector<Slice>> DesiredSlices(std::optional<Pool> pool, Form* form);
   nlohmann::json ObjectFor(const Slice& s, int64_t generation) const;
   void RecordResult(const absl::Status& s);
 

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -343,8 +345,8 @@ TEST_F(SlicePublisherTest, UpdateOfASliceDeletedMeanwhileCreatesIt) {
   EXPECT_THAT(writes, ElementsAre("DELETE 200", "PUT 404", "POST 201", "PUT 200", "PUT 200"));
 }
 
-// The daemon sends a pass's writes a few at a time (after the first, which goes alone): the same
-// pool ends up stored, changes and deletions follow, and the answers count as before.
+// The daemon sends a pass's writes a few at a time: the same pool ends up stored, changes and
+// deletions follow, and the answers count as before.
 TEST_F(SlicePublisherTest, ConcurrentWritesPublishTheSamePool) {
   write_concurrency_ = 4;
   const Pool pool = PoolFor(k32);
@@ -372,6 +374,80 @@ TEST_F(SlicePublisherTest, ConcurrentWritesPublishTheSamePool) {
   EXPECT_THAT(Take(), ElementsAre(kList + " 200"));
 }
 
+// Slices that carry no field a server may drop unseen (none gated, or every one probed) go out
+// together from the first: the first create is held until a second one arrives (it never would
+// if the first went alone; the wait's bound only keeps such a failure from hanging).
+TEST_F(SlicePublisherTest, FirstWriteGoesWithTheOthersWhenNothingIsLeftToFind) {
+  write_concurrency_ = 4;
+  const Pool pool = PoolFor(k32);
+  std::mutex mu;
+  std::condition_variable cv;
+  int posts = 0;
+  bool together = false;
+  fake_.SetBeforeRequest([&](const std::string& verb, const std::string& path) {
+    if (verb != "POST" || path.find("dryRun") != std::string::npos) return;
+    std::unique_lock<std::mutex> lock(mu);
+    if (++posts == 1) {
+      together = cv.wait_for(lock, std::chrono::seconds(20), [&] { return posts >= 2; });
+    } else {
+      cv.notify_all();
+    }
+  });
+  SlicePublisher& p = Make();
+  p.SetDesired(pool);
+  ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+  fake_.SetBeforeRequest(nullptr);
+  EXPECT_TRUE(together);
+  ExpectStored(pool, 1);
+}
+
+// A RestClient that drops every device's taints from the writes it passes on (not from dry
+// runs): an API server whose DRADeviceTaints gate is off, as the probe cannot see it.
+class TaintDroppingClient : public kube::RestClient {
+ public:
+  explicit TaintDroppingClient(kube::RestClient* inner) : inner_(inner) {}
+  absl::StatusOr<kube::Response> Get(const std::string& path) override { return inner_->Get(path); }
+  absl::StatusOr<kube::Response> Post(const std::string& path, const json& body) override {
+    return inner_->Post(path, Strip(path, body));
+  }
+  absl::StatusOr<kube::Response> Put(const std::string& path, const json& body) override {
+    return inner_->Put(path, Strip(path, body));
+  }
+  absl::StatusOr<kube::Response> Delete(const std::string& path, const json& body) override {
+    return inner_->Delete(path, body);
+  }
+  absl::Status Watch(const std::string& path, const kube::WatchHandler& on_event,
+                     const std::atomic<bool>* stop) override {
+    return inner_->Watch(path, on_event, stop);
+  }
+
+ private:
+  static json Strip(const std::string& path, json body) {
+    if (path.find("dryRun=") != std::string::npos || !body.contains("spec")) return body;
+    for (json& d : body["spec"]["devices"]) d.erase("taints");
+    return body;
+  }
+  kube::RestClient* inner_;
+};
+
+// Taints in on mode are never probed: only a write can show the server drops them, so the first
+// write still goes alone and the pass stops after it, with one slice stored instead of the pool.
+TEST_F(SlicePublisherTest, FirstWriteGoesAloneWhenAFieldIsUnprobed) {
+  write_concurrency_ = 4;
+  Pool pool = PoolFor(k32);
+  for (Device& d : pool.devices) {
+    d.extra["taints"] = json::array({{{"key", "k"}, {"value", "v"}, {"effect", "NoSchedule"}}});
+  }
+  TaintDroppingClient client(&fake_);
+  PublisherOptions o = Options();
+  o.taints = TaintMode::kOn;
+  SlicePublisher p(&client, o);
+  p.SetDesired(pool);
+  const absl::Status st = p.SyncOnce();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_THAT(fake_.Objects(kSlices), SizeIs(1));
+}
+
 // One of the writes sent together fails: the pass fails, no further write starts, and the next
 // pass publishes the whole pool at a new generation.
 TEST_F(SlicePublisherTest, ConcurrentWriteFailureIsRetriedWithANewGeneration) {
@@ -379,7 +455,7 @@ TEST_F(SlicePublisherTest, ConcurrentWriteFailureIsRetriedWithANewGeneration) {
   const Pool pool = PoolFor(k32);
   std::atomic<int> posts{0};
   fake_.SetBeforeRequest([&](const std::string& verb, const std::string& path) {
-    // The second real create (the first of the writes sent together) fails.
+    // The second real create fails.
     if (verb == "POST" && path.find("dryRun") == std::string::npos && ++posts == 2) {
       fake_.FailNext(1, 500, "/resourceslices");
     }
@@ -401,12 +477,14 @@ TEST_F(SlicePublisherTest, ConcurrentWriteFailureIsRetriedWithANewGeneration) {
 TEST_F(SlicePublisherTest, ConcurrentCreateOverAStaleCacheRelistsAtOnce) {
   write_concurrency_ = 4;
   const Pool pool = PoolFor(k32);
+  Slice old = BuildSlices(pool, SliceForm::kFlat, Limits())->at(2);
+  old.devices.resize(1);
+  old.generation = 9;
+  // At the Node GET, which comes after the list and before any create: the writes go out
+  // together, so the first create that comes in may be that slice's own.
   std::atomic<bool> done{false};
   fake_.SetBeforeRequest([&](const std::string& verb, const std::string& path) {
-    if (verb != "POST" || path.find("dryRun") != std::string::npos || done.exchange(true)) return;
-    Slice old = BuildSlices(pool, SliceForm::kFlat, Limits())->at(2);
-    old.devices.resize(1);
-    old.generation = 9;
+    if (verb != "GET" || path.rfind("/api/v1/nodes/", 0) != 0 || done.exchange(true)) return;
     ASSERT_TRUE(fake_.Post(kSlices, SliceToJson(old, "resource.k8s.io/v1")).ok());
   });
   SlicePublisher& p = Make();
