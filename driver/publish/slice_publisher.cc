@@ -150,6 +150,32 @@ kube::InformerOptions InformerOptionsFor(const PublisherOptions& o) {
 
 }  // namespace
 
+bool FirstWriteMustGoAlone(const std::vector<Slice>& slices, const ProbedFields& probed) {
+  const char* allocatable = NodeAllocatableFieldName(probed.node_allocatable);
+  for (const Slice& s : slices) {
+    if (!s.mixins.empty() && !probed.mixins) return true;
+    // Spec fields not modelled (shared counters, ...) are gated or new, and never probed.
+    if (!s.extra_spec.empty()) return true;
+    for (const Device& d : s.devices) {
+      if (!d.includes.empty() && !probed.mixins) return true;
+      // Consumable capacity (DRAConsumableCapacity) is gated and not probed.
+      if (d.allow_multiple_allocations) return true;
+      for (const auto& [name, c] : d.capacity) {
+        if (c.request_policy) return true;
+      }
+      if (!probed.lists) {
+        for (const auto& [name, v] : d.attributes) {
+          if (std::holds_alternative<StringList>(v)) return true;
+        }
+      }
+      for (const auto& [k, v] : d.extra.items()) {
+        if (k == "taints" ? !probed.taints : k != allocatable) return true;
+      }
+    }
+  }
+  return false;
+}
+
 absl::StatusOr<MixinMode> ParseMixinMode(const std::string& s) {
   if (s == "auto") return MixinMode::kAuto;
   if (s == "on") return MixinMode::kOn;
@@ -212,34 +238,6 @@ bool SlicePublisher::WritesAllowed(bool* waited) {
 bool SlicePublisher::WritesHeld() const {
   std::lock_guard<std::mutex> lock(mu_);
   return writes_held_ && !stopped_;
-}
-
-bool SlicePublisher::FirstWriteAlone(const std::vector<Slice>& slices, const Form& form) const {
-  // Fields a probe of this publisher has shown the server keeps (in on mode taints, list
-  // attributes and mixins are not probed: only a write can tell).
-  if (form.mixins && mixins_supported_ != true) return true;
-  if (form.tainted && taints_supported_ != true) return true;
-  if (form.lists && lists_supported_ != true) return true;
-  if (form.node_allocatable != NodeAllocatableField::kNone &&
-      node_allocatable_field_ != form.node_allocatable) {
-    return true;
-  }
-  const char* allocatable = NodeAllocatableFieldName(form.node_allocatable);
-  for (const Slice& s : slices) {
-    // Spec fields not modelled (shared counters, ...) are gated or new: never probed.
-    if (!s.extra_spec.empty()) return true;
-    for (const Device& d : s.devices) {
-      // Consumable capacity (DRAConsumableCapacity) is gated and not probed.
-      if (d.allow_multiple_allocations) return true;
-      for (const auto& [name, c] : d.capacity) {
-        if (c.request_policy) return true;
-      }
-      for (const auto& [k, v] : d.extra.items()) {
-        if (k != "taints" && k != allocatable) return true;  // counters, binding conditions, ...
-      }
-    }
-  }
-  return false;
 }
 
 bool SlicePublisher::WaitPublished(std::chrono::milliseconds timeout) {
@@ -754,7 +752,12 @@ absl::Status SlicePublisher::WriteDesired(Planned& planned, const std::set<std::
   // written. Otherwise all go out opts_.write_concurrency at a time, which saves one create's
   // round trip at start; their answers are looked at in order, as if sent so. (A stale cache
   // costs at most that many 409s: a failed write starts no other.)
-  const bool first_alone = FirstWriteAlone(planned.slices, form);
+  ProbedFields probed;
+  probed.mixins = mixins_supported_ == true;
+  probed.taints = taints_supported_ == true;
+  probed.lists = lists_supported_ == true;
+  probed.node_allocatable = node_allocatable_field_.value_or(NodeAllocatableField::kNone);
+  const bool first_alone = FirstWriteMustGoAlone(planned.slices, probed);
   for (size_t done = 0; done < desired.size();) {
     const size_t n =
         (done == 0 && first_alone) || opts_.write_concurrency <= 1 ? 1 : desired.size() - done;

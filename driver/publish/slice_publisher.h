@@ -54,6 +54,20 @@ struct PublisherOptions {
   kube::BackoffWait backoff_wait;  // null: the real clock (tests record backoffs instead)
 };
 
+// The gated fields a publisher's probes (dry-run creates) have shown the server keeps.
+struct ProbedFields {
+  bool mixins = false;
+  bool taints = false;
+  bool lists = false;
+  NodeAllocatableField node_allocatable = NodeAllocatableField::kNone;
+};
+
+// Whether the first write of a pass must go alone, so that a server dropping a field is found
+// before the rest are written: true when some slice carries a field a feature gate may drop
+// (mixins, taints, list attributes, a node-allocatable field, consumable capacity, anything not
+// modelled) that no probe has shown the server keeps.
+bool FirstWriteMustGoAlone(const std::vector<Slice>& slices, const ProbedFields& probed);
+
 // What a status probe (readiness, metrics, tests) sees.
 struct PublisherStatus {
   bool in_sync = false;         // the server holds exactly the desired pool
@@ -129,9 +143,6 @@ class SlicePublisher : private kube::InformerHandler {
   // wait (the pool may have changed meanwhile).
   bool WritesAllowed(bool* waited);
   bool WritesHeld() const;
-  // Whether the first write of a pass must go alone: the slices carry a field that a server
-  // may drop (a feature gate off) and no probe has shown this server keeps it.
-  bool FirstWriteAlone(const std::vector<Slice>& slices, const Form& form) const;
   bool PrepareWrite(nlohmann::json& obj) const;
   absl::StatusOr<kube::Response> SendWrite(nlohmann::json& obj, bool update);
   // Writes planned.objects[begin, begin + n) (building those still null at `generation`), up to

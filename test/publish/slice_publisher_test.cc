@@ -16,6 +16,7 @@
 #include "common/json_text.h"
 #include "driver/publish/device_builder.h"
 #include "driver/publish/slice_builder.h"
+#include "driver/publish/slice_features.h"
 #include "driver/publish/slice_json.h"
 #include "test/testing/fake_rest_client.h"
 #include "test/testing/fixtures.h"
@@ -431,21 +432,105 @@ class TaintDroppingClient : public kube::RestClient {
 };
 
 // Taints in on mode are never probed: only a write can show the server drops them, so the first
-// write still goes alone and the pass stops after it, with one slice stored instead of the pool.
+// write goes alone and the pass stops after it, with one slice stored instead of the pool. The
+// first create is held a while for a second one to come in: none may (a slow machine can only
+// make this pass wrongly, never fail wrongly); FirstWriteMustGoAlone's table is the exact test.
 TEST_F(SlicePublisherTest, FirstWriteGoesAloneWhenAFieldIsUnprobed) {
   write_concurrency_ = 4;
   Pool pool = PoolFor(k32);
   for (Device& d : pool.devices) {
     d.extra["taints"] = json::array({{{"key", "k"}, {"value", "v"}, {"effect", "NoSchedule"}}});
   }
+  std::mutex mu;
+  std::condition_variable cv;
+  int posts = 0;
+  bool together = false;
+  fake_.SetBeforeRequest([&](const std::string& verb, const std::string& path) {
+    if (verb != "POST" || path.find("dryRun") != std::string::npos) return;
+    std::unique_lock<std::mutex> lock(mu);
+    if (++posts == 1) {
+      together = cv.wait_for(lock, std::chrono::seconds(1), [&] { return posts >= 2; });
+    } else {
+      cv.notify_all();
+    }
+  });
   TaintDroppingClient client(&fake_);
   PublisherOptions o = Options();
   o.taints = TaintMode::kOn;
+  o.mixins = MixinMode::kOff;  // flat: no mixin fallback to take first
+  o.limits.max_devices_with_taints = 12;  // several slices
   SlicePublisher p(&client, o);
   p.SetDesired(pool);
   const absl::Status st = p.SyncOnce();
+  fake_.SetBeforeRequest(nullptr);
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_FALSE(together);
   EXPECT_THAT(fake_.Objects(kSlices), SizeIs(1));
+}
+
+// Which fields make the first write go alone: those a gate may drop, unless a probe showed the
+// server keeps them.
+TEST(FirstWriteMustGoAloneTest, GatedFieldsUnlessProbed) {
+  const json taints =
+      json::array({{{"key", "k"}, {"value", "v"}, {"effect", "NoSchedule"}}});
+  struct Case {
+    std::string name;
+    std::function<void(Slice&, Device&)> edit;
+    ProbedFields probed;
+    bool alone;
+  };
+  ProbedFields all;
+  all.mixins = all.taints = all.lists = true;
+  all.node_allocatable = NodeAllocatableField::kV137;
+  ProbedFields v136;
+  v136.node_allocatable = NodeAllocatableField::kV136;
+  const std::vector<Case> cases = {
+      {"plain", [](Slice&, Device&) {}, {}, false},
+      {"plain, all probed", [](Slice&, Device&) {}, all, false},
+      {"taints unprobed", [&](Slice&, Device& d) { d.extra["taints"] = taints; }, {}, true},
+      {"taints probed", [&](Slice&, Device& d) { d.extra["taints"] = taints; }, all, false},
+      {"list attribute unprobed",
+       [](Slice&, Device& d) { d.attributes["dra.cpu/l"] = StringList{{"a", "b"}}; }, {}, true},
+      {"list attribute probed",
+       [](Slice&, Device& d) { d.attributes["dra.cpu/l"] = StringList{{"a", "b"}}; }, all, false},
+      {"mixins unprobed",
+       [](Slice& s, Device& d) {
+         s.mixins.push_back({"m", {}, {}});
+         d.includes = {"m"};
+       },
+       {}, true},
+      {"mixins probed",
+       [](Slice& s, Device& d) {
+         s.mixins.push_back({"m", {}, {}});
+         d.includes = {"m"};
+       },
+       all, false},
+      {"1.37 field unprobed", [](Slice&, Device& d) { d.extra[kNodeAllocatableResources] = 1; },
+       {}, true},
+      {"1.37 field probed", [](Slice&, Device& d) { d.extra[kNodeAllocatableResources] = 1; },
+       all, false},
+      {"1.37 field, 1.36 probed",
+       [](Slice&, Device& d) { d.extra[kNodeAllocatableResources] = 1; }, v136, true},
+      {"1.36 field, 1.36 probed",
+       [](Slice&, Device& d) { d.extra[kNodeAllocatableResourceMappings] = 1; }, v136, false},
+      {"consumable capacity", [](Slice&, Device& d) { d.allow_multiple_allocations = true; }, all,
+       true},
+      {"request policy",
+       [](Slice&, Device& d) { d.capacity["dra.cpu/cpu"] = {"4", RequestPolicy{"1", {}, {}}}; },
+       all, true},
+      {"counters", [](Slice&, Device& d) { d.extra["consumesCounters"] = json::array(); }, all,
+       true},
+      {"spec field not modelled", [](Slice& s, Device&) { s.extra_spec["sharedCounters"] = 1; },
+       all, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<Slice> slices(2);
+    for (Slice& s : slices) s.devices.resize(2);
+    // The field on the last device of the last slice: every device is looked at.
+    c.edit(slices.back(), slices.back().devices.back());
+    EXPECT_EQ(FirstWriteMustGoAlone(slices, c.probed), c.alone);
+  }
 }
 
 // One of the writes sent together fails: the pass fails, no further write starts, and the next
