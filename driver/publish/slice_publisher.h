@@ -45,7 +45,7 @@ struct PublisherOptions {
   // server that keeps neither is an error; kOff strips it.
   FeatureMode node_allocatable = FeatureMode::kOff;
   // Creates and updates of one pass sent at once, each on its own connection (the first write of
-  // a pass always goes alone). 1 sends them one after another.
+  // a pass goes alone when FirstWriteMustGoAlone says so). 1 sends them one after another.
   int write_concurrency = 1;
   std::chrono::milliseconds initial_backoff{200};
   std::chrono::milliseconds max_backoff{30000};
