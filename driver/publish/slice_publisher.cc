@@ -641,8 +641,8 @@ std::vector<absl::StatusOr<kube::Response>> SlicePublisher::SendWrites(Planned& 
         if (!covered[i]) failed = true;
       } catch (const std::exception& e) {
         out[i] = absl::InternalError(absl::StrCat(
-            "writing ResourceSlice \"",
-            StringField(planned.slices[begin + i].metadata, "name"), "\": ", e.what()));
+            "writing ResourceSlice \"", StringField(planned.slices[begin + i].metadata, "name"),
+            "\": ", e.what()));
         failed = true;
       }
     }
@@ -727,8 +727,7 @@ absl::Status SlicePublisher::CheckStored(const json& sent, const json& stored, c
 }
 
 absl::Status SlicePublisher::WriteDesired(Planned& planned, const std::set<std::string>& wanted,
-                                          int64_t generation, const Form& form,
-                                          int64_t* writes) {
+                                          int64_t generation, const Form& form, int64_t* writes) {
   std::vector<json>& desired = planned.objects;
   for (auto it = cache_.begin(); it != cache_.end();) {
     if (wanted.count(it->first)) {

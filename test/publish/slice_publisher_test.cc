@@ -457,7 +457,7 @@ TEST_F(SlicePublisherTest, FirstWriteGoesAloneWhenAFieldIsUnprobed) {
   TaintDroppingClient client(&fake_);
   PublisherOptions o = Options();
   o.taints = TaintMode::kOn;
-  o.mixins = MixinMode::kOff;  // flat: no mixin fallback to take first
+  o.mixins = MixinMode::kOff;             // flat: no mixin fallback to take first
   o.limits.max_devices_with_taints = 12;  // several slices
   SlicePublisher p(&client, o);
   p.SetDesired(pool);
@@ -471,8 +471,7 @@ TEST_F(SlicePublisherTest, FirstWriteGoesAloneWhenAFieldIsUnprobed) {
 // Which fields make the first write go alone: those a gate may drop, unless a probe showed the
 // server keeps them.
 TEST(FirstWriteMustGoAloneTest, GatedFieldsUnlessProbed) {
-  const json taints =
-      json::array({{{"key", "k"}, {"value", "v"}, {"effect", "NoSchedule"}}});
+  const json taints = json::array({{{"key", "k"}, {"value", "v"}, {"effect", "NoSchedule"}}});
   struct Case {
     std::string name;
     std::function<void(Slice&, Device&)> edit;
@@ -490,33 +489,45 @@ TEST(FirstWriteMustGoAloneTest, GatedFieldsUnlessProbed) {
       {"taints unprobed", [&](Slice&, Device& d) { d.extra["taints"] = taints; }, {}, true},
       {"taints probed", [&](Slice&, Device& d) { d.extra["taints"] = taints; }, all, false},
       {"list attribute unprobed",
-       [](Slice&, Device& d) { d.attributes["dra.cpu/l"] = StringList{{"a", "b"}}; }, {}, true},
+       [](Slice&, Device& d) {
+         d.attributes["dra.cpu/l"] = StringList{{"a", "b"}};
+       },
+       {},
+       true},
       {"list attribute probed",
-       [](Slice&, Device& d) { d.attributes["dra.cpu/l"] = StringList{{"a", "b"}}; }, all, false},
+       [](Slice&, Device& d) {
+         d.attributes["dra.cpu/l"] = StringList{{"a", "b"}};
+       },
+       all, false},
       {"mixins unprobed",
        [](Slice& s, Device& d) {
          s.mixins.push_back({"m", {}, {}});
          d.includes = {"m"};
        },
-       {}, true},
+       {},
+       true},
       {"mixins probed",
        [](Slice& s, Device& d) {
          s.mixins.push_back({"m", {}, {}});
          d.includes = {"m"};
        },
        all, false},
-      {"1.37 field unprobed", [](Slice&, Device& d) { d.extra[kNodeAllocatableResources] = 1; },
-       {}, true},
-      {"1.37 field probed", [](Slice&, Device& d) { d.extra[kNodeAllocatableResources] = 1; },
-       all, false},
-      {"1.37 field, 1.36 probed",
-       [](Slice&, Device& d) { d.extra[kNodeAllocatableResources] = 1; }, v136, true},
+      {"1.37 field unprobed",
+       [](Slice&, Device& d) { d.extra[kNodeAllocatableResources] = 1; },
+       {},
+       true},
+      {"1.37 field probed", [](Slice&, Device& d) { d.extra[kNodeAllocatableResources] = 1; }, all,
+       false},
+      {"1.37 field, 1.36 probed", [](Slice&, Device& d) { d.extra[kNodeAllocatableResources] = 1; },
+       v136, true},
       {"1.36 field, 1.36 probed",
        [](Slice&, Device& d) { d.extra[kNodeAllocatableResourceMappings] = 1; }, v136, false},
       {"consumable capacity", [](Slice&, Device& d) { d.allow_multiple_allocations = true; }, all,
        true},
       {"request policy",
-       [](Slice&, Device& d) { d.capacity["dra.cpu/cpu"] = {"4", RequestPolicy{"1", {}, {}}}; },
+       [](Slice&, Device& d) {
+         d.capacity["dra.cpu/cpu"] = {"4", RequestPolicy{"1", {}, {}}};
+       },
        all, true},
       {"counters", [](Slice&, Device& d) { d.extra["consumesCounters"] = json::array(); }, all,
        true},
