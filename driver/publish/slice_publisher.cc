@@ -152,8 +152,20 @@ kube::InformerOptions InformerOptionsFor(const PublisherOptions& o) {
 
 bool FirstWriteMustGoAlone(const std::vector<Slice>& slices, const ProbedFields& probed) {
   const char* allocatable = NodeAllocatableFieldName(probed.node_allocatable);
+  auto has_list = [](const Attributes& attributes) {
+    return std::any_of(attributes.begin(), attributes.end(),
+                       [](const auto& a) { return std::holds_alternative<StringList>(a.second); });
+  };
   for (const Slice& s : slices) {
     if (!s.mixins.empty() && !probed.mixins) return true;
+    // CompactSlice moves attributes of every type, lists included, into the mixins, and may move
+    // capacities there too: a device's own fields are not all there is to look at.
+    for (const DeviceMixin& m : s.mixins) {
+      if (!probed.lists && has_list(m.attributes)) return true;
+      for (const auto& [name, c] : m.capacity) {
+        if (c.request_policy) return true;
+      }
+    }
     // Spec fields not modelled (shared counters, ...) are gated or new, and never probed.
     if (!s.extra_spec.empty()) return true;
     for (const Device& d : s.devices) {
@@ -163,11 +175,7 @@ bool FirstWriteMustGoAlone(const std::vector<Slice>& slices, const ProbedFields&
       for (const auto& [name, c] : d.capacity) {
         if (c.request_policy) return true;
       }
-      if (!probed.lists) {
-        for (const auto& [name, v] : d.attributes) {
-          if (std::holds_alternative<StringList>(v)) return true;
-        }
-      }
+      if (!probed.lists && has_list(d.attributes)) return true;
       for (const auto& [k, v] : d.extra.items()) {
         if (k == "taints" ? !probed.taints : k != allocatable) return true;
       }

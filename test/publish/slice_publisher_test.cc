@@ -481,6 +481,8 @@ TEST(FirstWriteMustGoAloneTest, GatedFieldsUnlessProbed) {
   ProbedFields all;
   all.mixins = all.taints = all.lists = true;
   all.node_allocatable = NodeAllocatableField::kV137;
+  ProbedFields mixins_only;
+  mixins_only.mixins = true;
   ProbedFields v136;
   v136.node_allocatable = NodeAllocatableField::kV136;
   const std::vector<Case> cases = {
@@ -512,6 +514,25 @@ TEST(FirstWriteMustGoAloneTest, GatedFieldsUnlessProbed) {
          d.includes = {"m"};
        },
        all, false},
+      // CompactSlice moves attributes of any type, lists too, into the mixins.
+      {"list attribute in a mixin, lists unprobed",
+       [&](Slice& s, Device& d) {
+         s.mixins.push_back({"m", {{"dra.cpu/l", StringList{{"a", "b"}}}}, {}});
+         d.includes = {"m"};
+       },
+       mixins_only, true},
+      {"list attribute in a mixin, lists probed",
+       [&](Slice& s, Device& d) {
+         s.mixins.push_back({"m", {{"dra.cpu/l", StringList{{"a", "b"}}}}, {}});
+         d.includes = {"m"};
+       },
+       all, false},
+      {"request policy in a mixin",
+       [](Slice& s, Device& d) {
+         s.mixins.push_back({"m", {}, {{"dra.cpu/cpu", {"4", RequestPolicy{"1", {}, {}}}}}});
+         d.includes = {"m"};
+       },
+       all, true},
       {"1.37 field unprobed",
        [](Slice&, Device& d) { d.extra[kNodeAllocatableResources] = 1; },
        {},
