@@ -354,6 +354,7 @@ absl::StatusOr<bool> SlicePublisher::MixinsSupported(const std::vector<Slice>& m
                opts_.driver, opts_.node_name, supported ? "accepts" : "does not accept",
                supported ? "the mixin form" : "flat slices");
   mixins_supported_ = supported;
+  probed_this_pass_.mixins = supported;
   return supported;
 }
 
@@ -398,6 +399,7 @@ absl::StatusOr<bool> SlicePublisher::TaintsSupported(const Pool& pool) {
   }
   LogTaintDecision(supported);
   taints_supported_ = supported;
+  probed_this_pass_.taints = supported;
   return supported;
 }
 
@@ -451,6 +453,7 @@ absl::StatusOr<bool> SlicePublisher::ListAttributesSupported(const Pool& pool) {
         opts_.driver, opts_.node_name, *kept ? "keeps" : "does not keep",
         *kept ? "them" : "scalar attributes only");
     lists_supported_ = *kept;
+    probed_this_pass_.lists = *kept;
     return *kept;
   }
   return false;
@@ -499,6 +502,7 @@ absl::StatusOr<NodeAllocatableField> SlicePublisher::NodeAllocatableFieldKept(co
                    ? "publishing CPU devices without the cpu mapping"
                    : "CPU devices map to the node's cpu allocatable");
   node_allocatable_field_ = field;
+  probed_this_pass_.node_allocatable = field;
   return field;
 }
 
@@ -754,17 +758,11 @@ absl::Status SlicePublisher::WriteDesired(Planned& planned, const std::set<std::
   for (json& obj : desired) {
     if (!obj.is_null()) obj["spec"]["pool"]["generation"] = generation;
   }
-  // When the slices carry a field no probe has shown the server keeps, the first write goes
-  // alone: a server that drops it is found (and the fallback taken) before anything else is
-  // written. Otherwise all go out opts_.write_concurrency at a time, which saves one create's
-  // round trip at start; their answers are looked at in order, as if sent so. (A stale cache
-  // costs at most that many 409s: a failed write starts no other.)
-  ProbedFields probed;
-  probed.mixins = mixins_supported_ == true;
-  probed.taints = taints_supported_ == true;
-  probed.lists = lists_supported_ == true;
-  probed.node_allocatable = node_allocatable_field_.value_or(NodeAllocatableField::kNone);
-  const bool first_alone = FirstWriteMustGoAlone(planned.slices, probed);
+  // When the slices carry a field no probe of this Reconcile has shown the server keeps, the
+  // first write goes alone: a server that drops it is found (and the fallback taken) before
+  // anything else is written. Otherwise all go out opts_.write_concurrency at a time, which saves
+  // one create's round trip at start; their answers are looked at in order, as if sent so.
+  const bool first_alone = FirstWriteMustGoAlone(planned.slices, probed_this_pass_);
   for (size_t done = 0; done < desired.size();) {
     const size_t n =
         (done == 0 && first_alone) || opts_.write_concurrency <= 1 ? 1 : desired.size() - done;
@@ -800,6 +798,9 @@ absl::Status SlicePublisher::Reconcile() {
   // Two plans at most: only a hold waits, and the pool that came during it is planned once more.
   // Without a hold a newer pool waits for the next pass, so a pool changing faster than a plan
   // takes (reservations, health republishes) is still written, one pass behind.
+  // A probe answer from an earlier Reconcile still decides the form, but no longer vouches for
+  // the server: see probed_this_pass_.
+  probed_this_pass_ = ProbedFields{};
   for (int plan = 0;; ++plan) {
     std::optional<Pool> pool;
     uint64_t version = 0;

@@ -194,6 +194,11 @@ class SlicePublisher : private kube::InformerHandler {
   // Learned from the server (auto and on); forgotten when a write loses it (an upgrade from 1.36
   // to 1.37 prunes the 1.36 field), so the next pass probes again.
   std::optional<NodeAllocatableField> node_allocatable_field_;
+  // The fields whose probe ran, and showed the server keeps them, in the Reconcile now running.
+  // Only those let the first write go with the others: a server may change after a probe (an
+  // upgrade pruning the 1.36 field, a gate rolled back), and a later pass's lone first write is
+  // what finds that before a whole pool generation is stored without the field.
+  ProbedFields probed_this_pass_;
   bool retry_now_ = false;  // a fallback was taken or the cache was stale: publish again now
   static constexpr int kStaleRetries = 3;
   int stale_retries_ = 0;  // passes in a row that ended on a stale cache

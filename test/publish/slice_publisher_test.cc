@@ -402,6 +402,53 @@ TEST_F(SlicePublisherTest, FirstWriteGoesWithTheOthersWhenNothingIsLeftToFind) {
   ExpectStored(pool, 1);
 }
 
+// A probe vouches for the server in its own pass only: the server may change later (an upgrade
+// pruning the 1.36 field, a gate rolled back). After a first pass whose writes all went together
+// (mixins probed), a wipe makes the next pass create every slice again: with the probe's answer
+// from before, its first create goes alone. The hold is the one of
+// FirstWriteGoesAloneWhenAFieldIsUnprobed (a slow machine can only make this pass wrongly).
+TEST_F(SlicePublisherTest, FirstWriteOfALaterPassGoesAloneWhenItsProbeRanBefore) {
+  write_concurrency_ = 4;
+  const Pool pool = PoolFor(k32);
+  std::mutex mu;
+  std::condition_variable cv;
+  int posts = 0;
+  bool together = false;
+  std::chrono::seconds hold{20};
+  fake_.SetBeforeRequest([&](const std::string& verb, const std::string& path) {
+    if (verb != "POST" || path.find("dryRun") != std::string::npos) return;
+    std::unique_lock<std::mutex> lock(mu);
+    if (++posts == 1) {
+      together = cv.wait_for(lock, hold, [&] { return posts >= 2; });
+    } else {
+      cv.notify_all();
+    }
+  });
+  SlicePublisher& p = Make();
+  p.SetDesired(pool);
+  ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+  ASSERT_TRUE(p.status().mixins);
+  EXPECT_TRUE(together);  // the first pass probed mixins: all went together
+  for (const json& s : fake_.Objects(kSlices)) {
+    ASSERT_TRUE(
+        fake_.Delete(absl::StrCat(kSlices, "/", s["metadata"]["name"].get<std::string>()), {})
+            .ok());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    posts = 0;
+    together = false;
+    hold = std::chrono::seconds(1);
+  }
+  fake_.ClearRequests();
+  ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+  fake_.SetBeforeRequest(nullptr);
+  EXPECT_FALSE(together);
+  // No probe again: the answer from before still decides the form.
+  for (const std::string& r : Take()) EXPECT_EQ(r.find("dryRun"), std::string::npos) << r;
+  ExpectStored(pool, 2);
+}
+
 // A RestClient that drops every device's taints from the writes it passes on (not from dry
 // runs): an API server whose DRADeviceTaints gate is off, as the probe cannot see it.
 class TaintDroppingClient : public kube::RestClient {
