@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/json_text.h"
 #include "driver/kube/quantity.h"
 #include "driver/publish/slice_json.h"
@@ -626,14 +627,24 @@ absl::StatusOr<kube::Response> SlicePublisher::SendWrite(json& obj, bool update)
   return api_.Create(obj);
 }
 
+namespace {
+
+constexpr absl::string_view kNotSent = "not sent: an earlier write failed";
+
+// The answer SendWrites gives a write it left unsent.
+bool NotSent(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kCancelled && s.message() == kNotSent;
+}
+
+}  // namespace
+
 std::vector<absl::StatusOr<kube::Response>> SlicePublisher::SendWrites(Planned& planned,
                                                                        int64_t generation,
                                                                        size_t begin, size_t n,
                                                                        std::vector<char>& covered) {
   covered.assign(n, 0);
   std::vector<json>& objs = planned.objects;
-  std::vector<absl::StatusOr<kube::Response>> out(
-      n, absl::CancelledError("not sent: an earlier write failed"));
+  std::vector<absl::StatusOr<kube::Response>> out(n, absl::CancelledError(kNotSent));
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   // Writes are taken in order, so every write left unsent comes after one that failed. A write
@@ -646,7 +657,11 @@ std::vector<absl::StatusOr<kube::Response>> SlicePublisher::SendWrites(Planned& 
         // workers build the slices' JSON side by side, each just before its create. Only this
         // worker touches objs[begin + i]; the cache is not written while the batch runs.
         json& obj = objs[begin + i];
-        if (obj.is_null()) obj = ObjectFor(planned.slices[begin + i], generation);
+        if (obj.is_null()) {
+          obj = ObjectFor(planned.slices[begin + i], generation);
+          // Building takes a while: another write may have failed meanwhile.
+          if (failed) break;
+        }
         out[i] = SendWrite(obj, PrepareWrite(obj));
         covered[i] =
             out[i].ok() && Covers(Field(objs[begin + i], "spec"), Field(out[i]->body, "spec"));
@@ -775,7 +790,20 @@ absl::Status SlicePublisher::WriteDesired(Planned& planned, const std::set<std::
     }
     for (size_t i = 0; i < n; ++i) {
       const json& obj = desired[done + i];
-      if (!results[i].ok()) return WriteFailed(results[i].status());
+      if (!results[i].ok()) {
+        // A writer may take a write, then see another fail and leave it unsent: the failure
+        // that stopped it can come later in order. Report that one, so that a 409 re-lists at
+        // once and a dropped field takes its fallback.
+        for (size_t j = i + 1; j < n && NotSent(results[i].status()); ++j) {
+          if (!results[j].ok()) {
+            if (!NotSent(results[j].status())) return WriteFailed(results[j].status());
+          } else if (!covered[j]) {
+            absl::Status st = CheckStored(desired[done + j], results[j]->body, form, false);
+            if (!st.ok()) return st;
+          }
+        }
+        return WriteFailed(results[i].status());
+      }
       ++*writes;
       if (absl::Status st = CheckStored(obj, results[i]->body, form, covered[i]); !st.ok()) {
         return st;
