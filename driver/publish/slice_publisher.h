@@ -54,7 +54,8 @@ struct PublisherOptions {
   kube::BackoffWait backoff_wait;  // null: the real clock (tests record backoffs instead)
 };
 
-// The gated fields a publisher's probes (dry-run creates) have shown the server keeps.
+// The gated fields a publisher's probes (dry-run creates) have shown the server keeps, in the
+// pass being written (an older answer may be stale: the server can change).
 struct ProbedFields {
   bool mixins = false;
   bool taints = false;
