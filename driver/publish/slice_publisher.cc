@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/json_text.h"
 #include "driver/kube/quantity.h"
 #include "driver/publish/slice_json.h"
@@ -150,6 +151,40 @@ kube::InformerOptions InformerOptionsFor(const PublisherOptions& o) {
 
 }  // namespace
 
+bool FirstWriteMustGoAlone(const std::vector<Slice>& slices, const ProbedFields& probed) {
+  const char* allocatable = NodeAllocatableFieldName(probed.node_allocatable);
+  auto has_list = [](const Attributes& attributes) {
+    return std::any_of(attributes.begin(), attributes.end(),
+                       [](const auto& a) { return std::holds_alternative<StringList>(a.second); });
+  };
+  for (const Slice& s : slices) {
+    if (!s.mixins.empty() && !probed.mixins) return true;
+    // CompactSlice moves attributes of every type, lists included, into the mixins, and may move
+    // capacities there too: a device's own fields are not all there is to look at.
+    for (const DeviceMixin& m : s.mixins) {
+      if (!probed.lists && has_list(m.attributes)) return true;
+      for (const auto& [name, c] : m.capacity) {
+        if (c.request_policy) return true;
+      }
+    }
+    // Spec fields not modelled (shared counters, ...) are gated or new, and never probed.
+    if (!s.extra_spec.empty()) return true;
+    for (const Device& d : s.devices) {
+      if (!d.includes.empty() && !probed.mixins) return true;
+      // Consumable capacity (DRAConsumableCapacity) is gated and not probed.
+      if (d.allow_multiple_allocations) return true;
+      for (const auto& [name, c] : d.capacity) {
+        if (c.request_policy) return true;
+      }
+      if (!probed.lists && has_list(d.attributes)) return true;
+      for (const auto& [k, v] : d.extra.items()) {
+        if (k == "taints" ? !probed.taints : k != allocatable) return true;
+      }
+    }
+  }
+  return false;
+}
+
 absl::StatusOr<MixinMode> ParseMixinMode(const std::string& s) {
   if (s == "auto") return MixinMode::kAuto;
   if (s == "on") return MixinMode::kOn;
@@ -207,6 +242,11 @@ bool SlicePublisher::WritesAllowed(bool* waited) {
   *waited = writes_held_ && !stopped_;
   cv_.wait(lock, [this] { return stopped_ || !writes_held_; });
   return !stopped_;
+}
+
+bool SlicePublisher::WritesHeld() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return writes_held_ && !stopped_;
 }
 
 bool SlicePublisher::WaitPublished(std::chrono::milliseconds timeout) {
@@ -315,6 +355,7 @@ absl::StatusOr<bool> SlicePublisher::MixinsSupported(const std::vector<Slice>& m
                opts_.driver, opts_.node_name, supported ? "accepts" : "does not accept",
                supported ? "the mixin form" : "flat slices");
   mixins_supported_ = supported;
+  probed_this_pass_.mixins = supported;
   return supported;
 }
 
@@ -359,6 +400,7 @@ absl::StatusOr<bool> SlicePublisher::TaintsSupported(const Pool& pool) {
   }
   LogTaintDecision(supported);
   taints_supported_ = supported;
+  probed_this_pass_.taints = supported;
   return supported;
 }
 
@@ -412,6 +454,7 @@ absl::StatusOr<bool> SlicePublisher::ListAttributesSupported(const Pool& pool) {
         opts_.driver, opts_.node_name, *kept ? "keeps" : "does not keep",
         *kept ? "them" : "scalar attributes only");
     lists_supported_ = *kept;
+    probed_this_pass_.lists = *kept;
     return *kept;
   }
   return false;
@@ -460,6 +503,7 @@ absl::StatusOr<NodeAllocatableField> SlicePublisher::NodeAllocatableFieldKept(co
                    ? "publishing CPU devices without the cpu mapping"
                    : "CPU devices map to the node's cpu allocatable");
   node_allocatable_field_ = field;
+  probed_this_pass_.node_allocatable = field;
   return field;
 }
 
@@ -488,10 +532,10 @@ absl::StatusOr<Pool> SlicePublisher::ApplyGatedFields(Pool p, Form* form) {
   return p;
 }
 
-absl::StatusOr<std::vector<json>> SlicePublisher::DesiredObjects(std::optional<Pool> pool,
+absl::StatusOr<std::vector<Slice>> SlicePublisher::DesiredSlices(std::optional<Pool> pool,
                                                                  Form* form) {
   *form = Form{};
-  std::vector<json> out;
+  std::vector<Slice> out;
   if (!pool) return out;
   // Taints and list attributes first: they change how many devices fit in a slice, and so the
   // slices the mixins probe looks at.
@@ -519,9 +563,8 @@ absl::StatusOr<std::vector<json>> SlicePublisher::DesiredObjects(std::optional<P
   if (!slices.ok()) return slices.status();
   for (const Slice& s : *slices) {
     if (!s.mixins.empty()) form->mixins = true;
-    out.push_back(ObjectFor(s, 0));
   }
-  return out;
+  return slices;
 }
 
 // The probe needs one slice in mixin form, not the whole pool in it (on a 4096-CPU node that is
@@ -584,14 +627,24 @@ absl::StatusOr<kube::Response> SlicePublisher::SendWrite(json& obj, bool update)
   return api_.Create(obj);
 }
 
-std::vector<absl::StatusOr<kube::Response>> SlicePublisher::SendWrites(std::vector<json>& objs,
+namespace {
+
+constexpr absl::string_view kNotSent = "not sent: an earlier write failed";
+
+// The answer SendWrites gives a write it left unsent.
+bool NotSent(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kCancelled && s.message() == kNotSent;
+}
+
+}  // namespace
+
+std::vector<absl::StatusOr<kube::Response>> SlicePublisher::SendWrites(Planned& planned,
+                                                                       int64_t generation,
                                                                        size_t begin, size_t n,
                                                                        std::vector<char>& covered) {
   covered.assign(n, 0);
-  std::vector<bool> update(n);
-  for (size_t i = 0; i < n; ++i) update[i] = PrepareWrite(objs[begin + i]);
-  std::vector<absl::StatusOr<kube::Response>> out(
-      n, absl::CancelledError("not sent: an earlier write failed"));
+  std::vector<json>& objs = planned.objects;
+  std::vector<absl::StatusOr<kube::Response>> out(n, absl::CancelledError(kNotSent));
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
   // Writes are taken in order, so every write left unsent comes after one that failed. A write
@@ -600,13 +653,23 @@ std::vector<absl::StatusOr<kube::Response>> SlicePublisher::SendWrites(std::vect
   auto work = [&] {
     for (size_t i = next++; i < n && !failed; i = next++) {
       try {
-        out[i] = SendWrite(objs[begin + i], update[i]);
+        // Built here when the writes were allowed before the planning thread got to it: the
+        // workers build the slices' JSON side by side, each just before its create. Only this
+        // worker touches objs[begin + i]; the cache is not written while the batch runs.
+        json& obj = objs[begin + i];
+        if (obj.is_null()) {
+          obj = ObjectFor(planned.slices[begin + i], generation);
+          // Building takes a while: another write may have failed meanwhile.
+          if (failed) break;
+        }
+        out[i] = SendWrite(obj, PrepareWrite(obj));
         covered[i] =
             out[i].ok() && Covers(Field(objs[begin + i], "spec"), Field(out[i]->body, "spec"));
         if (!covered[i]) failed = true;
       } catch (const std::exception& e) {
-        out[i] = absl::InternalError(
-            absl::StrCat("writing ResourceSlice \"", NameOf(objs[begin + i]), "\": ", e.what()));
+        out[i] = absl::InternalError(absl::StrCat(
+            "writing ResourceSlice \"", StringField(planned.slices[begin + i].metadata, "name"),
+            "\": ", e.what()));
         failed = true;
       }
     }
@@ -690,9 +753,9 @@ absl::Status SlicePublisher::CheckStored(const json& sent, const json& stored, c
                    DumpJson(Field(sent, "spec")).substr(0, 300)));
 }
 
-absl::Status SlicePublisher::WriteDesired(std::vector<json>& desired,
-                                          const std::set<std::string>& wanted, int64_t generation,
-                                          const Form& form, int64_t* writes) {
+absl::Status SlicePublisher::WriteDesired(Planned& planned, const std::set<std::string>& wanted,
+                                          int64_t generation, const Form& form, int64_t* writes) {
+  std::vector<json>& desired = planned.objects;
   for (auto it = cache_.begin(); it != cache_.end();) {
     if (wanted.count(it->first)) {
       ++it;
@@ -707,21 +770,40 @@ absl::Status SlicePublisher::WriteDesired(std::vector<json>& desired,
     ++*writes;
     it = cache_.erase(it);
   }
-  for (json& obj : desired) obj["spec"]["pool"]["generation"] = generation;
-  // The first write goes alone: a server that drops a field is found (and the fallback taken)
-  // before anything else is written, and so is a stale cache (409). The rest go out
-  // opts_.write_concurrency at a time; their answers are looked at in order, as if sent so.
+  for (json& obj : desired) {
+    if (!obj.is_null()) obj["spec"]["pool"]["generation"] = generation;
+  }
+  // When the slices carry a field no probe of this Reconcile has shown the server keeps, the
+  // first write goes alone: a server that drops it is found (and the fallback taken) before
+  // anything else is written. Otherwise all go out opts_.write_concurrency at a time, which saves
+  // one create's round trip at start; their answers are looked at in order, as if sent so.
+  const bool first_alone = FirstWriteMustGoAlone(planned.slices, probed_this_pass_);
   for (size_t done = 0; done < desired.size();) {
-    const size_t n = done == 0 || opts_.write_concurrency <= 1 ? 1 : desired.size() - done;
+    const size_t n =
+        (done == 0 && first_alone) || opts_.write_concurrency <= 1 ? 1 : desired.size() - done;
     std::vector<char> covered;
-    std::vector<absl::StatusOr<kube::Response>> results = SendWrites(desired, done, n, covered);
+    std::vector<absl::StatusOr<kube::Response>> results =
+        SendWrites(planned, generation, done, n, covered);
     // Consumers may have seen this generation already: never publish it again.
     if (std::any_of(results.begin(), results.end(), [](const auto& r) { return r.ok(); })) {
       highest_generation_ = std::max(highest_generation_, generation);
     }
     for (size_t i = 0; i < n; ++i) {
       const json& obj = desired[done + i];
-      if (!results[i].ok()) return WriteFailed(results[i].status());
+      if (!results[i].ok()) {
+        // A writer may take a write, then see another fail and leave it unsent: the failure
+        // that stopped it can come later in order. Report that one, so that a 409 re-lists at
+        // once and a dropped field takes its fallback.
+        for (size_t j = i + 1; j < n && NotSent(results[i].status()); ++j) {
+          if (!results[j].ok()) {
+            if (!NotSent(results[j].status())) return WriteFailed(results[j].status());
+          } else if (!covered[j]) {
+            absl::Status st = CheckStored(desired[done + j], results[j]->body, form, false);
+            if (!st.ok()) return st;
+          }
+        }
+        return WriteFailed(results[i].status());
+      }
       ++*writes;
       if (absl::Status st = CheckStored(obj, results[i]->body, form, covered[i]); !st.ok()) {
         return st;
@@ -744,6 +826,9 @@ absl::Status SlicePublisher::Reconcile() {
   // Two plans at most: only a hold waits, and the pool that came during it is planned once more.
   // Without a hold a newer pool waits for the next pass, so a pool changing faster than a plan
   // takes (reservations, health republishes) is still written, one pass behind.
+  // A probe answer from an earlier Reconcile still decides the form, but no longer vouches for
+  // the server: see probed_this_pass_.
+  probed_this_pass_ = ProbedFields{};
   for (int plan = 0;; ++plan) {
     std::optional<Pool> pool;
     uint64_t version = 0;
@@ -763,8 +848,12 @@ absl::Status SlicePublisher::Reconcile() {
       // A missing Node (tests, a node being deleted) only costs the owner reference.
     }
     Form form;
-    absl::StatusOr<std::vector<json>> desired = DesiredObjects(std::move(pool), &form);
-    if (!desired.ok()) return desired.status();
+    absl::StatusOr<std::vector<Slice>> slices = DesiredSlices(std::move(pool), &form);
+    if (!slices.ok()) return slices.status();
+    Planned planned;
+    planned.slices = *std::move(slices);
+    planned.objects.resize(planned.slices.size());
+    std::vector<json>* desired = &planned.objects;
 
     // Generations only grow, even when every slice was deleted behind our back: consumers that saw
     // the old pool must not mistake the new one for something older.
@@ -772,13 +861,17 @@ absl::Status SlicePublisher::Reconcile() {
     for (const auto& [name, obj] : cache_) generation = std::max(generation, GenerationOf(obj));
     std::set<std::string> wanted;
     bool in_sync = desired->size() == cache_.size();
-    for (json& obj : *desired) {
-      const std::string name = NameOf(obj);
+    for (size_t i = 0; i < planned.slices.size(); ++i) {
+      const std::string name = StringField(planned.slices[i].metadata, "name");
       wanted.insert(name);
-      obj["spec"]["pool"]["generation"] = generation;
       auto it = cache_.find(name);
-      if (it == cache_.end() ||
-          !Covers(obj["metadata"].value("ownerReferences", json::array()),
+      // A slice the server lacks is written whatever its JSON: that is built later.
+      if (it == cache_.end()) {
+        in_sync = false;
+        continue;
+      }
+      json& obj = planned.objects[i] = ObjectFor(planned.slices[i], generation);
+      if (!Covers(obj["metadata"].value("ownerReferences", json::array()),
                   Field(Field(it->second, "metadata"), "ownerReferences")) ||
           !Covers(obj["spec"], Field(it->second, "spec"))) {
         in_sync = false;
@@ -786,6 +879,13 @@ absl::Status SlicePublisher::Reconcile() {
     }
     int64_t writes = 0;
     if (!in_sync) {
+      // While the writes are held the node is still starting: build what is left now. Once they
+      // may go, the writers build the rest, each slice just before its create.
+      for (size_t i = 0; i < planned.slices.size() && WritesHeld(); ++i) {
+        if (planned.objects[i].is_null()) {
+          planned.objects[i] = ObjectFor(planned.slices[i], generation);
+        }
+      }
       // Held at start until the daemon may publish: what to write is known by then.
       bool waited = false;
       if (!WritesAllowed(&waited)) return absl::CancelledError("stopped before publishing");
@@ -798,7 +898,7 @@ absl::Status SlicePublisher::Reconcile() {
       if (waited && changed && plan == 0) continue;
       // Every change gets a new generation in every slice, so consumers never mix old and new.
       ++generation;
-      if (absl::Status st = WriteDesired(*desired, wanted, generation, form, &writes); !st.ok()) {
+      if (absl::Status st = WriteDesired(planned, wanted, generation, form, &writes); !st.ok()) {
         return st;
       }
     }

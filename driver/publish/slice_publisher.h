@@ -45,7 +45,7 @@ struct PublisherOptions {
   // server that keeps neither is an error; kOff strips it.
   FeatureMode node_allocatable = FeatureMode::kOff;
   // Creates and updates of one pass sent at once, each on its own connection (the first write of
-  // a pass always goes alone). 1 sends them one after another.
+  // a pass goes alone when FirstWriteMustGoAlone says so). 1 sends them one after another.
   int write_concurrency = 1;
   std::chrono::milliseconds initial_backoff{200};
   std::chrono::milliseconds max_backoff{30000};
@@ -53,6 +53,21 @@ struct PublisherOptions {
   SliceLimits limits;
   kube::BackoffWait backoff_wait;  // null: the real clock (tests record backoffs instead)
 };
+
+// The gated fields a publisher's probes (dry-run creates) have shown the server keeps, in the
+// pass being written (an older answer may be stale: the server can change).
+struct ProbedFields {
+  bool mixins = false;
+  bool taints = false;
+  bool lists = false;
+  NodeAllocatableField node_allocatable = NodeAllocatableField::kNone;
+};
+
+// Whether the first write of a pass must go alone, so that a server dropping a field is found
+// before the rest are written: true when some slice carries a field a feature gate may drop
+// (mixins, taints, list attributes, a node-allocatable field, consumable capacity, anything not
+// modelled) that no probe has shown the server keeps.
+bool FirstWriteMustGoAlone(const std::vector<Slice>& slices, const ProbedFields& probed);
 
 // What a status probe (readiness, metrics, tests) sees.
 struct PublisherStatus {
@@ -112,22 +127,31 @@ class SlicePublisher : private kube::InformerHandler {
     bool lists = false;
     NodeAllocatableField node_allocatable = NodeAllocatableField::kNone;
   };
+  // The slices to write and their objects: objects[i] is slices[i]'s JSON at the pass's
+  // generation, or null until built. Objects are built while the writes are held (the daemon is
+  // still starting); once the writes may go, each one left is built by the writer that sends it,
+  // so the first create does not wait for the whole pool's JSON.
+  struct Planned {
+    std::vector<Slice> slices;
+    std::vector<nlohmann::json> objects;
+  };
   absl::Status Reconcile();
-  // Deletes the cached slices not `wanted` and writes `desired` at `generation`; counts the
-  // writes sent.
-  absl::Status WriteDesired(std::vector<nlohmann::json>& desired,
-                            const std::set<std::string>& wanted, int64_t generation,
-                            const Form& form, int64_t* writes);
+  // Deletes the cached slices not `wanted` and writes every planned slice at `generation`;
+  // counts the writes sent.
+  absl::Status WriteDesired(Planned& planned, const std::set<std::string>& wanted,
+                            int64_t generation, const Form& form, int64_t* writes);
   // Waits while writes are held; false when Stop() came first. *waited says whether it had to
   // wait (the pool may have changed meanwhile).
   bool WritesAllowed(bool* waited);
+  bool WritesHeld() const;
   bool PrepareWrite(nlohmann::json& obj) const;
   absl::StatusOr<kube::Response> SendWrite(nlohmann::json& obj, bool update);
-  // Writes objs[begin, begin + n), up to opts_.write_concurrency at once; the answers in order.
-  // After a failure no further write starts (those left unsent answer Cancelled).
-  // covered[i] says whether the answer of write i holds every field sent (the workers check it
-  // to stop the batch; CheckStored need not walk the slice again).
-  std::vector<absl::StatusOr<kube::Response>> SendWrites(std::vector<nlohmann::json>& objs,
+  // Writes planned.objects[begin, begin + n) (building those still null at `generation`), up to
+  // opts_.write_concurrency at once; the answers in order. After a failure no further write
+  // starts (those left unsent answer Cancelled). covered[i] says whether the answer of write i
+  // holds every field sent (the workers check it to stop the batch; CheckStored need not walk
+  // the slice again).
+  std::vector<absl::StatusOr<kube::Response>> SendWrites(Planned& planned, int64_t generation,
                                                          size_t begin, size_t n,
                                                          std::vector<char>& covered);
   absl::Status CheckStored(const nlohmann::json& sent, const nlohmann::json& stored,
@@ -144,7 +168,8 @@ class SlicePublisher : private kube::InformerHandler {
   absl::StatusOr<bool> ListAttributesSupported(const Pool& pool);
   absl::StatusOr<NodeAllocatableField> NodeAllocatableFieldKept(const Pool& pool);
   absl::StatusOr<Pool> ApplyGatedFields(Pool p, Form* form);
-  absl::StatusOr<std::vector<nlohmann::json>> DesiredObjects(std::optional<Pool> pool, Form* form);
+  // The slices of `pool` in the form this server keeps (probing once per gated field).
+  absl::StatusOr<std::vector<Slice>> DesiredSlices(std::optional<Pool> pool, Form* form);
   nlohmann::json ObjectFor(const Slice& s, int64_t generation) const;
   void RecordResult(const absl::Status& s);
 
@@ -170,6 +195,11 @@ class SlicePublisher : private kube::InformerHandler {
   // Learned from the server (auto and on); forgotten when a write loses it (an upgrade from 1.36
   // to 1.37 prunes the 1.36 field), so the next pass probes again.
   std::optional<NodeAllocatableField> node_allocatable_field_;
+  // The fields whose probe ran, and showed the server keeps them, in the Reconcile now running.
+  // Only those let the first write go with the others: a server may change after a probe (an
+  // upgrade pruning the 1.36 field, a gate rolled back), and a later pass's lone first write is
+  // what finds that before a whole pool generation is stored without the field.
+  ProbedFields probed_this_pass_;
   bool retry_now_ = false;  // a fallback was taken or the cache was stale: publish again now
   static constexpr int kStaleRetries = 3;
   int stale_retries_ = 0;  // passes in a row that ended on a stale cache

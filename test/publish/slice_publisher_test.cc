@@ -8,12 +8,15 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/json_text.h"
 #include "driver/publish/device_builder.h"
 #include "driver/publish/slice_builder.h"
+#include "driver/publish/slice_features.h"
 #include "driver/publish/slice_json.h"
 #include "test/testing/fake_rest_client.h"
 #include "test/testing/fixtures.h"
@@ -343,8 +346,8 @@ TEST_F(SlicePublisherTest, UpdateOfASliceDeletedMeanwhileCreatesIt) {
   EXPECT_THAT(writes, ElementsAre("DELETE 200", "PUT 404", "POST 201", "PUT 200", "PUT 200"));
 }
 
-// The daemon sends a pass's writes a few at a time (after the first, which goes alone): the same
-// pool ends up stored, changes and deletions follow, and the answers count as before.
+// The daemon sends a pass's writes a few at a time: the same pool ends up stored, changes and
+// deletions follow, and the answers count as before.
 TEST_F(SlicePublisherTest, ConcurrentWritesPublishTheSamePool) {
   write_concurrency_ = 4;
   const Pool pool = PoolFor(k32);
@@ -372,6 +375,243 @@ TEST_F(SlicePublisherTest, ConcurrentWritesPublishTheSamePool) {
   EXPECT_THAT(Take(), ElementsAre(kList + " 200"));
 }
 
+// Slices that carry no field a server may drop unseen (none gated, or every one probed) go out
+// together from the first: the first create is held until a second one arrives (it never would
+// if the first went alone; the wait's bound only keeps such a failure from hanging).
+TEST_F(SlicePublisherTest, FirstWriteGoesWithTheOthersWhenNothingIsLeftToFind) {
+  write_concurrency_ = 4;
+  const Pool pool = PoolFor(k32);
+  std::mutex mu;
+  std::condition_variable cv;
+  int posts = 0;
+  bool together = false;
+  fake_.SetBeforeRequest([&](const std::string& verb, const std::string& path) {
+    if (verb != "POST" || path.find("dryRun") != std::string::npos) return;
+    std::unique_lock<std::mutex> lock(mu);
+    if (++posts == 1) {
+      together = cv.wait_for(lock, std::chrono::seconds(20), [&] { return posts >= 2; });
+    } else {
+      cv.notify_all();
+    }
+  });
+  SlicePublisher& p = Make();
+  p.SetDesired(pool);
+  ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+  fake_.SetBeforeRequest(nullptr);
+  EXPECT_TRUE(together);
+  ExpectStored(pool, 1);
+}
+
+// A probe vouches for the server in its own pass only: the server may change later (an upgrade
+// pruning the 1.36 field, a gate rolled back). After a first pass whose writes all went together
+// (mixins probed), a wipe makes the next pass create every slice again: with the probe's answer
+// from before, its first create goes alone. The hold is the one of
+// FirstWriteGoesAloneWhenAFieldIsUnprobed (a slow machine can only make this pass wrongly).
+TEST_F(SlicePublisherTest, FirstWriteOfALaterPassGoesAloneWhenItsProbeRanBefore) {
+  write_concurrency_ = 4;
+  const Pool pool = PoolFor(k32);
+  std::mutex mu;
+  std::condition_variable cv;
+  int posts = 0;
+  bool together = false;
+  std::chrono::seconds hold{20};
+  fake_.SetBeforeRequest([&](const std::string& verb, const std::string& path) {
+    if (verb != "POST" || path.find("dryRun") != std::string::npos) return;
+    std::unique_lock<std::mutex> lock(mu);
+    if (++posts == 1) {
+      together = cv.wait_for(lock, hold, [&] { return posts >= 2; });
+    } else {
+      cv.notify_all();
+    }
+  });
+  SlicePublisher& p = Make();
+  p.SetDesired(pool);
+  ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+  ASSERT_TRUE(p.status().mixins);
+  EXPECT_TRUE(together);  // the first pass probed mixins: all went together
+  for (const json& s : fake_.Objects(kSlices)) {
+    ASSERT_TRUE(
+        fake_.Delete(absl::StrCat(kSlices, "/", s["metadata"]["name"].get<std::string>()), {})
+            .ok());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    posts = 0;
+    together = false;
+    hold = std::chrono::seconds(1);
+  }
+  fake_.ClearRequests();
+  ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
+  fake_.SetBeforeRequest(nullptr);
+  EXPECT_FALSE(together);
+  // No probe again: the answer from before still decides the form.
+  for (const std::string& r : Take()) EXPECT_EQ(r.find("dryRun"), std::string::npos) << r;
+  ExpectStored(pool, 2);
+}
+
+// A RestClient that drops every device's taints from the writes it passes on (not from dry
+// runs): an API server whose DRADeviceTaints gate is off, as the probe cannot see it.
+class TaintDroppingClient : public kube::RestClient {
+ public:
+  explicit TaintDroppingClient(kube::RestClient* inner) : inner_(inner) {}
+  absl::StatusOr<kube::Response> Get(const std::string& path) override { return inner_->Get(path); }
+  absl::StatusOr<kube::Response> Post(const std::string& path, const json& body) override {
+    return inner_->Post(path, Strip(path, body));
+  }
+  absl::StatusOr<kube::Response> Put(const std::string& path, const json& body) override {
+    return inner_->Put(path, Strip(path, body));
+  }
+  absl::StatusOr<kube::Response> Delete(const std::string& path, const json& body) override {
+    return inner_->Delete(path, body);
+  }
+  absl::Status Watch(const std::string& path, const kube::WatchHandler& on_event,
+                     const std::atomic<bool>* stop) override {
+    return inner_->Watch(path, on_event, stop);
+  }
+
+ private:
+  static json Strip(const std::string& path, json body) {
+    if (path.find("dryRun=") != std::string::npos || !body.contains("spec")) return body;
+    for (json& d : body["spec"]["devices"]) d.erase("taints");
+    return body;
+  }
+  kube::RestClient* inner_;
+};
+
+// Taints in on mode are never probed: only a write can show the server drops them, so the first
+// write goes alone and the pass stops after it, with one slice stored instead of the pool. The
+// first create is held a while for a second one to come in: none may (a slow machine can only
+// make this pass wrongly, never fail wrongly); FirstWriteMustGoAlone's table is the exact test.
+TEST_F(SlicePublisherTest, FirstWriteGoesAloneWhenAFieldIsUnprobed) {
+  write_concurrency_ = 4;
+  Pool pool = PoolFor(k32);
+  for (Device& d : pool.devices) {
+    d.extra["taints"] = json::array({{{"key", "k"}, {"value", "v"}, {"effect", "NoSchedule"}}});
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  int posts = 0;
+  bool together = false;
+  fake_.SetBeforeRequest([&](const std::string& verb, const std::string& path) {
+    if (verb != "POST" || path.find("dryRun") != std::string::npos) return;
+    std::unique_lock<std::mutex> lock(mu);
+    if (++posts == 1) {
+      together = cv.wait_for(lock, std::chrono::seconds(1), [&] { return posts >= 2; });
+    } else {
+      cv.notify_all();
+    }
+  });
+  TaintDroppingClient client(&fake_);
+  PublisherOptions o = Options();
+  o.taints = TaintMode::kOn;
+  o.mixins = MixinMode::kOff;             // flat: no mixin fallback to take first
+  o.limits.max_devices_with_taints = 12;  // several slices
+  SlicePublisher p(&client, o);
+  p.SetDesired(pool);
+  const absl::Status st = p.SyncOnce();
+  fake_.SetBeforeRequest(nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_FALSE(together);
+  EXPECT_THAT(fake_.Objects(kSlices), SizeIs(1));
+}
+
+// Which fields make the first write go alone: those a gate may drop, unless a probe showed the
+// server keeps them.
+TEST(FirstWriteMustGoAloneTest, GatedFieldsUnlessProbed) {
+  const json taints = json::array({{{"key", "k"}, {"value", "v"}, {"effect", "NoSchedule"}}});
+  struct Case {
+    std::string name;
+    std::function<void(Slice&, Device&)> edit;
+    ProbedFields probed;
+    bool alone;
+  };
+  ProbedFields all;
+  all.mixins = all.taints = all.lists = true;
+  all.node_allocatable = NodeAllocatableField::kV137;
+  ProbedFields mixins_only;
+  mixins_only.mixins = true;
+  ProbedFields v136;
+  v136.node_allocatable = NodeAllocatableField::kV136;
+  const std::vector<Case> cases = {
+      {"plain", [](Slice&, Device&) {}, {}, false},
+      {"plain, all probed", [](Slice&, Device&) {}, all, false},
+      {"taints unprobed", [&](Slice&, Device& d) { d.extra["taints"] = taints; }, {}, true},
+      {"taints probed", [&](Slice&, Device& d) { d.extra["taints"] = taints; }, all, false},
+      {"list attribute unprobed",
+       [](Slice&, Device& d) {
+         d.attributes["dra.cpu/l"] = StringList{{"a", "b"}};
+       },
+       {},
+       true},
+      {"list attribute probed",
+       [](Slice&, Device& d) {
+         d.attributes["dra.cpu/l"] = StringList{{"a", "b"}};
+       },
+       all, false},
+      {"mixins unprobed",
+       [](Slice& s, Device& d) {
+         s.mixins.push_back({"m", {}, {}});
+         d.includes = {"m"};
+       },
+       {},
+       true},
+      {"mixins probed",
+       [](Slice& s, Device& d) {
+         s.mixins.push_back({"m", {}, {}});
+         d.includes = {"m"};
+       },
+       all, false},
+      // CompactSlice moves attributes of any type, lists too, into the mixins.
+      {"list attribute in a mixin, lists unprobed",
+       [&](Slice& s, Device& d) {
+         s.mixins.push_back({"m", {{"dra.cpu/l", StringList{{"a", "b"}}}}, {}});
+         d.includes = {"m"};
+       },
+       mixins_only, true},
+      {"list attribute in a mixin, lists probed",
+       [&](Slice& s, Device& d) {
+         s.mixins.push_back({"m", {{"dra.cpu/l", StringList{{"a", "b"}}}}, {}});
+         d.includes = {"m"};
+       },
+       all, false},
+      {"request policy in a mixin",
+       [](Slice& s, Device& d) {
+         s.mixins.push_back({"m", {}, {{"dra.cpu/cpu", {"4", RequestPolicy{"1", {}, {}}}}}});
+         d.includes = {"m"};
+       },
+       all, true},
+      {"1.37 field unprobed",
+       [](Slice&, Device& d) { d.extra[kNodeAllocatableResources] = 1; },
+       {},
+       true},
+      {"1.37 field probed", [](Slice&, Device& d) { d.extra[kNodeAllocatableResources] = 1; }, all,
+       false},
+      {"1.37 field, 1.36 probed", [](Slice&, Device& d) { d.extra[kNodeAllocatableResources] = 1; },
+       v136, true},
+      {"1.36 field, 1.36 probed",
+       [](Slice&, Device& d) { d.extra[kNodeAllocatableResourceMappings] = 1; }, v136, false},
+      {"consumable capacity", [](Slice&, Device& d) { d.allow_multiple_allocations = true; }, all,
+       true},
+      {"request policy",
+       [](Slice&, Device& d) {
+         d.capacity["dra.cpu/cpu"] = {"4", RequestPolicy{"1", {}, {}}};
+       },
+       all, true},
+      {"counters", [](Slice&, Device& d) { d.extra["consumesCounters"] = json::array(); }, all,
+       true},
+      {"spec field not modelled", [](Slice& s, Device&) { s.extra_spec["sharedCounters"] = 1; },
+       all, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<Slice> slices(2);
+    for (Slice& s : slices) s.devices.resize(2);
+    // The field on the last device of the last slice: every device is looked at.
+    c.edit(slices.back(), slices.back().devices.back());
+    EXPECT_EQ(FirstWriteMustGoAlone(slices, c.probed), c.alone);
+  }
+}
+
 // One of the writes sent together fails: the pass fails, no further write starts, and the next
 // pass publishes the whole pool at a new generation.
 TEST_F(SlicePublisherTest, ConcurrentWriteFailureIsRetriedWithANewGeneration) {
@@ -379,7 +619,7 @@ TEST_F(SlicePublisherTest, ConcurrentWriteFailureIsRetriedWithANewGeneration) {
   const Pool pool = PoolFor(k32);
   std::atomic<int> posts{0};
   fake_.SetBeforeRequest([&](const std::string& verb, const std::string& path) {
-    // The second real create (the first of the writes sent together) fails.
+    // The second real create fails.
     if (verb == "POST" && path.find("dryRun") == std::string::npos && ++posts == 2) {
       fake_.FailNext(1, 500, "/resourceslices");
     }
@@ -401,12 +641,14 @@ TEST_F(SlicePublisherTest, ConcurrentWriteFailureIsRetriedWithANewGeneration) {
 TEST_F(SlicePublisherTest, ConcurrentCreateOverAStaleCacheRelistsAtOnce) {
   write_concurrency_ = 4;
   const Pool pool = PoolFor(k32);
+  Slice old = BuildSlices(pool, SliceForm::kFlat, Limits())->at(2);
+  old.devices.resize(1);
+  old.generation = 9;
+  // At the Node GET, which comes after the list and before any create: the writes go out
+  // together, so the first create that comes in may be that slice's own.
   std::atomic<bool> done{false};
   fake_.SetBeforeRequest([&](const std::string& verb, const std::string& path) {
-    if (verb != "POST" || path.find("dryRun") != std::string::npos || done.exchange(true)) return;
-    Slice old = BuildSlices(pool, SliceForm::kFlat, Limits())->at(2);
-    old.devices.resize(1);
-    old.generation = 9;
+    if (verb != "GET" || path.rfind("/api/v1/nodes/", 0) != 0 || done.exchange(true)) return;
     ASSERT_TRUE(fake_.Post(kSlices, SliceToJson(old, "resource.k8s.io/v1")).ok());
   });
   SlicePublisher& p = Make();
