@@ -20,6 +20,7 @@
 #include "test/integration/fake_apiserver.h"
 #include "test/integration/fake_apiserver_client.h"
 #include "test/testing/fixtures.h"
+#include "test/testing/rewriting_rest_client.h"
 
 namespace topodra::publish {
 namespace {
@@ -218,29 +219,15 @@ TEST(GatedPublisherTest, NodeAllocatableField) {
 // A server whose dry runs keep the 1.36 field but whose writes drop it (the API server was
 // upgraded to 1.37 between the probe and the write, or servers behind one address disagree):
 // auto mode probes again and settles on what the writes keep.
-class MappingDroppingClient : public kube::RestClient {
+class MappingDroppingClient : public topodra::testing::RewritingRestClient {
  public:
-  explicit MappingDroppingClient(kube::RestClient* inner) : inner_(inner) {}
-  absl::StatusOr<kube::Response> Get(const std::string& path) override { return inner_->Get(path); }
-  absl::StatusOr<kube::Response> Post(const std::string& path, const json& body) override {
-    return inner_->Post(path, Strip(path, body));
-  }
-  absl::StatusOr<kube::Response> Put(const std::string& path, const json& body) override {
-    return inner_->Put(path, Strip(path, body));
-  }
-  absl::StatusOr<kube::Response> Delete(const std::string& path, const json& body) override {
-    return inner_->Delete(path, body);
-  }
-  absl::Status Watch(const std::string& path, const kube::WatchHandler& on_event,
-                     const std::atomic<bool>* stop) override {
-    return inner_->Watch(path, on_event, stop);
-  }
+  using RewritingRestClient::RewritingRestClient;
   int dry_runs = 0;
   bool drop_all = false;   // after the first write: every request, dry run or not
   bool lists_too = false;  // also drop list attributes from writes (never from dry runs)
 
  private:
-  json Strip(const std::string& path, json body) {
+  json Rewrite(const std::string& path, json body) override {
     const bool dry = path.find("dryRun=All") != std::string::npos;
     dry_runs += dry;
     if (!dry) drop_all = true;
@@ -255,7 +242,6 @@ class MappingDroppingClient : public kube::RestClient {
     }
     return body;
   }
-  kube::RestClient* inner_;
 };
 
 TEST(GatedPublisherTest, NodeAllocatableFieldLostAfterTheProbe) {

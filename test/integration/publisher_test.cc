@@ -22,6 +22,7 @@
 #include "test/integration/fake_apiserver_client.h"
 #include "test/testing/eventually.h"
 #include "test/testing/fixtures.h"
+#include "test/testing/rewriting_rest_client.h"
 
 namespace topodra::publish {
 namespace {
@@ -473,26 +474,12 @@ TEST(PublisherTest, TaintsAutoAgainstAServerThatDropsThem) {
 // A server whose dry runs keep taints but whose real writes drop them (a feature gate that
 // differs between API servers behind one load balancer): auto mode finds out at the first
 // write and republishes without taints.
-class TaintDroppingClient : public kube::RestClient {
+class TaintDroppingClient : public topodra::testing::RewritingRestClient {
  public:
-  explicit TaintDroppingClient(kube::RestClient* inner) : inner_(inner) {}
-  absl::StatusOr<kube::Response> Get(const std::string& path) override { return inner_->Get(path); }
-  absl::StatusOr<kube::Response> Post(const std::string& path, const json& body) override {
-    return inner_->Post(path, Strip(path, body));
-  }
-  absl::StatusOr<kube::Response> Put(const std::string& path, const json& body) override {
-    return inner_->Put(path, Strip(path, body));
-  }
-  absl::StatusOr<kube::Response> Delete(const std::string& path, const json& body) override {
-    return inner_->Delete(path, body);
-  }
-  absl::Status Watch(const std::string& path, const kube::WatchHandler& on_event,
-                     const std::atomic<bool>* stop) override {
-    return inner_->Watch(path, on_event, stop);
-  }
+  using RewritingRestClient::RewritingRestClient;
 
  private:
-  static json Strip(const std::string& path, json body) {
+  json Rewrite(const std::string& path, json body) override {
     if (path.find("dryRun=") != std::string::npos || !body.contains("spec")) return body;
     json& devices = body["spec"]["devices"];
     if (devices.is_array()) {
@@ -500,7 +487,6 @@ class TaintDroppingClient : public kube::RestClient {
     }
     return body;
   }
-  kube::RestClient* inner_;
 };
 
 TEST(PublisherTest, TaintsAutoFallsBackWhenAWriteDropsThem) {

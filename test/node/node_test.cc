@@ -174,6 +174,24 @@ class StoredTopologyTest : public NodeTest {
     EXPECT_TRUE(node.ok()) << node.status();
     return node.ok() ? *std::move(node) : nullptr;
   }
+  // Individual CPU devices; the machine watch discovers at its first turn only.
+  NodeConfig OneTurnConfig() const {
+    NodeConfig c = Config();
+    c.publish.cpu_mode = publish::CpuDeviceMode::kIndividual;
+    c.topology_refresh = absl::Hours(1);
+    return c;
+  }
+  // Stored under this boot's key: the machine with CPUs offline (7 online). The machine the
+  // node discovers has all 16. Returns the key.
+  absl::StatusOr<MachineKey> StoreOfflines() {
+    absl::StatusOr<MachineKey> key = cache_->ReadKey();
+    if (!key.ok()) return key.status();
+    absl::Status st =
+        cache_->Store(*key, topodra::testing::LoadTopology("16em64t-4s2c2t-offlines.xml"));
+    if (!st.ok()) return st;
+    return key;
+  }
+
   std::shared_ptr<TopologyCache> cache_;
   std::function<void()> hook_;  // the nodes' file_check_ending
 };
@@ -209,14 +227,9 @@ TEST_F(StoredTopologyTest, AStartFromTheStoredModelServesWhatADiscoveredStartDoe
 }
 
 TEST_F(StoredTopologyTest, TheConfirmingDiscoveryRepublishesAStoredModelThatDiffers) {
-  NodeConfig c = Config();
-  c.publish.cpu_mode = publish::CpuDeviceMode::kIndividual;
-  c.topology_refresh = absl::Hours(1);  // only the first turn discovers
-  // Stored under this boot's key: the machine with CPUs offline. The machine has them all.
-  absl::StatusOr<MachineKey> key = cache_->ReadKey();
+  const NodeConfig c = OneTurnConfig();
+  absl::StatusOr<MachineKey> key = StoreOfflines();
   ASSERT_TRUE(key.ok()) << key.status();
-  ASSERT_TRUE(
-      cache_->Store(*key, topodra::testing::LoadTopology("16em64t-4s2c2t-offlines.xml")).ok());
   bool from_cache = false;
   std::unique_ptr<Node> node = CreateAtStart(c, &from_cache);
   ASSERT_NE(node, nullptr);
@@ -237,13 +250,8 @@ TEST_F(StoredTopologyTest, TheConfirmingDiscoveryRepublishesAStoredModelThatDiff
 // machine) waits for the DRA drivers' checks of their claims' files: held here, nothing is
 // rediscovered; released, the machine as it is now is published.
 TEST_F(StoredTopologyTest, TheConfirmingDiscoveryWaitsForTheClaimFileChecks) {
-  NodeConfig c = Config();
-  c.publish.cpu_mode = publish::CpuDeviceMode::kIndividual;
-  c.topology_refresh = absl::Hours(1);  // only the first turn discovers
-  absl::StatusOr<MachineKey> key = cache_->ReadKey();
-  ASSERT_TRUE(key.ok()) << key.status();
-  ASSERT_TRUE(
-      cache_->Store(*key, topodra::testing::LoadTopology("16em64t-4s2c2t-offlines.xml")).ok());
+  const NodeConfig c = OneTurnConfig();
+  ASSERT_TRUE(StoreOfflines().ok());
   std::mutex mu;
   std::condition_variable cv;
   int held = 0;

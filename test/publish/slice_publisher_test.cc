@@ -21,6 +21,7 @@
 #include "test/testing/fake_rest_client.h"
 #include "test/testing/fixtures.h"
 #include "test/testing/log_capture.h"
+#include "test/testing/rewriting_rest_client.h"
 
 namespace topodra::publish {
 namespace {
@@ -451,31 +452,16 @@ TEST_F(SlicePublisherTest, FirstWriteOfALaterPassGoesAloneWhenItsProbeRanBefore)
 
 // A RestClient that drops every device's taints from the writes it passes on (not from dry
 // runs): an API server whose DRADeviceTaints gate is off, as the probe cannot see it.
-class TaintDroppingClient : public kube::RestClient {
+class TaintDroppingClient : public topodra::testing::RewritingRestClient {
  public:
-  explicit TaintDroppingClient(kube::RestClient* inner) : inner_(inner) {}
-  absl::StatusOr<kube::Response> Get(const std::string& path) override { return inner_->Get(path); }
-  absl::StatusOr<kube::Response> Post(const std::string& path, const json& body) override {
-    return inner_->Post(path, Strip(path, body));
-  }
-  absl::StatusOr<kube::Response> Put(const std::string& path, const json& body) override {
-    return inner_->Put(path, Strip(path, body));
-  }
-  absl::StatusOr<kube::Response> Delete(const std::string& path, const json& body) override {
-    return inner_->Delete(path, body);
-  }
-  absl::Status Watch(const std::string& path, const kube::WatchHandler& on_event,
-                     const std::atomic<bool>* stop) override {
-    return inner_->Watch(path, on_event, stop);
-  }
+  using RewritingRestClient::RewritingRestClient;
 
  private:
-  static json Strip(const std::string& path, json body) {
+  json Rewrite(const std::string& path, json body) override {
     if (path.find("dryRun=") != std::string::npos || !body.contains("spec")) return body;
     for (json& d : body["spec"]["devices"]) d.erase("taints");
     return body;
   }
-  kube::RestClient* inner_;
 };
 
 // Taints in on mode are never probed: only a write can show the server drops them, so the first
