@@ -472,30 +472,15 @@ TEST(PublisherTest, TaintsAutoAgainstAServerThatDropsThem) {
 }
 
 // A server whose dry runs keep taints but whose real writes drop them (a feature gate that
-// differs between API servers behind one load balancer): auto mode finds out at the first
-// write and republishes without taints.
-class TaintDroppingClient : public topodra::testing::RewritingRestClient {
- public:
-  using RewritingRestClient::RewritingRestClient;
-
- private:
-  json Rewrite(const std::string& path, json body) override {
-    if (path.find("dryRun=") != std::string::npos || !body.contains("spec")) return body;
-    json& devices = body["spec"]["devices"];
-    if (devices.is_array()) {
-      for (json& d : devices) d.erase("taints");
-    }
-    return body;
-  }
-};
-
+// differs between API servers behind one load balancer): auto mode finds out at the first write
+// and republishes without taints.
 TEST(PublisherTest, TaintsAutoFallsBackWhenAWriteDropsThem) {
   const Pool pool = ReservedPools()[0];
   for (bool run_loop : {false, true}) {
     SCOPED_TRACE(run_loop ? "Run" : "SyncOnce");
     auto server = StartServer();
     auto real = ClientFor(*server);
-    TaintDroppingClient client(real.get());
+    topodra::testing::TaintDroppingClient client(real.get());
     SlicePublisher p(&client, TaintOptions("dra.cpu", TaintMode::kAuto));
     p.SetDesired(pool);
     if (run_loop) {

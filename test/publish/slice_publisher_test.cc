@@ -376,30 +376,55 @@ TEST_F(SlicePublisherTest, ConcurrentWritesPublishTheSamePool) {
   EXPECT_THAT(Take(), ElementsAre(kList + " 200"));
 }
 
+// Holds the first create (not a dry run) that comes in until a second one arrives or the hold
+// ends: whether the pass's writes went out together. Rearm starts over for another pass.
+class FirstCreateHold {
+ public:
+  FirstCreateHold(FakeRestClient& fake, std::chrono::seconds hold) : fake_(fake), hold_(hold) {
+    fake_.SetBeforeRequest(
+        [this](const std::string& verb, const std::string& path) { OnRequest(verb, path); });
+  }
+  ~FirstCreateHold() { fake_.SetBeforeRequest(nullptr); }
+  void Rearm(std::chrono::seconds hold) {
+    std::lock_guard<std::mutex> lock(mu_);
+    posts_ = 0;
+    together_ = false;
+    hold_ = hold;
+  }
+  bool together() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return together_;
+  }
+
+ private:
+  void OnRequest(const std::string& verb, const std::string& path) {
+    if (verb != "POST" || path.find("dryRun") != std::string::npos) return;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (++posts_ == 1) {
+      together_ = cv_.wait_for(lock, hold_, [&] { return posts_ >= 2; });
+    } else {
+      cv_.notify_all();
+    }
+  }
+  FakeRestClient& fake_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::chrono::seconds hold_;
+  int posts_ = 0;
+  bool together_ = false;
+};
+
 // Slices that carry no field a server may drop unseen (none gated, or every one probed) go out
 // together from the first: the first create is held until a second one arrives (it never would
 // if the first went alone; the wait's bound only keeps such a failure from hanging).
 TEST_F(SlicePublisherTest, FirstWriteGoesWithTheOthersWhenNothingIsLeftToFind) {
   write_concurrency_ = 4;
   const Pool pool = PoolFor(k32);
-  std::mutex mu;
-  std::condition_variable cv;
-  int posts = 0;
-  bool together = false;
-  fake_.SetBeforeRequest([&](const std::string& verb, const std::string& path) {
-    if (verb != "POST" || path.find("dryRun") != std::string::npos) return;
-    std::unique_lock<std::mutex> lock(mu);
-    if (++posts == 1) {
-      together = cv.wait_for(lock, std::chrono::seconds(20), [&] { return posts >= 2; });
-    } else {
-      cv.notify_all();
-    }
-  });
+  FirstCreateHold hold(fake_, std::chrono::seconds(20));
   SlicePublisher& p = Make();
   p.SetDesired(pool);
   ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
-  fake_.SetBeforeRequest(nullptr);
-  EXPECT_TRUE(together);
+  EXPECT_TRUE(hold.together());
   ExpectStored(pool, 1);
 }
 
@@ -411,58 +436,25 @@ TEST_F(SlicePublisherTest, FirstWriteGoesWithTheOthersWhenNothingIsLeftToFind) {
 TEST_F(SlicePublisherTest, FirstWriteOfALaterPassGoesAloneWhenItsProbeRanBefore) {
   write_concurrency_ = 4;
   const Pool pool = PoolFor(k32);
-  std::mutex mu;
-  std::condition_variable cv;
-  int posts = 0;
-  bool together = false;
-  std::chrono::seconds hold{20};
-  fake_.SetBeforeRequest([&](const std::string& verb, const std::string& path) {
-    if (verb != "POST" || path.find("dryRun") != std::string::npos) return;
-    std::unique_lock<std::mutex> lock(mu);
-    if (++posts == 1) {
-      together = cv.wait_for(lock, hold, [&] { return posts >= 2; });
-    } else {
-      cv.notify_all();
-    }
-  });
+  FirstCreateHold hold(fake_, std::chrono::seconds(20));
   SlicePublisher& p = Make();
   p.SetDesired(pool);
   ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
   ASSERT_TRUE(p.status().mixins);
-  EXPECT_TRUE(together);  // the first pass probed mixins: all went together
+  EXPECT_TRUE(hold.together());  // the first pass probed mixins: all went together
   for (const json& s : fake_.Objects(kSlices)) {
     ASSERT_TRUE(
         fake_.Delete(absl::StrCat(kSlices, "/", s["metadata"]["name"].get<std::string>()), {})
             .ok());
   }
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    posts = 0;
-    together = false;
-    hold = std::chrono::seconds(1);
-  }
+  hold.Rearm(std::chrono::seconds(1));
   fake_.ClearRequests();
   ASSERT_TRUE(p.SyncOnce().ok()) << p.status().last_error;
-  fake_.SetBeforeRequest(nullptr);
-  EXPECT_FALSE(together);
+  EXPECT_FALSE(hold.together());
   // No probe again: the answer from before still decides the form.
   for (const std::string& r : Take()) EXPECT_EQ(r.find("dryRun"), std::string::npos) << r;
   ExpectStored(pool, 2);
 }
-
-// A RestClient that drops every device's taints from the writes it passes on (not from dry
-// runs): an API server whose DRADeviceTaints gate is off, as the probe cannot see it.
-class TaintDroppingClient : public topodra::testing::RewritingRestClient {
- public:
-  using RewritingRestClient::RewritingRestClient;
-
- private:
-  json Rewrite(const std::string& path, json body) override {
-    if (path.find("dryRun=") != std::string::npos || !body.contains("spec")) return body;
-    for (json& d : body["spec"]["devices"]) d.erase("taints");
-    return body;
-  }
-};
 
 // Taints in on mode are never probed: only a write can show the server drops them, so the first
 // write goes alone and the pass stops after it, with one slice stored instead of the pool. The
@@ -474,20 +466,8 @@ TEST_F(SlicePublisherTest, FirstWriteGoesAloneWhenAFieldIsUnprobed) {
   for (Device& d : pool.devices) {
     d.extra["taints"] = json::array({{{"key", "k"}, {"value", "v"}, {"effect", "NoSchedule"}}});
   }
-  std::mutex mu;
-  std::condition_variable cv;
-  int posts = 0;
-  bool together = false;
-  fake_.SetBeforeRequest([&](const std::string& verb, const std::string& path) {
-    if (verb != "POST" || path.find("dryRun") != std::string::npos) return;
-    std::unique_lock<std::mutex> lock(mu);
-    if (++posts == 1) {
-      together = cv.wait_for(lock, std::chrono::seconds(1), [&] { return posts >= 2; });
-    } else {
-      cv.notify_all();
-    }
-  });
-  TaintDroppingClient client(&fake_);
+  FirstCreateHold hold(fake_, std::chrono::seconds(1));
+  topodra::testing::TaintDroppingClient client(&fake_);
   PublisherOptions o = Options();
   o.taints = TaintMode::kOn;
   o.mixins = MixinMode::kOff;             // flat: no mixin fallback to take first
@@ -495,9 +475,8 @@ TEST_F(SlicePublisherTest, FirstWriteGoesAloneWhenAFieldIsUnprobed) {
   SlicePublisher p(&client, o);
   p.SetDesired(pool);
   const absl::Status st = p.SyncOnce();
-  fake_.SetBeforeRequest(nullptr);
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
-  EXPECT_FALSE(together);
+  EXPECT_FALSE(hold.together());
   EXPECT_THAT(fake_.Objects(kSlices), SizeIs(1));
 }
 
