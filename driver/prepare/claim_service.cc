@@ -342,14 +342,15 @@ absl::StatusOr<int> ClaimService::CheckClaimFiles(const std::string& owner, bool
   // cannot be written, the metadata specs are left as they are (the claim's own spec is still
   // checked) and the failure returned.
   absl::Status host_failed;
-  for (const auto& [path, content] : host_file_content) {
-    if (metadata_root.empty()) break;
-    absl::StatusOr<bool> w = CheckMetadataHostFile(path, content);
-    if (!w.ok()) {
-      host_failed = w.status();
-      break;
+  if (!metadata_root.empty()) {
+    for (const auto& [path, content] : host_file_content) {
+      absl::StatusOr<bool> w = CheckMetadataHostFile(path, content);
+      if (!w.ok()) {
+        host_failed = w.status();
+        break;
+      }
+      written += *w ? 1 : 0;
     }
-    written += *w ? 1 : 0;
   }
   const std::string label = absl::StrCat("driver ", driver_);
   for (const auto& [file, text] : specs) {

@@ -26,8 +26,8 @@ inline constexpr std::size_t kMaxMetadataFileBytes = 1 << 20;
 // write of a claim's files only: unsynced, the host files of a claim whose directory is not there
 // yet are created in place in a directory made for them (no reader can see them before their CDI
 // spec is written, and a crash leaves a torn file no record names). Any other write (unprepare
-// putting back what it removed) is kAtomic: a torn file there could be mounted by a CDI spec
-// that the start-up check rewrites before it gets to the host file.
+// putting back what it removed) is kAtomic: its files are named by a durable record, and a crash
+// mid-write must leave the old content or the new, never a torn file a container could mount.
 enum class HostFileWrite { kAtomic, kInPlaceIfNewClaimDir };
 
 // Each host file (0644; directories made 0755) and its CDI spec (its cdiVersion kept), each
