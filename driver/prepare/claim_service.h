@@ -97,9 +97,9 @@ struct ClaimOutcome {
 struct CallLimits {
   // When the caller stops waiting (the gRPC deadline; the kubelet's is 45 s).
   absl::Time deadline = absl::InfiniteFuture();
-  // True once the caller has gone (gRPC cancellation). Polled every 50 ms, only on the thread
-  // that called Prepare (gRPC's ServerContext::IsCancelled is meant for the handler's thread).
-  // May be empty.
+  // True once the caller has gone (gRPC cancellation). Polled every 50 ms, and only on the thread
+  // that called Prepare: gRPC's ServerContext::IsCancelled is thread-safe, but asking it there
+  // lets any callable serve (tests pass plain lambdas). May be empty.
   std::function<bool()> cancelled;
 };
 

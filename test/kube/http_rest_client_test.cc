@@ -307,10 +307,10 @@ TEST(HttpRestClientTest, GetWithinHonoursTheCallersTimeoutAndCancellation) {
   // A caller asked on the request's own thread (a gRPC handler fetching its one claim itself).
   const std::thread::id here = std::this_thread::get_id();
   const auto gone_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-  bool asked_elsewhere = false;
+  std::atomic<bool> asked_elsewhere{false};
   limits = RequestLimits();
   limits.caller_gone = [&] {
-    asked_elsewhere = asked_elsewhere || std::this_thread::get_id() != here;
+    if (std::this_thread::get_id() != here) asked_elsewhere = true;
     return std::chrono::steady_clock::now() >= gone_at;
   };
   r = client->GetWithin("/slow", limits);

@@ -673,11 +673,11 @@ TEST_F(ClaimServiceTest, OneClaimIsFetchedOnTheCallersThreadAndStillCancellable)
   fetch.request_timeout = absl::Seconds(30);
   service().SetFetchOptions(fetch);
   const absl::Time gone_at = absl::Now() + absl::Milliseconds(200);
-  bool asked_elsewhere = false;
+  std::atomic<bool> asked_elsewhere{false};
   const std::thread::id here = std::this_thread::get_id();
   CallLimits limits;
   limits.cancelled = [&] {
-    asked_elsewhere = asked_elsewhere || std::this_thread::get_id() != here;
+    if (std::this_thread::get_id() != here) asked_elsewhere = true;
     return absl::Now() >= gone_at;
   };
   out = service().Prepare({stuck}, limits);
