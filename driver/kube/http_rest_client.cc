@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <exception>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -277,13 +278,18 @@ class Connection {
 struct Wait {
   Clock::time_point deadline = Clock::time_point::max();
   const std::atomic<bool>* stop = nullptr;
-  int wake_fd = -1;  // a watch's eventfd (WakeWatches)
+  std::function<bool()> caller_gone;  // RequestLimits::caller_gone
+  int wake_fd = -1;                   // a watch's eventfd (WakeWatches)
   bool stopped = false;
   std::string what;  // "GET /path"
   // A watch: less than 1 byte/s over this window is a dead connection (0: no such rule).
   std::chrono::seconds low_speed_window{0};
   Clock::time_point window_start;
   std::uint64_t window_bytes = 0;
+
+  bool StopRequested() const {
+    return (stop != nullptr && stop->load()) || (caller_gone && caller_gone());
+  }
 };
 
 enum class IoResult { kReady, kStopped, kError };
@@ -417,7 +423,7 @@ class HttpRestClient : public RestClient {
     bool stopped = false;  // the handler or the stop flag ended the watch
 
     bool Success() const { return http_code >= 200 && http_code <= 299; }
-    bool StopRequested() const { return wait.stop != nullptr && wait.stop->load(); }
+    bool StopRequested() const { return wait.StopRequested(); }
 
     // One complete watch line; false ends the transfer (stopped or stream_error set).
     bool DeliverLine(absl::string_view line) {
@@ -500,6 +506,7 @@ class HttpRestClient : public RestClient {
     }
     Exchange x;
     x.wait.stop = limits.cancelled;
+    x.wait.caller_gone = limits.caller_gone;
     x.timeout = limits.timeout;
     if (absl::Status s = Run(verb, path, payload, x); !s.ok()) return s;
     if (x.stopped) {
@@ -719,7 +726,7 @@ class HttpRestClient : public RestClient {
   // or the deadline or low-speed rule ends it (DeadlineExceeded).
   absl::StatusOr<bool> WaitFor(int fd, short events, Wait& wait) {
     while (true) {
-      if (wait.stop != nullptr && wait.stop->load()) {
+      if (wait.StopRequested()) {
         wait.stopped = true;
         return false;
       }

@@ -75,6 +75,9 @@ struct RequestLimits {
   std::chrono::milliseconds timeout{0};
   // Polled at least every 50 ms: true abandons the request (Cancelled). May be null.
   const std::atomic<bool>* cancelled = nullptr;
+  // The same, asked on the thread that runs the request, for a caller that keeps its
+  // cancellation check on its own thread (a gRPC handler's, in ClaimService). May be empty.
+  std::function<bool()> caller_gone;
 };
 
 // One watch event as the server sent it: {"type": "...", "object": {...}}. Return false to stop.

@@ -183,6 +183,7 @@ absl::StatusOr<json> ApiClaimSource::GetClaim(const std::string& ns, const std::
     request.timeout =
         std::max(std::chrono::milliseconds(1), absl::ToChronoMilliseconds(deadline - absl::Now()));
     request.cancelled = limits.cancelled;
+    request.caller_gone = limits.caller_gone;
     absl::StatusOr<kube::Response> got = client_->GetWithin(path, request);
     if (got.ok()) return std::move(got->body);
     // A 404 for the group version itself (not a Status about the claim): try the other one.
@@ -530,10 +531,11 @@ std::string GiveUpText(int why) {
 }  // namespace
 
 // The fetching half of one Prepare call: up to FetchOptions::parallel of the service's fetcher
-// threads (or, when none is free, the caller's own) run FetchOne over the claims in request
-// order; Take(i) waits for claim i, polling the caller meanwhile (CallLimits::cancelled may only
-// be asked on the caller's thread, which is why the GETs run elsewhere). Destroyed, it stops the
-// GETs and waits for its jobs to end.
+// threads run FetchOne over the claims in request order; Take(i) waits for claim i, polling the
+// caller meanwhile (we ask CallLimits::cancelled on the caller's thread only, so it may be any
+// callable, and tell the fetchers through an atomic). A call of one claim, or one that finds no
+// fetcher free, fetches on the caller's own thread, and its GETs poll the caller themselves
+// (FetchLimits::caller_gone). Destroyed, it stops the GETs and waits for its jobs to end.
 class ClaimService::Call {
  public:
   Call(ClaimService* service, const std::vector<ClaimRef>& claims, const CallLimits& limits)
@@ -567,6 +569,14 @@ class ClaimService::Call {
   int last_why() const { return give_up_.load(); }
 
   void Start() {
+    if (work_.size() == 1) {
+      // Nothing to overlap: handing the one GET to a fetcher and its claim back cost two thread
+      // wake-ups (measured in issue 19's sixth pass: 4.5 futex calls and 5-15 us per cycle).
+      // The GET polls the caller itself.
+      on_this_thread_ = true;
+      Fetch();
+      return;
+    }
     const size_t wanted = std::min<size_t>(std::max(1, service_->fetch_.parallel), work_.size());
     size_t started = 0;
     for (; started < wanted; ++started) {
@@ -651,7 +661,14 @@ class ClaimService::Call {
         f.outcome.error = absl::StrCat("claim ", ShowClaimRef(ref.ns, ref.name),
                                        ": not prepared: ", GiveUpText(why));
       } else {
-        f = service_->FetchOne(ref, limits_, call_start_, stop_gets_);
+        std::function<bool()> caller_gone;
+        if (on_this_thread_) {
+          caller_gone = [this] {
+            CheckCaller();
+            return give_up_.load() != kGoOn;
+          };
+        }
+        f = service_->FetchOne(ref, limits_, call_start_, stop_gets_, std::move(caller_gone));
         if (f.given_up && give_up_.load() != kGoOn) {
           f.outcome.error = absl::StrCat("claim ", ShowClaimRef(ref.ns, ref.name),
                                          ": not prepared: ", GiveUpText(give_up_.load()));
@@ -728,7 +745,8 @@ std::map<std::string, ClaimOutcome> ClaimService::Prepare(const std::vector<Clai
 
 ClaimService::Fetched ClaimService::FetchOne(const ClaimRef& ref, const CallLimits& limits,
                                              absl::Time call_start,
-                                             const std::atomic<bool>& gave_up) {
+                                             const std::atomic<bool>& gave_up,
+                                             std::function<bool()> caller_gone) {
   Fetched f;
   f.answered = true;
   if (absl::Status id = ValidateClaimIdentity(ref.ns, ref.name, ref.uid); !id.ok()) {
@@ -771,6 +789,7 @@ ClaimService::Fetched ClaimService::FetchOne(const ClaimRef& ref, const CallLimi
   FetchLimits fetch_limits;
   fetch_limits.timeout = timeout;
   fetch_limits.cancelled = &gave_up;
+  fetch_limits.caller_gone = std::move(caller_gone);
   absl::StatusOr<json> object = source_->GetClaim(ref.ns, ref.name, fetch_limits);
   const auto t1 = std::chrono::steady_clock::now();
   if (absl::IsCancelled(object.status()) && gave_up.load()) {

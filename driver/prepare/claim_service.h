@@ -53,6 +53,9 @@ struct FetchLimits {
   absl::Duration timeout = absl::Seconds(10);  // DeadlineExceeded after it
   // True: the caller no longer waits; give up now (Cancelled). May be null.
   const std::atomic<bool>* cancelled = nullptr;
+  // The same, asked only on the thread that called GetClaim (kube::RequestLimits::caller_gone).
+  // May be empty.
+  std::function<bool()> caller_gone;
 };
 
 // Where claims come from: the API server in the daemon, a map in unit tests. Called from several
@@ -94,9 +97,9 @@ struct ClaimOutcome {
 struct CallLimits {
   // When the caller stops waiting (the gRPC deadline; the kubelet's is 45 s).
   absl::Time deadline = absl::InfiniteFuture();
-  // True once the caller has gone (gRPC cancellation). Polled every 50 ms, only on the thread
-  // that called Prepare (gRPC's ServerContext::IsCancelled is meant for the handler's thread).
-  // May be empty.
+  // True once the caller has gone (gRPC cancellation). Polled every 50 ms, and only on the thread
+  // that called Prepare: gRPC's ServerContext::IsCancelled is thread-safe, but asking it there
+  // lets any callable serve (tests pass plain lambdas). May be empty.
   std::function<bool()> cancelled;
 };
 
@@ -187,8 +190,9 @@ class ClaimService {
   class Call;
   // Everything of one claim that can run beside the other claims of the call: the identifier
   // checks, the replay of a prepared claim, the GET and its checks.
+  // `caller_gone`, when given, is polled during the GET: FetchOne runs on the caller's thread.
   Fetched FetchOne(const ClaimRef& ref, const CallLimits& limits, absl::Time call_start,
-                   const std::atomic<bool>& gave_up);
+                   const std::atomic<bool>& gave_up, std::function<bool()> caller_gone = {});
   // The rest, one claim at a time in request order: plan and hold, CDI file, journal.
   ClaimOutcome PrepareOne(const ClaimRef& ref, const claims::Claim& claim);
   // PrepareOne's plan, under the ledger's lock: the claim as the ledger knows it (`known`), or

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
@@ -197,6 +198,43 @@ TEST_F(KubeletLimitsTest, ACancelledCallStopsQueryingTheApiServer) {
   EXPECT_EQ(after_3s, after_1s);
   (void)server_->Control("DELETE", "/__control/hang");
   EXPECT_THAT(daemon_.Log(), HasSubstr("claims of a prepare call were not prepared after"));
+}
+
+// Issue 19: a call of one claim fetches it on the gRPC thread; the kubelet cancelling it still
+// abandons the GET at once (gRPC's IsCancelled polled by the GET itself), not after the GET's own
+// 10 s timeout.
+TEST_F(KubeletLimitsTest, ACancelledCallOfOneClaimAbandonsItsGet) {
+  StartNode();
+  ASSERT_TRUE(server_
+                  ->Control("POST",
+                            "/__control/hang?method=GET&seconds=30&path=/namespaces/default/"
+                            "resourceclaims/lone")
+                  .ok());
+  auto stub = Stub();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(45));
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    ctx.TryCancel();
+  });
+  dra::NodePrepareResourcesResponse response;
+  const grpc::Status status =
+      stub->NodePrepareResources(&ctx, Request({{"default", "uid-lone", "lone"}}), &response);
+  canceller.join();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED) << status.error_message();
+  const auto cancelled = std::chrono::steady_clock::now();
+  // Well inside the GET's 10 s timeout, after which it would end anyway.
+  bool gave_up = false;
+  for (int i = 0; i < 50 && !gave_up; ++i) {
+    gave_up =
+        absl::StrContains(daemon_.Log(), "1 of 1 claims of a prepare call were not prepared after");
+    if (!gave_up) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::printf("the daemon gave the claim up %.2f s after the cancel\n", SecondsSince(cancelled));
+  EXPECT_TRUE(gave_up) << daemon_.Log();
+  EXPECT_THAT(daemon_.Log(), HasSubstr("the caller cancelled the call"));
+  EXPECT_THAT(daemon_.Log(), ::testing::Not(HasSubstr("no answer within")));
+  (void)server_->Control("DELETE", "/__control/hang");
 }
 
 }  // namespace

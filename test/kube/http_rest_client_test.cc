@@ -304,6 +304,20 @@ TEST(HttpRestClientTest, GetWithinHonoursTheCallersTimeoutAndCancellation) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << r.status();
   EXPECT_EQ(Message(r.status()), "GET /slow: abandoned: the caller no longer waits for it");
 
+  // A caller asked on the request's own thread (a gRPC handler fetching its one claim itself).
+  const std::thread::id here = std::this_thread::get_id();
+  const auto gone_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+  std::atomic<bool> asked_elsewhere{false};
+  limits = RequestLimits();
+  limits.caller_gone = [&] {
+    if (std::this_thread::get_id() != here) asked_elsewhere = true;
+    return std::chrono::steady_clock::now() >= gone_at;
+  };
+  r = client->GetWithin("/slow", limits);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << r.status();
+  EXPECT_EQ(Message(r.status()), "GET /slow: abandoned: the caller no longer waits for it");
+  EXPECT_FALSE(asked_elsewhere);
+
   // Longer than the client's own: the client's holds.
   config.timeout = std::chrono::milliseconds(300);
   auto short_client = MustClient(config);

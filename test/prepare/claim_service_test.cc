@@ -69,9 +69,19 @@ class FakeSource : public ClaimSource {
     return timeouts_[ns + "/" + name];
   }
 
+  // The thread of the last GET.
+  std::thread::id get_thread() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return get_thread_;
+  }
+
   absl::StatusOr<json> GetClaim(const std::string& ns, const std::string& name,
                                 const FetchLimits& limits) override {
     ++gets_;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      get_thread_ = std::this_thread::get_id();
+    }
     const int now = ++in_flight_;
     for (int most = most_in_flight_.load(); now > most;) {
       if (most_in_flight_.compare_exchange_weak(most, now)) break;
@@ -89,7 +99,8 @@ class FakeSource : public ClaimSource {
     if (hang) {
       const absl::Time end = absl::Now() + limits.timeout;
       while (absl::Now() < end) {
-        if (limits.cancelled != nullptr && limits.cancelled->load()) {
+        if ((limits.cancelled != nullptr && limits.cancelled->load()) ||
+            (limits.caller_gone && limits.caller_gone())) {
           return absl::CancelledError("GET abandoned");
         }
         absl::SleepFor(absl::Milliseconds(5));
@@ -115,6 +126,7 @@ class FakeSource : public ClaimSource {
   std::map<std::string, absl::Status> failures_;
   std::set<std::string> hanging_;
   std::map<std::string, absl::Duration> timeouts_;
+  std::thread::id get_thread_;
   std::atomic<int> gets_{0};
   std::atomic<int> in_flight_{0};
   std::atomic<int> most_in_flight_{0};
@@ -636,6 +648,44 @@ TEST_F(ClaimServiceTest, ACancelledCallStopsFetchingAndPreparing) {
   // Nothing goes on after the answer.
   absl::SleepFor(absl::Milliseconds(200));
   EXPECT_EQ(source_.gets(), gets);
+}
+
+// Issue 19: a call of one claim has nothing to overlap, so its GET runs on the caller's thread
+// (no hand-off to a fetcher and back), and a caller that goes away still abandons it at once.
+TEST_F(ClaimServiceTest, OneClaimIsFetchedOnTheCallersThreadAndStillCancellable) {
+  const topology::Topology& topo = Load(k16);
+  Start(CpuSetup(topo, Mode::kNuma), topo);
+  const ClaimRef one = Add("default", "one", "uid-one", {Result("cpus", kNuma0, "1")});
+  EXPECT_EQ(PrepareOk(one).devices.size(), 1u);
+  EXPECT_EQ(source_.get_thread(), std::this_thread::get_id());
+  // Two claims still go to the fetchers.
+  const ClaimRef a = Add("default", "a", "uid-a", {Result("cpus", kNuma0, "1")});
+  const ClaimRef b = Add("default", "b", "uid-b", {Result("cpus", kNuma0, "1")});
+  std::map<std::string, ClaimOutcome> out = service().Prepare({a, b});
+  EXPECT_EQ(out["uid-a"].error, "");
+  EXPECT_EQ(out["uid-b"].error, "");
+  EXPECT_NE(source_.get_thread(), std::this_thread::get_id());
+
+  // A hanging GET of a lone claim, the caller gone after 200 ms: abandoned long before its 30 s.
+  const ClaimRef stuck = Add("default", "stuck", "uid-stuck", {Result("cpus", kNuma0, "1")});
+  source_.Hang("default", "stuck");
+  FetchOptions fetch;
+  fetch.request_timeout = absl::Seconds(30);
+  service().SetFetchOptions(fetch);
+  const absl::Time gone_at = absl::Now() + absl::Milliseconds(200);
+  std::atomic<bool> asked_elsewhere{false};
+  const std::thread::id here = std::this_thread::get_id();
+  CallLimits limits;
+  limits.cancelled = [&] {
+    if (std::this_thread::get_id() != here) asked_elsewhere = true;
+    return absl::Now() >= gone_at;
+  };
+  out = service().Prepare({stuck}, limits);
+  EXPECT_EQ(out["uid-stuck"].error,
+            "claim default/stuck: not prepared: the caller cancelled the call");
+  EXPECT_FALSE(asked_elsewhere);
+  EXPECT_EQ(source_.timeout_of("default", "stuck"), absl::Seconds(30));
+  EXPECT_EQ(Held(kCpuDriver, "uid-stuck"), std::nullopt);
 }
 
 TEST_F(ClaimServiceTest, ClaimWithoutResultsOfThisDriver) {
