@@ -212,9 +212,12 @@ Start StartToRegistered(Node& n, const std::vector<std::string>& machine) {
   return out;
 }
 
+// An even count averages the two middle values (the default count of restarts is odd).
 double Median(std::vector<double> v) {
+  if (v.empty()) return -1;
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  const size_t h = v.size() / 2;
+  return v.size() % 2 == 1 ? v[h] : (v[h - 1] + v[h]) / 2;
 }
 
 struct Restarted {
@@ -448,8 +451,9 @@ int main(int argc, char** argv) {
       full_discovered.median(), full_discovered.ms.front(), PhaseLine(full_discovered).c_str());
   const double per_claim_us = (full.median() - empty.median()) * 1000.0 / std::max(held, 1);
   std::printf(
-      "kill -9 with %d prepared claims -> registered (machine from its XML export, as a node "
-      "reads it): median %.1f ms, min %.1f ms (%d restarts); %.1f ms over the empty start = %.1f "
+      "kill -9 with %d prepared claims -> the kubelet simulator sees the registration (the "
+      "daemon's side; machine from its XML export, as a node reads it): median %.1f ms, min %.1f "
+      "ms (%d restarts); %.1f ms over the empty start = %.1f "
       "us per claim; target <= %.0f ms: %s\n",
       held, full.median(), full.ms.front(), restarts, full.median() - empty.median(), per_claim_us,
       kTargetMs, Verdict(full.median()).c_str());

@@ -74,10 +74,12 @@ double EpochMs(std::chrono::system_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(t.time_since_epoch()).count();
 }
 
+// An even count averages the two middle values: restart_pairs runs any number of rounds.
 double Median(std::vector<double> v) {
   if (v.empty()) return -1;
   std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
+  const size_t h = v.size() / 2;
+  return v.size() % 2 == 1 ? v[h] : (v[h - 1] + v[h]) / 2;
 }
 
 struct Build {
@@ -182,7 +184,13 @@ bool StartOnce(Node& n, Build& b, const std::vector<std::string>& extra, bool re
     if (at[i] >= 0) before = at[i];
   }
   b.phase[5].push_back(registered_ms - before);
-  b.checked.push_back(at[4] < 0 ? -1 : at[4] - registered_ms);
+  // A start whose check had not ended within the wait has no figure: a -1 would skew the median.
+  if (at[4] < 0) {
+    std::printf("note: %s logged no \"CDI files checked\" line; left out of \"checked\"\n",
+                b.binary.c_str());
+  } else {
+    b.checked.push_back(at[4] - registered_ms);
+  }
   b.last_log = log;
   b.last_exec_ms = exec_ms;
   return true;
@@ -274,7 +282,8 @@ int main(int argc, char** argv) {
     for (int p = 0; p < kPhases; ++p) {
       absl::StrAppendFormat(&line, " %s %.1f,", kPhaseNames[p], Median(b.phase[p]));
     }
-    absl::StrAppendFormat(&line, " checked +%.0f\n  totals:", Median(b.checked));
+    absl::StrAppendFormat(&line, " checked +%.0f (%zu starts)\n  totals:", Median(b.checked),
+                          b.checked.size());
     for (double t : b.total) absl::StrAppendFormat(&line, " %.1f", t);
     absl::StrAppend(&line, "\n  ->registered:");
     for (double t : b.phase[5]) absl::StrAppendFormat(&line, " %.0f", t);
