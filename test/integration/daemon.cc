@@ -68,9 +68,14 @@ Daemon::~Daemon() {
 void Daemon::Start(const DaemonDirs& dirs, const std::vector<std::string>& extra) {
   static int counter = 0;
   log_ = dirs.root + "/daemon-" + std::to_string(counter++) + ".log";
-  std::vector<std::string> args = {TOPODRA_BINARY,    "run",       "--kubelet-root-dir",
-                                   dirs.kubelet_root, "--cdi-dir", dirs.cdi,
-                                   "--state-dir",     dirs.state};
+  std::vector<std::string> args = {binary_.empty() ? TOPODRA_BINARY : binary_,
+                                   "run",
+                                   "--kubelet-root-dir",
+                                   dirs.kubelet_root,
+                                   "--cdi-dir",
+                                   dirs.cdi,
+                                   "--state-dir",
+                                   dirs.state};
   // Tests never pin the machine's real cgroups or install the hook in /opt: enforcement only where
   // a test asks for it (on a fake cgroup tree).
   if (!HasFlag(extra, "--enforce")) {

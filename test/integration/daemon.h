@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace topodra::testing {
@@ -30,6 +31,9 @@ class Daemon {
   // `dirs`, and one given in `extra` outside /tmp, /dev/shm or `dirs` aborts the test. Pinning
   // is off (--enforce none), metrics and reservations too, unless `extra` says otherwise.
   void Start(const DaemonDirs& dirs, const std::vector<std::string>& extra);
+  // Another `topodra` binary than this build's for the next starts (benchmarks comparing two
+  // builds); "" for this build's.
+  void SetBinary(std::string path) { binary_ = std::move(path); }
   // SIGTERM and wait; returns the exit code (128+signal when killed).
   int Terminate();
   // SIGKILL and wait: a crash at an arbitrary moment.
@@ -45,6 +49,7 @@ class Daemon {
  private:
   pid_t pid_ = -1;
   std::string log_;
+  std::string binary_;
 };
 
 }  // namespace topodra::testing
