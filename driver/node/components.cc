@@ -121,9 +121,10 @@ DraDrivers::DraDrivers(std::vector<Driver> drivers, const NodeConfig& config,
 absl::Status DraDrivers::Start() {
   for (Driver& d : drivers_) {
     const std::string& driver = d.service->driver();
-    // The claims' CDI and metadata files are checked after registering, claim by claim under
-    // the same exclusion as the kubelet's calls (ClaimService::StartFileCheck): with thousands of
-    // claims reading every file was most of a restart. Until a file is checked the kubelet and
+    // The claims' CDI and metadata files are checked in the background, beside the sockets'
+    // start and the registration, claim by claim under the same exclusion as the kubelet's calls
+    // (ClaimService::StartFileCheck): with thousands of claims reading every file before serving
+    // was most of a restart. Until a file is checked the kubelet and
     // the runtime see it as the crash left it.
     spdlog::info("driver {}: checking CDI files in the background", driver);
     d.service->StartFileCheck([driver, dir = cdi_dir_, checked = checked_](
