@@ -1510,8 +1510,8 @@ TEST_F(ClaimServiceMetadataTest, ReplayAndStartRestoreTheFilesAndRemoveLeftovers
 // A state written by a topodra of state version 3, whose records keep each metadata file's text
 // ("content") where version 4 keeps its object ("document"): a snapshot holding one claim and a
 // journal record putting another. Start restores both claims' files from the stored text as it
-// is, the next compaction writes version 4 with the records unchanged, and the files stay the
-// same through another start and the unprepare.
+// is and rewrites the snapshot as version 4 with the records unchanged (StateStore::Open), and
+// the files stay the same through a compaction, another start and the unprepare.
 TEST_F(ClaimServiceMetadataTest, AVersion3StateStartsRestoresAndIsRewrittenAsVersion4) {
   const topology::Topology& topo = Load(k16);
   const DriverSetup setup = MetadataSetup(topo);
@@ -1571,6 +1571,8 @@ TEST_F(ClaimServiceMetadataTest, AVersion3StateStartsRestoresAndIsRewrittenAsVer
   EXPECT_EQ(contents(HostFile("r2")), content2);
   EXPECT_EQ(Held(kCpuDriver, "uid-r1")->cdi, old1.cdi);  // kept as it was
   EXPECT_EQ(Held(kCpuDriver, "uid-r2")->cdi, old2.cdi);
+  EXPECT_TRUE(absl::EndsWith(contents(path), ",\"version\":4}\n"));
+  EXPECT_EQ(contents(path + ".journal"), "");
   ASSERT_TRUE(store_->Compact(ledger_->Copy()).ok());
   const std::string rewritten = contents(path);
   EXPECT_TRUE(absl::EndsWith(rewritten, ",\"version\":4}\n"));

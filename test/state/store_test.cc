@@ -94,6 +94,37 @@ TEST_F(StoreTest, EmptyWhenNothingOnDisk) {
   EXPECT_FALSE(o.dropped_torn);
 }
 
+// Journal records carry no version: Open rewrites an older snapshot (or a missing one) as this
+// version's before anything is appended, so an older topodra refuses the state rather than load
+// records it cannot read. Claims still being prepared are kept; a current snapshot is left alone.
+TEST_F(StoreTest, OpenRewritesAnOlderOrMissingSnapshotAsThisVersion) {
+  const std::string tail = absl::StrCat(",\"version\":", kCheckpointVersion, "}\n");
+  Allocation preparing = Claim("b", "4-5");
+  preparing.phase = Phase::kPreparing;
+  {
+    StateStore::Opened o = OpenOk();  // a new node
+    ASSERT_TRUE(absl::EndsWith(ReadFile(path_), tail));
+    ASSERT_TRUE(o.store->Put(Claim("a", "0-3")).ok());
+    ASSERT_TRUE(o.store->Put(preparing).ok());
+  }
+  std::string snapshot = ReadFile(path_);
+  ASSERT_TRUE(absl::EndsWith(snapshot, tail));
+  snapshot.replace(snapshot.size() - 3, 1, std::to_string(kCheckpointVersion - 1));
+  WriteFile(path_, snapshot);  // the checksum covers the payload only
+  {
+    StateStore::Opened o = OpenOk();
+    EXPECT_EQ(o.replayed, 2);
+    EXPECT_TRUE(absl::EndsWith(ReadFile(path_), tail));
+    EXPECT_EQ(ReadFile(path_ + ".journal"), "");
+    ASSERT_TRUE(o.store->Put(Claim("c", "8")).ok());
+  }
+  StateStore::Opened o = OpenOk();
+  EXPECT_EQ(o.replayed, 1);  // the current snapshot stayed, with its journal
+  ASSERT_EQ(o.loaded.Size(), 3);
+  EXPECT_EQ(*o.loaded.Find(DraOwner("dra.cpu", "b")), preparing);
+  EXPECT_EQ(*o.loaded.Find(DraOwner("dra.cpu", "a")), Claim("a", "0-3"));
+}
+
 TEST_F(StoreTest, PutAndRemoveSurviveReopen) {
   {
     StateStore::Opened o = OpenOk();
