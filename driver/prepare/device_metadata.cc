@@ -62,7 +62,12 @@ struct RequestGroup {
 
 // The v1beta1 object of one base request, as the tree the state stores (compact, keys sorted).
 // The file's text is printed from it (ContentOf), so what start restores from the stored tree is
-// what prepare wrote, byte for byte.
+// what prepare wrote, byte for byte. Its numbers are attribute values of resource.k8s.io's
+// DeviceAttribute ("int" an int64, "ints" a list of them: topodra's CPU counts and NUMA nodes, a
+// slice's published ints; the other kinds strings and bools), never a float. Keep it so: the
+// state's fast decoder (state::canonical) accepts integers of at most 18 digits and no other
+// numbers, and one float or longer integer in a stored document would send every start through the
+// full parse of that state (still correct, the cost the fast decoder took away).
 json Document(const claims::Claim& claim, const std::string& driver, const RequestGroup& group,
               std::vector<std::string>* notes) {
   json requests = json::array();
@@ -119,17 +124,25 @@ bool HasMembers(const json& object, std::initializer_list<const char*> required,
 // attributes sorted by name as Go writes a map, which is how a json object keeps them), printed
 // directly rather than through an ordered copy of the tree: that copy of every attribute cost
 // more than the rest of a prepare's planning. The caller puts the head and the version before it
-// (the two versions of the file differ only there). Nothing when `doc` is not Document's shape.
+// (the two versions of the file differ only there). kChecked refuses (nullopt) a `doc` not of
+// Document's shape: a stored document is read with it. Unchecked (the planner, printing the tree
+// Document has just built) skips the member-set and type checks, which were a tenth of a prepare's
+// metadata planning; it still gives nullopt rather than dereference a missing string member.
+template <bool kChecked>
 std::optional<std::string> DocumentAfterVersion(const json& doc) {
-  if (!HasMembers(doc, {"kind", "apiVersion", "metadata", "requests"}, {"podClaimName"})) {
-    return std::nullopt;
+  if constexpr (kChecked) {
+    if (!HasMembers(doc, {"kind", "apiVersion", "metadata", "requests"}, {"podClaimName"})) {
+      return std::nullopt;
+    }
   }
   const json& meta = doc["metadata"];
   const json& requests = doc["requests"];
   const json* pod_claim_name = StringMember(doc, "podClaimName");
-  if (!HasMembers(meta, {"name", "namespace", "uid", "generation"}) || !requests.is_array() ||
-      (doc.contains("podClaimName") && pod_claim_name == nullptr) || meta["generation"] != 1) {
-    return std::nullopt;
+  if constexpr (kChecked) {
+    if (!HasMembers(meta, {"name", "namespace", "uid", "generation"}) || !requests.is_array() ||
+        (doc.contains("podClaimName") && pod_claim_name == nullptr) || meta["generation"] != 1) {
+      return std::nullopt;
+    }
   }
   const json* name = StringMember(meta, "name");
   const json* ns = StringMember(meta, "namespace");
@@ -151,17 +164,23 @@ std::optional<std::string> DocumentAfterVersion(const json& doc) {
   if (requests.empty()) out += "[]";
   for (size_t i = 0; i < requests.size(); ++i) {
     const json& request = requests[i];
-    if (!HasMembers(request, {"name", "devices"})) return std::nullopt;
+    if constexpr (kChecked) {
+      if (!HasMembers(request, {"name", "devices"}) || !request["devices"].is_array()) {
+        return std::nullopt;
+      }
+    }
     const json* request_name = StringMember(request, "name");
     const json& devices = request["devices"];
-    if (request_name == nullptr || !devices.is_array()) return std::nullopt;
+    if (request_name == nullptr) return std::nullopt;
     out += i == 0 ? "[\n    {\n      \"name\": " : ",\n    {\n      \"name\": ";
     AppendQuoted(&out, *request_name);
     out += ",\n      \"devices\": ";
     if (devices.empty()) out += "[]";
     for (size_t j = 0; j < devices.size(); ++j) {
       const json& d = devices[j];
-      if (!HasMembers(d, {"driver", "pool", "name"}, {"attributes"})) return std::nullopt;
+      if constexpr (kChecked) {
+        if (!HasMembers(d, {"driver", "pool", "name"}, {"attributes"})) return std::nullopt;
+      }
       const json* driver = StringMember(d, "driver");
       const json* pool = StringMember(d, "pool");
       const json* device_name = StringMember(d, "name");
@@ -334,7 +353,12 @@ absl::StatusOr<DeviceMetadataPlan> PlanDeviceMetadata(const claims::Claim& claim
     f.request = g.base;
     f.host_path = MetadataHostPath(root, claim.namespace_name, claim.name, g.base);
     f.document = Document(claim, driver, g, &plan.notes);
-    f.content = BothVersions(*DocumentAfterVersion(f.document));
+    std::optional<std::string> after = DocumentAfterVersion</*kChecked=*/false>(f.document);
+    if (!after) {
+      return absl::InternalError(
+          absl::StrCat(who, ": the device metadata of request \"", g.base, "\" cannot be printed"));
+    }
+    f.content = BothVersions(*after);
     f.cdi_file = MetadataCdiFileName(driver, claim.uid, g.base);
     f.cdi_spec.cdi_version = kMetadataCdiVersion;
     f.cdi_spec.kind = MetadataCdiKind(driver);
@@ -364,23 +388,47 @@ std::optional<std::string> MetadataContentOf(const json& document) {
       document.value("apiVersion", json()) != kMetadataApiV1beta1) {
     return std::nullopt;
   }
-  std::optional<std::string> after = DocumentAfterVersion(document);
+  std::optional<std::string> after = DocumentAfterVersion</*kChecked=*/true>(document);
   if (!after) return std::nullopt;
   return BothVersions(*after);
 }
 
+namespace {
+
+// One stored file without its content or document.
+json StoredFileHead(const MetadataFile& f) {
+  return {{"request", f.request},
+          {"hostPath", f.host_path},
+          {"cdiFile", f.cdi_file},
+          {"cdiSpec", cdi::ToJson(f.cdi_spec)},
+          {"cdiId", f.cdi_id}};
+}
+
+}  // namespace
+
 json MetadataFilesToJson(const std::vector<MetadataFile>& files) {
   json out = json::array();
   for (const MetadataFile& f : files) {
-    json e = {{"request", f.request},
-              {"hostPath", f.host_path},
-              {"cdiFile", f.cdi_file},
-              {"cdiSpec", cdi::ToJson(f.cdi_spec)},
-              {"cdiId", f.cdi_id}};
+    json e = StoredFileHead(f);
     if (f.document.is_null()) {
       e["content"] = f.content;
     } else {
       e["document"] = f.document;
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+json MetadataFilesToJson(std::vector<MetadataFile>* files) {
+  json out = json::array();
+  for (MetadataFile& f : *files) {
+    json e = StoredFileHead(f);
+    if (f.document.is_null()) {
+      e["content"] = f.content;
+    } else {
+      e["document"] = std::move(f.document);
+      f.document = nullptr;
     }
     out.push_back(std::move(e));
   }

@@ -343,6 +343,8 @@ TEST(PlanDeviceMetadata, TheTextIsBothDocumentsAsPrintedInFull) {
     EXPECT_EQ(o["requests"][0]["devices"][0]["attributes"]["dra.cpu/model"]["string"],
               "bad \xef\xbf\xbd end");
   }
+  // The stored document keeps the replacement, so start prints the same text.
+  EXPECT_EQ(ContentFromState(bad->files[0]), bad->files[0].content);
 }
 
 // A random JSON value of the kinds a published attribute may carry (and some it may not).
@@ -589,10 +591,14 @@ TEST(PlanClaimDeviceMetadata, CpuAndGpuClaimsGetAFileAndACdiIdPerRequest) {
   EXPECT_EQ(first["dra.cpu/numaNodes"], json({{"ints", {1, 2}}}));
   EXPECT_EQ(first["resource.kubernetes.io/numaNode"], json({{"int", 1}}));  // as published
   EXPECT_EQ(first["dra.cpu/numCPUs"], json({{"int", 16}}));
-  // The journal keeps what start restores.
+  // The journal keeps what start restores: the planner moved each document into it.
   absl::StatusOr<std::vector<MetadataFile>> stored =
       MetadataFilesFromJson(on->allocation.cdi.Parse()["metadata"]);
   ASSERT_TRUE(stored.ok()) << stored.status();
+  for (MetadataFile& f : *stored) {
+    EXPECT_TRUE(f.document.is_object());
+    f.document = nullptr;
+  }
   EXPECT_EQ(*stored, on->metadata);
   // The CDI specs as printed by the planner: what SpecStore::Write would have written.
   ExpectWrittenAsSpecStoreWrites(*on);
