@@ -359,7 +359,12 @@ absl::Status StateStore::Rewrite(const State& state) {
   const uint64_t seq = next_seq_;
   // Every allocation, those still being prepared too: the journal that had them goes.
   if (absl::Status st = Checkpoint(path_).Save(state, seq, /*prepared_only=*/false); !st.ok()) {
-    return absl::Status(st.code(), absl::StrCat("rewrite the snapshot: ", st.message()));
+    return absl::Status(st.code(),
+                        absl::StrCat("the upgrade's one-time rewrite of the snapshot as version ",
+                                     kCheckpointVersion,
+                                     " (needs free space about the size of the "
+                                     "snapshot): ",
+                                     st.message()));
   }
   if (::ftruncate(fd_, 0) != 0 || ::fdatasync(fd_) != 0) {
     return ErrnoStatus(errno, "empty journal", journal_path());
