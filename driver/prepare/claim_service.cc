@@ -84,7 +84,7 @@ absl::Status AddStoredMetadata(const json& cdi, std::map<std::string, std::strin
     const json& e = list[i];
     const std::string at = absl::StrCat("[", i, "]");
     if (!e.is_object()) return bad(at + " is not an object");
-    for (const char* key : {"request", "hostPath", "content", "cdiFile", "cdiId"}) {
+    for (const char* key : {"request", "hostPath", "cdiFile", "cdiId"}) {
       const auto it = e.find(key);
       if (it == e.end() || !it->is_string()) {
         return bad(absl::StrCat(at, ".", key, " is not a string"));
@@ -97,8 +97,10 @@ absl::Status AddStoredMetadata(const json& cdi, std::map<std::string, std::strin
     if (!absl::StartsWith(host_path, "/") || cdi_file.empty()) {
       return bad(at + ": hostPath must be absolute and cdiFile set");
     }
+    absl::StatusOr<std::string> content = StoredMetadataContent(e);
+    if (!content.ok()) return bad(absl::StrCat(at, ".", content.status().message()));
     (*specs)[cdi_file] = spec->dump(-1, ' ', false, json::error_handler_t::replace);
-    (*host_files)[host_path] = e["content"].get<std::string>();
+    (*host_files)[host_path] = *std::move(content);
   }
   return absl::OkStatus();
 }
@@ -129,23 +131,36 @@ StoredCdi AddStoredCdiText(absl::string_view text, std::map<std::string, std::st
   }
   for (absl::string_view entry : entries) {
     if (!state::canonical::ObjectMembers(entry, &members)) return StoredCdi::kParse;
-    absl::string_view host_path, cdi_file, cdi_spec, content;
+    absl::string_view host_path, cdi_file, cdi_spec, content, document;
     int strings = 0;
     for (const auto& [key, value] : members) {
       const bool is_string = value.front() == '"';
       if (key == "cdiSpec") cdi_spec = value;
-      if (key == "request" || key == "cdiId" || key == "content") strings += is_string ? 1 : 0;
+      if (key == "request" || key == "cdiId") strings += is_string ? 1 : 0;
       if (key == "content") content = value;
+      if (key == "document") document = value;
       if (key == "hostPath" && state::canonical::PlainString(value, &host_path)) ++strings;
       if (key == "cdiFile" && state::canonical::PlainString(value, &cdi_file)) ++strings;
     }
-    std::string unescaped;
-    if (strings != 5 || cdi_spec.empty() || !absl::StartsWith(host_path, "/") || cdi_file.empty() ||
-        !state::canonical::UnescapedString(content, &unescaped)) {
+    if (strings != 4 || cdi_spec.empty() || !absl::StartsWith(host_path, "/") || cdi_file.empty() ||
+        content.empty() == document.empty()) {
       return StoredCdi::kParse;
     }
+    // A record of state version 4 keeps the file's v1beta1 object (its text is printed from it),
+    // an older one the text itself.
+    std::string text;
+    if (!content.empty()) {
+      if (content.front() != '"' || !state::canonical::UnescapedString(content, &text)) {
+        return StoredCdi::kParse;
+      }
+    } else {
+      const json doc = json::parse(document, nullptr, /*allow_exceptions=*/false);
+      std::optional<std::string> printed = MetadataContentOf(doc);
+      if (!printed) return StoredCdi::kParse;
+      text = *std::move(printed);
+    }
     more_specs.emplace_back(std::string(cdi_file), std::string(cdi_spec));
-    more_files.emplace_back(std::string(host_path), std::move(unescaped));
+    more_files.emplace_back(std::string(host_path), std::move(text));
   }
   for (auto& [name, text_of] : more_specs) (*specs)[name] = std::move(text_of);
   for (auto& [path, content] : more_files) (*host_files)[path] = std::move(content);

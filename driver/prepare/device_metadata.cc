@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -36,8 +37,8 @@ std::string Dump(const json& j) {
   return j.dump(2, ' ', false, nlohmann::detail::error_handler_t::replace);
 }
 
-void AppendQuoted(std::string* out, const std::string& s) {
-  out->append(json(s).dump(-1, ' ', false, nlohmann::detail::error_handler_t::replace));
+void AppendQuoted(std::string* out, const json& s) {
+  out->append(s.dump(-1, ' ', false, nlohmann::detail::error_handler_t::replace));
 }
 
 // `j` as Dump prints it, as the value of a key whose object's members are indented by `indent`
@@ -59,61 +60,152 @@ struct RequestGroup {
   std::vector<std::pair<std::string, std::vector<const MetadataDevice*>>> requests;
 };
 
-// The document as nlohmann prints an ordered_json with an indent of 2 (Go's order: the fixed
-// members in the KEP's order, the attributes sorted by name as Go writes a map, which is how a
-// json object keeps them), printed directly rather than built as a tree and printed: the tree of
-// every attribute copied into an ordered_json and printed cost more than the rest of a prepare's
-// planning. Everything after the apiVersion's value: the caller puts the head and the version
-// before it (the two versions of the file differ only there).
-std::string DocumentAfterVersion(const claims::Claim& claim, const std::string& driver,
-                                 const RequestGroup& group, std::vector<std::string>* notes) {
-  std::string out = "\",\n  \"metadata\": {\n    \"name\": ";
-  AppendQuoted(&out, claim.name);
-  out += ",\n    \"namespace\": ";
-  AppendQuoted(&out, claim.namespace_name);
-  out += ",\n    \"uid\": ";
-  AppendQuoted(&out, claim.uid);
-  out += ",\n    \"generation\": 1\n  },\n";
-  if (!claim.pod_claim_name.empty()) {
-    out += "  \"podClaimName\": ";
-    AppendQuoted(&out, claim.pod_claim_name);
-    out += ",\n";
-  }
-  out += "  \"requests\": ";
-  if (group.requests.empty()) out += "[]";
-  for (size_t i = 0; i < group.requests.size(); ++i) {
-    const auto& [name, devices] = group.requests[i];
-    out += i == 0 ? "[\n    {\n      \"name\": " : ",\n    {\n      \"name\": ";
-    AppendQuoted(&out, name);
-    out += ",\n      \"devices\": ";
-    if (devices.empty()) out += "[]";
-    for (size_t j = 0; j < devices.size(); ++j) {
-      const MetadataDevice* d = devices[j];
+// The v1beta1 object of one base request, as the tree the state stores (compact, keys sorted).
+// The file's text is printed from it (ContentOf), so what start restores from the stored tree is
+// what prepare wrote, byte for byte. Its numbers are attribute values of resource.k8s.io's
+// DeviceAttribute ("int" an int64, "ints" a list of them: topodra's CPU counts and NUMA nodes, a
+// slice's published ints; the other kinds strings and bools), never a float. Keep it so: the
+// state's fast decoder (state::canonical) accepts integers of at most 18 digits and no other
+// numbers, and one float or longer integer in a stored document would send every start through the
+// full parse of that state (still correct, the cost the fast decoder took away).
+json Document(const claims::Claim& claim, const std::string& driver, const RequestGroup& group,
+              std::vector<std::string>* notes) {
+  json requests = json::array();
+  for (const auto& [name, devices] : group.requests) {
+    json list = json::array();
+    for (const MetadataDevice* d : devices) {
       std::vector<std::string> dropped;
-      const json attributes = MetadataAttributes(driver, d->decided, d->published, &dropped);
+      json attributes = MetadataAttributes(driver, d->decided, d->published, &dropped);
       if (notes != nullptr && !dropped.empty()) {
         notes->push_back(absl::StrCat(
             "request \"", name, "\" device \"", d->name, "\": ", dropped.size(),
             " attribute(s) left out of the device metadata (at most ", kMaxMetadataAttributes,
             " attributes and ", kMaxMetadataValues, " values): ", absl::StrJoin(dropped, ", ")));
       }
+      json device = {{"driver", driver}, {"pool", d->pool}, {"name", d->name}};
+      if (!attributes.empty()) device["attributes"] = std::move(attributes);
+      list.push_back(std::move(device));
+    }
+    requests.push_back({{"name", name}, {"devices", std::move(list)}});
+  }
+  json doc = {{"kind", "DeviceMetadata"},
+              {"apiVersion", kMetadataApiV1beta1},
+              {"metadata",
+               {{"name", claim.name},
+                {"namespace", claim.namespace_name},
+                {"uid", claim.uid},
+                {"generation", 1}}},
+              {"requests", std::move(requests)}};
+  if (!claim.pod_claim_name.empty()) doc["podClaimName"] = claim.pod_claim_name;
+  return doc;
+}
+
+// The string member `key` of `object`, or nullptr.
+const json* StringMember(const json& object, const char* key) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_string() ? &*it : nullptr;
+}
+
+// True when `object` has exactly the members `required` plus any of `optional`.
+bool HasMembers(const json& object, std::initializer_list<const char*> required,
+                std::initializer_list<const char*> optional = {}) {
+  if (!object.is_object()) return false;
+  size_t found = 0;
+  for (const char* key : required) {
+    if (!object.contains(key)) return false;
+    ++found;
+  }
+  for (const char* key : optional) found += object.contains(key) ? 1 : 0;
+  return found == object.size();
+}
+
+// Everything of the printed document after the apiVersion's value, as nlohmann prints an
+// ordered_json with an indent of 2 in Go's order (the fixed members in the KEP's order, the
+// attributes sorted by name as Go writes a map, which is how a json object keeps them), printed
+// directly rather than through an ordered copy of the tree: that copy of every attribute cost
+// more than the rest of a prepare's planning. The caller puts the head and the version before it
+// (the two versions of the file differ only there). kChecked refuses (nullopt) a `doc` not of
+// Document's shape: a stored document is read with it. Unchecked (the planner, printing the tree
+// Document has just built) skips the member-set and type checks, which were a tenth of a prepare's
+// metadata planning; it still gives nullopt rather than dereference a missing string member.
+template <bool kChecked>
+std::optional<std::string> DocumentAfterVersion(const json& doc) {
+  if constexpr (kChecked) {
+    if (!HasMembers(doc, {"kind", "apiVersion", "metadata", "requests"}, {"podClaimName"})) {
+      return std::nullopt;
+    }
+  }
+  const json& meta = doc["metadata"];
+  const json& requests = doc["requests"];
+  const json* pod_claim_name = StringMember(doc, "podClaimName");
+  if constexpr (kChecked) {
+    if (!HasMembers(meta, {"name", "namespace", "uid", "generation"}) || !requests.is_array() ||
+        (doc.contains("podClaimName") && pod_claim_name == nullptr) || meta["generation"] != 1) {
+      return std::nullopt;
+    }
+  }
+  const json* name = StringMember(meta, "name");
+  const json* ns = StringMember(meta, "namespace");
+  const json* uid = StringMember(meta, "uid");
+  if (name == nullptr || ns == nullptr || uid == nullptr) return std::nullopt;
+  std::string out = "\",\n  \"metadata\": {\n    \"name\": ";
+  AppendQuoted(&out, *name);
+  out += ",\n    \"namespace\": ";
+  AppendQuoted(&out, *ns);
+  out += ",\n    \"uid\": ";
+  AppendQuoted(&out, *uid);
+  out += ",\n    \"generation\": 1\n  },\n";
+  if (pod_claim_name != nullptr) {
+    out += "  \"podClaimName\": ";
+    AppendQuoted(&out, *pod_claim_name);
+    out += ",\n";
+  }
+  out += "  \"requests\": ";
+  if (requests.empty()) out += "[]";
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const json& request = requests[i];
+    if constexpr (kChecked) {
+      if (!HasMembers(request, {"name", "devices"}) || !request["devices"].is_array()) {
+        return std::nullopt;
+      }
+    }
+    const json* request_name = StringMember(request, "name");
+    const json& devices = request["devices"];
+    if (request_name == nullptr) return std::nullopt;
+    out += i == 0 ? "[\n    {\n      \"name\": " : ",\n    {\n      \"name\": ";
+    AppendQuoted(&out, *request_name);
+    out += ",\n      \"devices\": ";
+    if (devices.empty()) out += "[]";
+    for (size_t j = 0; j < devices.size(); ++j) {
+      const json& d = devices[j];
+      if constexpr (kChecked) {
+        if (!HasMembers(d, {"driver", "pool", "name"}, {"attributes"})) return std::nullopt;
+      }
+      const json* driver = StringMember(d, "driver");
+      const json* pool = StringMember(d, "pool");
+      const json* device_name = StringMember(d, "name");
+      const auto attributes = d.find("attributes");
+      if (driver == nullptr || pool == nullptr || device_name == nullptr ||
+          (attributes != d.end() && !attributes->is_object())) {
+        return std::nullopt;
+      }
       out +=
           j == 0 ? "[\n        {\n          \"driver\": " : ",\n        {\n          \"driver\": ";
-      AppendQuoted(&out, driver);
+      AppendQuoted(&out, *driver);
       out += ",\n          \"pool\": ";
-      AppendQuoted(&out, d->pool);
+      AppendQuoted(&out, *pool);
       out += ",\n          \"name\": ";
-      AppendQuoted(&out, d->name);
-      if (!attributes.empty()) {
+      AppendQuoted(&out, *device_name);
+      if (attributes != d.end()) {
         out += ",\n          \"attributes\": ";
-        AppendIndented(&out, attributes, 10);
+        AppendIndented(&out, *attributes, 10);
       }
       out += "\n        }";
     }
     if (!devices.empty()) out += "\n      ]";
     out += "\n    }";
   }
-  if (!group.requests.empty()) out += "\n  ]";
+  if (!requests.empty()) out += "\n  ]";
   out += "\n}";
   return out;
 }
@@ -260,7 +352,13 @@ absl::StatusOr<DeviceMetadataPlan> PlanDeviceMetadata(const claims::Claim& claim
     MetadataFile f;
     f.request = g.base;
     f.host_path = MetadataHostPath(root, claim.namespace_name, claim.name, g.base);
-    f.content = BothVersions(DocumentAfterVersion(claim, driver, g, &plan.notes));
+    f.document = Document(claim, driver, g, &plan.notes);
+    std::optional<std::string> after = DocumentAfterVersion</*kChecked=*/false>(f.document);
+    if (!after) {
+      return absl::InternalError(
+          absl::StrCat(who, ": the device metadata of request \"", g.base, "\" cannot be printed"));
+    }
+    f.content = BothVersions(*after);
     f.cdi_file = MetadataCdiFileName(driver, claim.uid, g.base);
     f.cdi_spec.cdi_version = kMetadataCdiVersion;
     f.cdi_spec.kind = MetadataCdiKind(driver);
@@ -285,15 +383,54 @@ absl::StatusOr<DeviceMetadataPlan> PlanDeviceMetadata(const claims::Claim& claim
   return plan;
 }
 
+std::optional<std::string> MetadataContentOf(const json& document) {
+  if (!document.is_object() || document.value("kind", json()) != "DeviceMetadata" ||
+      document.value("apiVersion", json()) != kMetadataApiV1beta1) {
+    return std::nullopt;
+  }
+  std::optional<std::string> after = DocumentAfterVersion</*kChecked=*/true>(document);
+  if (!after) return std::nullopt;
+  return BothVersions(*after);
+}
+
+namespace {
+
+// One stored file without its content or document.
+json StoredFileHead(const MetadataFile& f) {
+  return {{"request", f.request},
+          {"hostPath", f.host_path},
+          {"cdiFile", f.cdi_file},
+          {"cdiSpec", cdi::ToJson(f.cdi_spec)},
+          {"cdiId", f.cdi_id}};
+}
+
+}  // namespace
+
 json MetadataFilesToJson(const std::vector<MetadataFile>& files) {
   json out = json::array();
   for (const MetadataFile& f : files) {
-    out.push_back({{"request", f.request},
-                   {"hostPath", f.host_path},
-                   {"content", f.content},
-                   {"cdiFile", f.cdi_file},
-                   {"cdiSpec", cdi::ToJson(f.cdi_spec)},
-                   {"cdiId", f.cdi_id}});
+    json e = StoredFileHead(f);
+    if (f.document.is_null()) {
+      e["content"] = f.content;
+    } else {
+      e["document"] = f.document;
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+json MetadataFilesToJson(std::vector<MetadataFile>* files) {
+  json out = json::array();
+  for (MetadataFile& f : *files) {
+    json e = StoredFileHead(f);
+    if (f.document.is_null()) {
+      e["content"] = f.content;
+    } else {
+      e["document"] = std::move(f.document);
+      f.document = nullptr;
+    }
+    out.push_back(std::move(e));
   }
   return out;
 }
@@ -311,7 +448,6 @@ absl::StatusOr<std::vector<MetadataFile>> MetadataFilesFromJson(const json& j) {
     MetadataFile f;
     for (auto [key, to] : {std::pair<const char*, std::string*>{"request", &f.request},
                            {"hostPath", &f.host_path},
-                           {"content", &f.content},
                            {"cdiFile", &f.cdi_file},
                            {"cdiId", &f.cdi_id}}) {
       auto it = e.find(key);
@@ -319,6 +455,10 @@ absl::StatusOr<std::vector<MetadataFile>> MetadataFilesFromJson(const json& j) {
         return bad(absl::StrCat(at, ".", key, " is not a string"));
       *to = it->get<std::string>();
     }
+    absl::StatusOr<std::string> content = StoredMetadataContent(e);
+    if (!content.ok()) return bad(absl::StrCat(at, ".", content.status().message()));
+    f.content = *std::move(content);
+    if (const auto doc = e.find("document"); doc != e.end()) f.document = *doc;
     auto spec = e.find("cdiSpec");
     if (spec == e.end()) return bad(at + ".cdiSpec is missing");
     absl::StatusOr<cdi::Spec> s = cdi::FromJson(spec->dump());
@@ -330,6 +470,24 @@ absl::StatusOr<std::vector<MetadataFile>> MetadataFilesFromJson(const json& j) {
     out.push_back(std::move(f));
   }
   return out;
+}
+
+absl::StatusOr<std::string> StoredMetadataContent(const json& entry) {
+  const auto content = entry.find("content");
+  const auto document = entry.find("document");
+  if ((content == entry.end()) == (document == entry.end())) {
+    return absl::DataLossError("holds neither or both of \"content\" and \"document\"");
+  }
+  if (content != entry.end()) {
+    if (!content->is_string()) return absl::DataLossError("content is not a string");
+    return content->get<std::string>();
+  }
+  std::optional<std::string> printed = MetadataContentOf(*document);
+  if (!printed) {
+    return absl::DataLossError(
+        absl::StrCat("document is not a ", kMetadataApiV1beta1, " DeviceMetadata as written"));
+  }
+  return *std::move(printed);
 }
 
 }  // namespace topodra::prepare

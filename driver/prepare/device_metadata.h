@@ -16,6 +16,7 @@
 //              v1alpha1, each pretty-printed and followed by "\n"
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -72,8 +73,13 @@ struct MetadataDevice {
 struct MetadataFile {
   std::string request;    // base request name
   std::string host_path;  // absolute
-  std::string content;    // the JSON stream
-  std::string cdi_file;   // in the CDI directory
+  std::string content;    // the JSON stream, printed from `document`
+  // The v1beta1 object `content` is printed from (MetadataContentOf): what the state keeps in
+  // place of the text since state version 4. Null for a file read from an older state record,
+  // which keeps the `content` it was written with, and in a Plan once PlanClaim has moved it
+  // into the allocation's stored "cdi".
+  nlohmann::json document;
+  std::string cdi_file;  // in the CDI directory
   cdi::Spec cdi_spec;
   std::string cdi_id;  // "<driver>/metadata=<claimUID>_<request>"
   bool operator==(const MetadataFile&) const = default;
@@ -127,8 +133,24 @@ absl::StatusOr<DeviceMetadataPlan> PlanDeviceMetadata(const claims::Claim& claim
                                                       const std::string& root,
                                                       const std::vector<MetadataDevice>& devices);
 
+// The file's text printed from its v1beta1 object: that object pretty-printed in the KEP's member
+// order, then the same as v1alpha1, each followed by "\n"; exactly what PlanDeviceMetadata wrote
+// for a document it made. nullopt for a value not of that shape (its members, their types,
+// generation 1).
+std::optional<std::string> MetadataContentOf(const nlohmann::json& document);
+
 // The stored form of the files (the allocation's "cdi" JSON keeps it under "metadata"), and back.
+// Each file is {"request", "hostPath", "document", "cdiFile", "cdiSpec", "cdiId"}, "document" the
+// v1beta1 object compact (state version 4), or with "content", the file's text, in its place (a
+// file with no document: written by an older topodra, kept as it was).
 nlohmann::json MetadataFilesToJson(const std::vector<MetadataFile>& files);
+// The same, moving each file's document into the result (left null in `files`) instead of
+// copying it: the planner stores the documents it has just built and reads them no more (the
+// copy was a tenth of a prepare's planning).
+nlohmann::json MetadataFilesToJson(std::vector<MetadataFile>* files);
 absl::StatusOr<std::vector<MetadataFile>> MetadataFilesFromJson(const nlohmann::json& j);
+// The host file's text of one stored file: its "content", or printed from its "document"
+// (DataLoss naming what is wrong, without the entry's position, for anything else).
+absl::StatusOr<std::string> StoredMetadataContent(const nlohmann::json& entry);
 
 }  // namespace topodra::prepare

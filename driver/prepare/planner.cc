@@ -482,7 +482,7 @@ absl::StatusOr<Plan> PlanClaim(const claims::Claim& claim, const DriverSetup& se
     if (!plan->cdi_spec.devices.empty()) plan->cdi_text = cdi::JsonTextOf(spec);  // validated
     json cdi = {{"file", plan->cdi_file}, {"spec", std::move(spec)}};
     if (!plan->metadata.empty()) {
-      json metadata = MetadataFilesToJson(plan->metadata);
+      json metadata = MetadataFilesToJson(&plan->metadata);  // documents moved, not copied
       // PlanDeviceMetadata validated each spec, so its cdiVersion is one SpecStore::Write keeps:
       // the text printed from the stored document is the one it would write.
       for (const json& m : metadata) {

@@ -15,10 +15,13 @@
 
 namespace topodra::state {
 
-// Version of the checkpoint format this build writes. It reads this one, version 2 (before
-// NUMA memory: no allocation "mems") and version 1 (before reservations: no "reservations", no
-// allocation "reservation").
-inline constexpr int kCheckpointVersion = 3;
+// Version of the checkpoint format this build writes. It reads this one, version 3 (the same
+// fields; a claim's device metadata files stored with their text, "content", where version 4
+// stores the object it is printed from, "document": the allocation's "cdi" value is opaque here,
+// and its reader, prepare::MetadataFilesFromJson, takes both), version 2 (before NUMA memory: no
+// allocation "mems") and version 1 (before reservations: no "reservations", no allocation
+// "reservation"). A topodra that reads up to 3 refuses a version 4 file ("unknown version").
+inline constexpr int kCheckpointVersion = 4;
 inline constexpr int kOldestCheckpointVersion = 1;
 // A node holds at most a few thousand allocations; anything far larger is not ours.
 inline constexpr std::size_t kMaxCheckpointBytes = 64 << 20;
@@ -32,12 +35,12 @@ std::string CanonicalText(const nlohmann::json& payload);
 // 8 lowercase hex digits of Crc32c(CanonicalText(payload)).
 std::string ChecksumOf(const nlohmann::json& payload);
 
-// The file format, pure: {"version": 3, "checksum": "<hex>", "payload": {"allocations": [...],
+// The file format, pure: {"version": 4, "checksum": "<hex>", "payload": {"allocations": [...],
 // "reservations": [...], "seq": N}}. `seq` (written when not 0) records the last journal record a
 // StateStore snapshot covers; prepared_only leaves out allocations still being prepared
 // (reservations are always written).
 std::string EncodeCheckpoint(const State& state, uint64_t seq = 0, bool prepared_only = false);
-// Strict inverse of EncodeCheckpoint, for version 1 to 3 files. DataLoss for anything corrupt
+// Strict inverse of EncodeCheckpoint, for version 1 to 4 files. DataLoss for anything corrupt
 // (bad JSON, checksum mismatch, bad field, duplicate owner or holder, duplicate reservation uid,
 // overlapping reservations), FailedPrecondition for an unknown version.
 // Messages do not name a file; Checkpoint::Load adds that.

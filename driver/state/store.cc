@@ -328,7 +328,51 @@ absl::StatusOr<StateStore::Opened> StateStore::Open(const std::string& path,
     return st;
   }
   out.store.reset(new StateStore(path, fd, seq, records, static_cast<int64_t>(good_end)));
+  // Journal records carry no version: once this build has appended to a journal behind an older
+  // snapshot (or none), an older topodra would load records it cannot read (a claim's device
+  // metadata kept as its object since version 4) instead of refusing the state. Rewritten first,
+  // the snapshot is this version's, which an older topodra refuses.
+  if (!IsCurrentVersionSnapshot(path)) {
+    if (absl::Status st = out.store->Rewrite(out.loaded); !st.ok()) return st;
+  }
   return out;
+}
+
+bool StateStore::IsCurrentVersionSnapshot(const std::string& path) {
+  // Save's layout ends the file with the version ({"checksum":..,"payload":..,"version":N}); a
+  // file of any other layout is rewritten, which is always allowed.
+  const std::string tail = absl::StrCat(",\"version\":", kCheckpointVersion, "}\n");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  struct stat st;
+  std::string got(tail.size(), '\0');
+  const bool ok =
+      ::fstat(fd, &st) == 0 && st.st_size >= static_cast<off_t>(tail.size()) &&
+      ::pread(fd, got.data(), got.size(), st.st_size - static_cast<off_t>(tail.size())) ==
+          static_cast<ssize_t>(tail.size());
+  ::close(fd);
+  return ok && got == tail;
+}
+
+absl::Status StateStore::Rewrite(const State& state) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t seq = next_seq_;
+  // Every allocation, those still being prepared too: the journal that had them goes.
+  if (absl::Status st = Checkpoint(path_).Save(state, seq, /*prepared_only=*/false); !st.ok()) {
+    return absl::Status(st.code(),
+                        absl::StrCat("the upgrade's one-time rewrite of the snapshot as version ",
+                                     kCheckpointVersion,
+                                     " (needs free space about the size of the "
+                                     "snapshot): ",
+                                     st.message()));
+  }
+  if (::ftruncate(fd_, 0) != 0 || ::fdatasync(fd_) != 0) {
+    return ErrnoStatus(errno, "empty journal", journal_path());
+  }
+  records_ = 0;
+  bytes_ = 0;
+  synced_seq_ = written_seq_ = seq;
+  return absl::OkStatus();
 }
 
 absl::Status StateStore::Append(const json& body_without_seq) {

@@ -106,6 +106,11 @@ class StateStore : public Journal {
   int64_t records() const;
 
  private:
+  // Whether `path` is a snapshot of kCheckpointVersion in Save's layout.
+  static bool IsCurrentVersionSnapshot(const std::string& path);
+  // Writes `state` whole (allocations being prepared too) as the snapshot, then empties the
+  // journal: Open's upgrade of an older state.
+  absl::Status Rewrite(const State& state);
   StateStore(std::string path, int fd, uint64_t seq, int64_t records, int64_t bytes);
   absl::Status Append(const nlohmann::json& body);
   // Appends the record `open` + ',"seq":N}' (the text of its JSON object, without its closing

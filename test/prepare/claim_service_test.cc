@@ -27,6 +27,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "driver/prepare/device_metadata.h"
+#include "driver/state/store.h"
 #include "test/prepare/prepare_testing.h"
 
 namespace topodra::prepare {
@@ -1553,6 +1555,92 @@ TEST_F(ClaimServiceMetadataTest, ReplayAndStartRestoreTheFilesAndRemoveLeftovers
   r = service().ReconcileCdi();
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->written + r->removed, 0);
+}
+
+// A state written by a topodra of state version 3, whose records keep each metadata file's text
+// ("content") where version 4 keeps its object ("document"): a snapshot holding one claim and a
+// journal record putting another. Start restores both claims' files from the stored text as it
+// is and rewrites the snapshot as version 4 with the records unchanged (StateStore::Open), and
+// the files stay the same through a compaction, another start and the unprepare.
+TEST_F(ClaimServiceMetadataTest, AVersion3StateStartsRestoresAndIsRewrittenAsVersion4) {
+  const topology::Topology& topo = Load(k16);
+  const DriverSetup setup = MetadataSetup(topo);
+  Start(setup, topo);
+  const ClaimRef r1 = Add("default", "r1", "uid-r1", {Result("cpus", kNuma0, "2")});
+  const ClaimRef r2 = Add("default", "r2", "uid-r2", {Result("cpus", kNuma0, "2")});
+  PrepareOk(r1);
+  PrepareOk(r2);
+  auto contents = [&](const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  };
+  const std::string content1 = contents(HostFile("r1"));
+  const std::string content2 = contents(HostFile("r2"));
+  ASSERT_FALSE(content1.empty());
+  // Each claim's record as version 3 wrote it: the text in place of the object.
+  auto as_version3 = [&](const ClaimRef& ref) {
+    state::Allocation a = *Held(kCpuDriver, ref.uid);
+    json cdi = a.cdi.Parse();
+    for (json& f : cdi["metadata"]) {
+      EXPECT_TRUE(f.contains("document"));
+      f["content"] = *MetadataContentOf(f["document"]);
+      f.erase("document");
+    }
+    a.cdi = cdi;
+    return a;
+  };
+  const state::Allocation old1 = as_version3(r1);
+  const state::Allocation old2 = as_version3(r2);
+  services_.clear();
+  ledger_.reset();
+  const std::string path = dir_ + "/state/checkpoint.json";
+  std::filesystem::remove(path);
+  std::filesystem::remove(path + ".journal");
+  {
+    absl::StatusOr<state::StateStore::Opened> fresh = state::StateStore::Open(path);
+    ASSERT_TRUE(fresh.ok()) << fresh.status();
+    state::State first;
+    ASSERT_TRUE(first.Add(old1).ok());
+    ASSERT_TRUE(fresh->store->Put(old1).ok());
+    ASSERT_TRUE(fresh->store->Compact(first).ok());
+    ASSERT_TRUE(fresh->store->Put(old2).ok());
+  }
+  // The checksum covers the payload only: the snapshot is version 3's file.
+  std::string snapshot = contents(path);
+  ASSERT_TRUE(absl::EndsWith(snapshot, ",\"version\":4}\n")) << snapshot;
+  snapshot.replace(snapshot.size() - 3, 1, "3");
+  std::ofstream(path, std::ios::trunc) << snapshot;
+  std::filesystem::remove(HostFile("r1"));
+  std::ofstream(HostFile("r2"), std::ios::trunc) << "damaged";
+
+  Restart({{setup, k16}});
+  absl::StatusOr<ClaimService::Reconciled> r = service().ReconcileCdi();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->written, 2);
+  EXPECT_EQ(contents(HostFile("r1")), content1);
+  EXPECT_EQ(contents(HostFile("r2")), content2);
+  EXPECT_EQ(Held(kCpuDriver, "uid-r1")->cdi, old1.cdi);  // kept as it was
+  EXPECT_EQ(Held(kCpuDriver, "uid-r2")->cdi, old2.cdi);
+  EXPECT_TRUE(absl::EndsWith(contents(path), ",\"version\":4}\n"));
+  EXPECT_EQ(contents(path + ".journal"), "");
+  ASSERT_TRUE(store_->Compact(ledger_->Copy()).ok());
+  const std::string rewritten = contents(path);
+  EXPECT_TRUE(absl::EndsWith(rewritten, ",\"version\":4}\n"));
+  EXPECT_TRUE(absl::StrContains(rewritten, "\"content\":")) << rewritten;
+
+  Restart({{setup, k16}});
+  r = service().ReconcileCdi();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->written + r->removed, 0);
+  EXPECT_EQ(contents(HostFile("r1")), content1);
+  EXPECT_EQ(Held(kCpuDriver, "uid-r1")->cdi, old1.cdi);
+  UnprepareOk(r1);
+  EXPECT_FALSE(std::filesystem::exists(HostFile("r1")));
+  EXPECT_FALSE(CdiExists("dra.cpu_metadata_uid-r1_cpus.json"));
+  // Prepared again, the claim's record is version 4's, the file the same.
+  PrepareOk(r1);
+  EXPECT_EQ(contents(HostFile("r1")), content1);
+  EXPECT_FALSE(absl::StrContains(Held(kCpuDriver, "uid-r1")->cdi.text(), "\"content\""));
 }
 
 // The check DraDrivers starts after registering: the same repairs and removals as ReconcileCdi,

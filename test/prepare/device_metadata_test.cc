@@ -8,6 +8,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
+#include <limits>
+#include <random>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -16,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "cdi/spec_store.h"
 #include "common/file_io.h"
+#include "driver/state/state.h"
 
 #include "test/prepare/prepare_testing.h"
 
@@ -269,6 +273,18 @@ std::string PrintedInFull(const claims::Claim& claim, const std::string& request
   return out;
 }
 
+// The file's text as start restores it: its stored form through the state's compact text
+// (state::JsonText, as a record keeps it), parsed back, and printed from the document.
+std::string ContentFromState(const MetadataFile& f) {
+  EXPECT_FALSE(f.document.is_null());
+  const state::JsonText kept(MetadataFilesToJson({f}));
+  absl::StatusOr<std::vector<MetadataFile>> back = MetadataFilesFromJson(kept.Parse());
+  EXPECT_TRUE(back.ok()) << back.status();
+  if (!back.ok() || back->size() != 1) return "";
+  EXPECT_FALSE(kept.text().find("\"content\"") != std::string::npos) << kept.text();
+  return (*back)[0].content;
+}
+
 TEST(PlanDeviceMetadata, TheTextIsBothDocumentsAsPrintedInFull) {
   const json published = {
       {"numCPUs", {{"int", 16}}},
@@ -313,6 +329,7 @@ TEST(PlanDeviceMetadata, TheTextIsBothDocumentsAsPrintedInFull) {
     ASSERT_EQ(plan->files.size(), 1u);
     EXPECT_EQ(plan->files[0].content,
               PrintedInFull(TestClaim(c.pod_claim_name), "cpus", c.devices));
+    EXPECT_EQ(ContentFromState(plan->files[0]), plan->files[0].content);
   }
   // A published string that is not UTF-8 is printed with U+FFFD in both documents (printing it
   // through a dump of its own used to throw, failing the claim).
@@ -325,6 +342,110 @@ TEST(PlanDeviceMetadata, TheTextIsBothDocumentsAsPrintedInFull) {
   for (const json& o : objects) {
     EXPECT_EQ(o["requests"][0]["devices"][0]["attributes"]["dra.cpu/model"]["string"],
               "bad \xef\xbf\xbd end");
+  }
+  // The stored document keeps the replacement, so start prints the same text.
+  EXPECT_EQ(ContentFromState(bad->files[0]), bad->files[0].content);
+}
+
+// A random JSON value of the kinds a published attribute may carry (and some it may not).
+json RandomValue(std::mt19937& rng, int depth) {
+  auto text = [&] {
+    static const std::vector<std::string> pieces = {"a",        "Z",  " ",    "\"",       "\\",
+                                                    "\t",       "\n", "\x01", "\xc3\xa9", "\xff",
+                                                    "\xe2\x82", "/",  "{",    "0"};
+    std::string out;
+    for (int n = rng() % 6; n > 0; --n) out += pieces[rng() % pieces.size()];
+    return out;
+  };
+  switch (rng() % (depth > 2 ? 6 : 8)) {
+    case 0:
+      return json(static_cast<int64_t>(rng()) - static_cast<int64_t>(rng()) * 4096);
+    case 1:
+      return json(rng() % 2 == 0);
+    case 2:
+      return json(nullptr);
+    case 3:
+      return json(static_cast<double>(static_cast<int>(rng() % 2001) - 1000) / 8);
+    case 4:
+      return json(std::numeric_limits<uint64_t>::max() - rng() % 10);
+    case 5:
+      return json(text());
+    case 6: {
+      json a = json::array();
+      for (int n = rng() % 4; n > 0; --n) a.push_back(RandomValue(rng, depth + 1));
+      return a;
+    }
+    default: {
+      json o = json::object();
+      for (int n = rng() % 4; n > 0; --n) o[text()] = RandomValue(rng, depth + 1);
+      return o;
+    }
+  }
+}
+
+// Against the plain printer, over random claims: the text printed from the stored document is
+// what prepare wrote, and both are PrintedInFull's. (Invalid UTF-8 only in names: PrintedInFull
+// takes published attributes through a strict dump.)
+TEST(PlanDeviceMetadata, TheStoredDocumentPrintsTheSameTextForRandomClaims) {
+  std::mt19937 rng(19);
+  for (int round = 0; round < 300; ++round) {
+    SCOPED_TRACE(round);
+    const std::string pod_claim_name = rng() % 2 == 0 ? "" : "tmpl";
+    std::vector<MetadataDevice> devices;
+    for (int n = 1 + rng() % 4; n > 0; --n) {
+      MetadataDevice d;
+      d.request = rng() % 2 == 0 ? "cpus" : absl::StrCat("cpus/s", rng() % 3);
+      d.pool = rng() % 3 == 0 ? "pool \"\xff\"" : "node1";
+      d.name = absl::StrCat("dev", rng() % 100, rng() % 4 == 0 ? "\\\xc3" : "");
+      if (rng() % 2 == 0) d.decided.emplace_back(kCpusetAttribute, json{{"string", "0-3"}});
+      if (rng() % 3 != 0) {
+        d.published = json::object();
+        for (int k = rng() % 40; k > 0; --k) {
+          std::string value_text =
+              RandomValue(rng, 0).dump(-1, ' ', false, json::error_handler_t::replace);
+          d.published[absl::StrCat(rng() % 2 == 0 ? "x/" : "", "attr", rng() % 50)] =
+              json::parse(value_text);
+        }
+      }
+      devices.push_back(std::move(d));
+    }
+    absl::StatusOr<DeviceMetadataPlan> plan =
+        PlanDeviceMetadata(TestClaim(pod_claim_name), "dra.cpu", kRoot, devices);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(plan->files.size(), 1u);
+    EXPECT_EQ(plan->files[0].content, PrintedInFull(TestClaim(pod_claim_name), "cpus", devices));
+    EXPECT_EQ(ContentFromState(plan->files[0]), plan->files[0].content);
+  }
+}
+
+TEST(PlanDeviceMetadata, OnlyADocumentOfTheWrittenShapeIsPrinted) {
+  absl::StatusOr<DeviceMetadataPlan> plan = PlanDeviceMetadata(
+      TestClaim("tmpl"), "dra.cpu", kRoot,
+      {{"cpus", "node1", "cpudevnuma000", {{kCpusetAttribute, {{"string", "0-3"}}}}, nullptr}});
+  ASSERT_TRUE(plan.ok());
+  const json doc = plan->files[0].document;
+  ASSERT_EQ(MetadataContentOf(doc), plan->files[0].content);
+  std::vector<std::pair<std::string, json>> damaged;
+  auto damage = [&](const std::string& what, const std::function<void(json&)>& change) {
+    json d = doc;
+    change(d);
+    damaged.emplace_back(what, d);
+  };
+  damage("alpha", [](json& d) { d["apiVersion"] = kMetadataApiV1alpha1; });
+  damage("kind", [](json& d) { d["kind"] = "Other"; });
+  damage("extra member", [](json& d) { d["status"] = json::object(); });
+  damage("no requests", [](json& d) { d.erase("requests"); });
+  damage("podClaimName a number", [](json& d) { d["podClaimName"] = 1; });
+  damage("generation 2", [](json& d) { d["metadata"]["generation"] = 2; });
+  damage("uid missing", [](json& d) { d["metadata"].erase("uid"); });
+  damage("request extra", [](json& d) { d["requests"][0]["x"] = 1; });
+  damage("devices not a list", [](json& d) { d["requests"][0]["devices"] = json::object(); });
+  damage("device name a number", [](json& d) { d["requests"][0]["devices"][0]["name"] = 3; });
+  damage("attributes a list",
+         [](json& d) { d["requests"][0]["devices"][0]["attributes"] = json::array(); });
+  damage("not an object", [](json& d) { d = json::array(); });
+  for (const auto& [what, d] : damaged) {
+    EXPECT_EQ(MetadataContentOf(d), std::nullopt) << what;
   }
 }
 
@@ -382,6 +503,28 @@ TEST(PlanDeviceMetadata, StoredFormRoundTripsAndRefusesDamage) {
   json relative = stored;
   relative[0]["hostPath"] = "x/metadata.json";
   EXPECT_THAT(MetadataFilesFromJson(relative).status().message(), HasSubstr("absolute"));
+  // Since state version 4 the file's object is stored, not its text.
+  EXPECT_FALSE(stored[0].contains("content"));
+  EXPECT_EQ(stored[0]["document"], plan->files[0].document);
+  json both = stored;
+  both[0]["content"] = plan->files[0].content;
+  EXPECT_THAT(MetadataFilesFromJson(both).status().message(),
+              HasSubstr("[0].holds neither or both"));
+  json bad_document = stored;
+  bad_document[0]["document"]["kind"] = "Other";
+  EXPECT_THAT(MetadataFilesFromJson(bad_document).status().message(),
+              HasSubstr("[0].document is not a metadata.resource.k8s.io/v1beta1 DeviceMetadata"));
+  // A record of an older state keeps its text as it was (whatever it is), and is written back so.
+  json old = stored;
+  old[0].erase("document");
+  old[0]["content"] = "as an older topodra wrote it\n";
+  absl::StatusOr<std::vector<MetadataFile>> kept = MetadataFilesFromJson(old);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ((*kept)[0].content, "as an older topodra wrote it\n");
+  EXPECT_TRUE((*kept)[0].document.is_null());
+  EXPECT_EQ(MetadataFilesToJson(*kept), old);
+  old[0]["content"] = 3;
+  EXPECT_THAT(MetadataFilesFromJson(old).status().message(), HasSubstr("[0].content is not a"));
 }
 
 // Each metadata CDI text of `plan` is byte for byte what SpecStore::Write writes for its spec.
@@ -448,10 +591,14 @@ TEST(PlanClaimDeviceMetadata, CpuAndGpuClaimsGetAFileAndACdiIdPerRequest) {
   EXPECT_EQ(first["dra.cpu/numaNodes"], json({{"ints", {1, 2}}}));
   EXPECT_EQ(first["resource.kubernetes.io/numaNode"], json({{"int", 1}}));  // as published
   EXPECT_EQ(first["dra.cpu/numCPUs"], json({{"int", 16}}));
-  // The journal keeps what start restores.
+  // The journal keeps what start restores: the planner moved each document into it.
   absl::StatusOr<std::vector<MetadataFile>> stored =
       MetadataFilesFromJson(on->allocation.cdi.Parse()["metadata"]);
   ASSERT_TRUE(stored.ok()) << stored.status();
+  for (MetadataFile& f : *stored) {
+    EXPECT_TRUE(f.document.is_object());
+    f.document = nullptr;
+  }
   EXPECT_EQ(*stored, on->metadata);
   // The CDI specs as printed by the planner: what SpecStore::Write would have written.
   ExpectWrittenAsSpecStoreWrites(*on);

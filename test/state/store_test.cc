@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -92,6 +93,71 @@ TEST_F(StoreTest, EmptyWhenNothingOnDisk) {
   EXPECT_TRUE(o.loaded.Empty());
   EXPECT_EQ(o.replayed, 0);
   EXPECT_FALSE(o.dropped_torn);
+}
+
+// Journal records carry no version: Open rewrites an older snapshot (or a missing one) as this
+// version's before anything is appended, so an older topodra refuses the state rather than load
+// records it cannot read. Claims still being prepared are kept; a current snapshot is left alone.
+TEST_F(StoreTest, OpenRewritesAnOlderOrMissingSnapshotAsThisVersion) {
+  const std::string tail = absl::StrCat(",\"version\":", kCheckpointVersion, "}\n");
+  Allocation preparing = Claim("b", "4-5");
+  preparing.phase = Phase::kPreparing;
+  {
+    StateStore::Opened o = OpenOk();  // a new node
+    ASSERT_TRUE(absl::EndsWith(ReadFile(path_), tail));
+    ASSERT_TRUE(o.store->Put(Claim("a", "0-3")).ok());
+    ASSERT_TRUE(o.store->Put(preparing).ok());
+  }
+  std::string snapshot = ReadFile(path_);
+  ASSERT_TRUE(absl::EndsWith(snapshot, tail));
+  snapshot.replace(snapshot.size() - 3, 1, std::to_string(kCheckpointVersion - 1));
+  WriteFile(path_, snapshot);  // the checksum covers the payload only
+  {
+    StateStore::Opened o = OpenOk();
+    EXPECT_EQ(o.replayed, 2);
+    EXPECT_TRUE(absl::EndsWith(ReadFile(path_), tail));
+    EXPECT_EQ(ReadFile(path_ + ".journal"), "");
+    ASSERT_TRUE(o.store->Put(Claim("c", "8")).ok());
+  }
+  StateStore::Opened o = OpenOk();
+  EXPECT_EQ(o.replayed, 1);  // the current snapshot stayed, with its journal
+  ASSERT_EQ(o.loaded.Size(), 3);
+  EXPECT_EQ(*o.loaded.Find(DraOwner("dra.cpu", "b")), preparing);
+  EXPECT_EQ(*o.loaded.Find(DraOwner("dra.cpu", "a")), Claim("a", "0-3"));
+}
+
+// A crash between the upgrade's rewrite and the emptying of the journal leaves the version's
+// snapshot at seq S beside the old journal, whose records it covers: the next start replays none,
+// does not rewrite again, and numbers the next record S+1.
+TEST_F(StoreTest, AJournalLeftBehindTheUpgradesRewriteIsCoveredBySnapshot) {
+  {
+    StateStore::Opened o = OpenOk();
+    ASSERT_TRUE(o.store->Put(Claim("a", "0-3")).ok());
+    ASSERT_TRUE(o.store->Put(Claim("b", "4-5")).ok());
+  }
+  std::string older = ReadFile(path_);
+  older.replace(older.size() - 3, 1, std::to_string(kCheckpointVersion - 1));
+  WriteFile(path_, older);
+  const std::string journal = ReadFile(path_ + ".journal");
+  ASSERT_FALSE(journal.empty());
+  { ASSERT_EQ(OpenOk().replayed, 2); }  // the upgrade's rewrite
+  const std::string snapshot = ReadFile(path_);
+  const uint64_t s = nlohmann::json::parse(snapshot)["payload"]["seq"].get<uint64_t>();
+  EXPECT_EQ(s, 2u);
+  WriteFile(path_ + ".journal", journal);  // as if the crash came before the journal was emptied
+  struct stat before;
+  ASSERT_EQ(::stat(path_.c_str(), &before), 0);
+  StateStore::Opened o = OpenOk();
+  EXPECT_EQ(o.replayed, 0);
+  EXPECT_EQ(o.loaded.Size(), 2);
+  struct stat after;
+  ASSERT_EQ(::stat(path_.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);  // Save renames a new file over it: not rewritten
+  EXPECT_EQ(ReadFile(path_), snapshot);
+  ASSERT_TRUE(o.store->Put(Claim("c", "8")).ok());
+  const std::string now = ReadFile(path_ + ".journal");
+  const std::string last = now.substr(now.rfind('\n', now.size() - 2) + 1);
+  EXPECT_THAT(last, testing::HasSubstr(absl::StrCat("\"seq\":", s + 1, "}")));
 }
 
 TEST_F(StoreTest, PutAndRemoveSurviveReopen) {
