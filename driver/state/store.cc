@@ -366,13 +366,7 @@ absl::Status StateStore::Rewrite(const State& state) {
                                      "snapshot): ",
                                      st.message()));
   }
-  if (::ftruncate(fd_, 0) != 0 || ::fdatasync(fd_) != 0) {
-    return ErrnoStatus(errno, "empty journal", journal_path());
-  }
-  records_ = 0;
-  bytes_ = 0;
-  synced_seq_ = written_seq_ = seq;
-  return absl::OkStatus();
+  return EmptyJournal(seq);
 }
 
 absl::Status StateStore::Append(const json& body_without_seq) {
@@ -504,6 +498,16 @@ int64_t StateStore::records() const {
   return records_;
 }
 
+absl::Status StateStore::EmptyJournal(uint64_t snapshot_seq) {
+  if (::ftruncate(fd_, 0) != 0 || ::fdatasync(fd_) != 0) {
+    return ErrnoStatus(errno, "empty journal", journal_path());
+  }
+  records_ = 0;
+  bytes_ = 0;
+  synced_seq_ = written_seq_ = snapshot_seq;
+  return absl::OkStatus();
+}
+
 absl::Status StateStore::Compact(const State& state) {
   std::unique_lock<std::mutex> lock(mu_);
   while (syncing_) synced_cv_.wait(lock);
@@ -513,13 +517,7 @@ absl::Status StateStore::Compact(const State& state) {
   }
   // The snapshot covers every record: the journal can go. A crash before this is harmless
   // (replay skips records up to seq).
-  if (::ftruncate(fd_, 0) != 0 || ::fdatasync(fd_) != 0) {
-    return ErrnoStatus(errno, "empty journal", journal_path());
-  }
-  records_ = 0;
-  bytes_ = 0;
-  synced_seq_ = written_seq_ = seq;
-  return absl::OkStatus();
+  return EmptyJournal(seq);
 }
 
 }  // namespace topodra::state

@@ -111,6 +111,9 @@ class StateStore : public Journal {
   // Writes `state` whole (allocations being prepared too) as the snapshot, then empties the
   // journal: Open's upgrade of an older state.
   absl::Status Rewrite(const State& state);
+  // After a snapshot covering every record up to `snapshot_seq` (a crash before this is harmless:
+  // replay skips them). mu_ held.
+  absl::Status EmptyJournal(uint64_t snapshot_seq);
   StateStore(std::string path, int fd, uint64_t seq, int64_t records, int64_t bytes);
   absl::Status Append(const nlohmann::json& body);
   // Appends the record `open` + ',"seq":N}' (the text of its JSON object, without its closing

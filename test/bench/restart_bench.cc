@@ -57,6 +57,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using json = nlohmann::json;
 using namespace topodra;
+using bench::EpochMs;
+using bench::Median;
 using bench::Ms;
 using testing::Daemon;
 using testing::DaemonDirs;
@@ -122,23 +124,6 @@ struct Phases {
 };
 constexpr char kChecked[] = ": CDI files checked";
 
-// Milliseconds since the epoch of a log line's "2026-11-27T17:31:02.123Z" timestamp, or -1.
-double LineTimeMs(const std::string& line) {
-  std::tm tm{};
-  int ms = 0;
-  if (std::sscanf(line.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ", &tm.tm_year, &tm.tm_mon,
-                  &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms) != 7) {
-    return -1;
-  }
-  tm.tm_year -= 1900;
-  tm.tm_mon -= 1;
-  return static_cast<double>(timegm(&tm)) * 1000.0 + ms;
-}
-
-double EpochMs(std::chrono::system_clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(t.time_since_epoch()).count();
-}
-
 Phases PhasesOf(const std::string& log, double exec_ms, double registered_ms) {
   // The first line each phase ends with.
   const char* const ends[] = {" starting on node ", " allocations loaded ", ": checking CDI files",
@@ -147,7 +132,7 @@ Phases PhasesOf(const std::string& log, double exec_ms, double registered_ms) {
   std::istringstream in(log);
   for (std::string line; std::getline(in, line);) {
     for (int i = 0; i < 5; ++i) {
-      if (at[i] < 0 && line.find(ends[i]) != std::string::npos) at[i] = LineTimeMs(line);
+      if (at[i] < 0 && line.find(ends[i]) != std::string::npos) at[i] = bench::LogLineTimeMs(line);
     }
   }
   if (at[4] < 0) return {};
@@ -210,14 +195,6 @@ Start StartToRegistered(Node& n, const std::vector<std::string>& machine) {
       PhasesOf(n.daemon.Log(), EpochMs(wall0),
                EpochMs(wall0) + std::chrono::duration<double, std::milli>(t1 - t0).count());
   return out;
-}
-
-// An even count averages the two middle values (the default count of restarts is odd).
-double Median(std::vector<double> v) {
-  if (v.empty()) return -1;
-  std::sort(v.begin(), v.end());
-  const size_t h = v.size() / 2;
-  return v.size() % 2 == 1 ? v[h] : (v[h - 1] + v[h]) / 2;
 }
 
 struct Restarted {

@@ -34,6 +34,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "test/bench/cpu_claims.h"
+#include "test/bench/latency.h"
 #include "test/bench/machine_xml.h"
 #include "test/integration/daemon.h"
 #include "test/integration/fake_apiserver.h"
@@ -43,6 +44,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using namespace topodra;
+using bench::EpochMs;
+using bench::LogLineTimeMs;
+using bench::Median;
+using bench::Ms;
 using testing::Daemon;
 using testing::DaemonDirs;
 using testing::FakeApiServer;
@@ -55,32 +60,6 @@ constexpr char kChecked[] = ": CDI files checked";
 constexpr int kPhases = 6;
 const char* const kPhaseNames[kPhases] = {"fork",      "exec->first log", "state load",
                                           "inventory", "gRPC start",      "->registered"};
-
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
-
-double LineTimeMs(const std::string& line) {
-  std::tm tm{};
-  int ms = 0;
-  if (std::sscanf(line.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d.%3dZ", &tm.tm_year, &tm.tm_mon,
-                  &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms) != 7) {
-    return -1;
-  }
-  tm.tm_year -= 1900;
-  tm.tm_mon -= 1;
-  return static_cast<double>(timegm(&tm)) * 1000.0 + ms;
-}
-
-double EpochMs(std::chrono::system_clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(t.time_since_epoch()).count();
-}
-
-// An even count averages the two middle values: restart_pairs runs any number of rounds.
-double Median(std::vector<double> v) {
-  if (v.empty()) return -1;
-  std::sort(v.begin(), v.end());
-  const size_t h = v.size() / 2;
-  return v.size() % 2 == 1 ? v[h] : (v[h - 1] + v[h]) / 2;
-}
 
 struct Build {
   std::string binary;
@@ -173,7 +152,7 @@ bool StartOnce(Node& n, Build& b, const std::vector<std::string>& extra, bool re
   std::istringstream in(log);
   for (std::string line; std::getline(in, line);) {
     for (int i = 0; i < 5; ++i) {
-      if (at[i] < 0 && line.find(ends[i]) != std::string::npos) at[i] = LineTimeMs(line);
+      if (at[i] < 0 && line.find(ends[i]) != std::string::npos) at[i] = LogLineTimeMs(line);
     }
   }
   b.total.push_back(Ms(t1 - t0));
@@ -200,7 +179,7 @@ void PrintLog(const Build& b) {
   std::printf("--- %s, last start (ms after the fork returned)\n", b.binary.c_str());
   std::istringstream in(b.last_log);
   for (std::string line; std::getline(in, line);) {
-    const double t = LineTimeMs(line);
+    const double t = LogLineTimeMs(line);
     std::printf("%7.0f %s\n", t < 0 ? -1 : t - b.last_exec_ms,
                 line.substr(std::min<size_t>(line.size(), 25)).c_str());
   }
