@@ -711,7 +711,7 @@ class ClaimService::Call {
   // A GiveUp: set on the caller's thread, read by the fetchers (and the GETs they run) to stop.
   std::atomic<int> give_up_{kGoOn};
   std::atomic<bool> stop_gets_{false};
-  bool on_this_thread_ = false;  // no fetcher thread was free
+  bool on_this_thread_ = false;  // a call of one claim, or no fetcher thread was free
   int running_ = 0;              // jobs given to fetcher threads and not finished; guarded by mu_
   std::condition_variable done_cv_;
 };

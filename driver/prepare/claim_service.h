@@ -280,7 +280,8 @@ class ClaimService {
   std::mutex files_mu_;
   std::map<std::string, Remembered> files_;
   // The threads of the claim GETs, kept from call to call (a thread made and joined per call
-  // was a large part of a prepare's system time). One per concurrent GET, at most this many.
+  // was a large part of a prepare's system time). One per concurrent GET of a call of several
+  // claims (a call of one fetches on its gRPC thread), at most this many.
   static constexpr size_t kMaxFetcherThreads = 64;
   WorkerPool fetchers_;
   mutable absl::Mutex view_mu_;

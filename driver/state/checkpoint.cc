@@ -101,7 +101,8 @@ absl::Status ReadGpus(const json& v, absl::string_view where, std::set<std::stri
   return absl::OkStatus();
 }
 
-// `version`: of the checkpoint (the journal's records are always this build's): the optional
+// `version`: of the checkpoint (the journal's records are read as this build's: Open rewrites an
+// older snapshot before appending, and versions 3 and 4 share the allocation fields): the optional
 // fields "reservation" (from version 2) and "mems" (from version 3).
 absl::Status ReadAllocation(const json& v, absl::string_view where, int version, Allocation* a) {
   static const std::set<std::string> kKeys = {"owner", "kind", "namespace", "name",  "driver",

@@ -8,6 +8,8 @@
 // every start, as in restart_bench.
 //
 // usage: restart_pairs CLAIMS ROUNDS BINARY...   (CLAIMS may be 0: the empty-state start)
+// The first BINARY prepares the claims, so the state is in its format: give the build of the
+// oldest state version first (a newer state makes an older build refuse to start).
 //   e.g. restart_pairs 10000 6 /work/main/build/bench/cmd/topodra build/bench/cmd/topodra
 // env RESTART_PAIRS_ARGS: more daemon flags, space-separated (e.g. "-v");
 //     RESTART_PAIRS_LOG=1: print each build's last log with times from the fork;

@@ -124,8 +124,8 @@ class NodeTest : public ::testing::Test {
     WaitFilesChecked(kCpu);
   }
 
-  // The DRA driver checks its claims' CDI and metadata files after registering, in the
-  // background: waits for the end of that check (its log line, or its error).
+  // The DRA driver checks its claims' CDI and metadata files in the background, beside its
+  // sockets' start and registration: waits for the end of that check (its log line, or its error).
   void WaitFilesChecked(const std::string& driver) {
     const std::string done = absl::StrCat("driver ", driver, ": CDI files checked");
     const std::string failed = absl::StrCat("driver ", driver, ": CDI files in ");

@@ -1643,8 +1643,8 @@ TEST_F(ClaimServiceMetadataTest, AVersion3StateStartsRestoresAndIsRewrittenAsVer
   EXPECT_FALSE(absl::StrContains(Held(kCpuDriver, "uid-r1")->cdi.text(), "\"content\""));
 }
 
-// The check DraDrivers starts after registering: the same repairs and removals as ReconcileCdi,
-// on a thread of its own.
+// The check DraDrivers starts in the background as a driver starts: the same repairs and removals
+// as ReconcileCdi, on a thread of its own.
 class ClaimServiceFileCheckTest : public ClaimServiceMetadataTest {
  protected:
   std::string Contents(const std::string& path) {
