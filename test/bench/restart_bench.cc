@@ -112,8 +112,8 @@ bool MakeNode(Node& n) {
 // benchmark's clock: exec -> first log line (process and library load, discovery, flags), ->
 // state loaded (directories, locks, snapshot + journal), -> the inventory built and the file
 // check started, -> sockets served (gRPC servers), -> the kubelet sees the registration socket;
-// and when the background check (begun before the sockets are served) of the claims' CDI and metadata files
-// ended ("CDI files checked"), counted from the registration.
+// and when the background check (begun before the sockets are served) of the claims' CDI and
+// metadata files ended ("CDI files checked"), counted from the registration.
 constexpr int kPhases = 5;
 const char* const kPhaseNames[kPhases] = {"exec->first log", "state load", "inventory",
                                           "gRPC start", "->registered"};
