@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -46,6 +47,7 @@
 #include "test/bench/cpu_claims.h"
 #include "test/bench/latency.h"
 #include "test/bench/machine_xml.h"
+#include "test/bench/restart_log.h"
 #include "test/integration/daemon.h"
 #include "test/integration/fake_apiserver.h"
 #include "test/kubelet_sim/kubelet_sim.h"
@@ -122,19 +124,10 @@ struct Phases {
   double checked_after_ms = 0;  // the file check's end, after registration (negative: before)
   bool ok = false;
 };
-constexpr char kChecked[] = ": CDI files checked";
+constexpr const char* kChecked = bench::kFilesChecked;
 
 Phases PhasesOf(const std::string& log, double exec_ms, double registered_ms) {
-  // The first line each phase ends with.
-  const char* const ends[] = {" starting on node ", " allocations loaded ", ": checking CDI files",
-                              ": serving DRA ", kChecked};
-  double at[5] = {-1, -1, -1, -1, -1};
-  std::istringstream in(log);
-  for (std::string line; std::getline(in, line);) {
-    for (int i = 0; i < 5; ++i) {
-      if (at[i] < 0 && line.find(ends[i]) != std::string::npos) at[i] = bench::LogLineTimeMs(line);
-    }
-  }
+  const std::array<double, bench::kRestartMarks> at = bench::RestartMarkTimes(log);
   if (at[4] < 0) return {};
   Phases p;
   double before = exec_ms;

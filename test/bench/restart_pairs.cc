@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -38,6 +39,7 @@
 #include "test/bench/cpu_claims.h"
 #include "test/bench/latency.h"
 #include "test/bench/machine_xml.h"
+#include "test/bench/restart_log.h"
 #include "test/integration/daemon.h"
 #include "test/integration/fake_apiserver.h"
 #include "test/kubelet_sim/kubelet_sim.h"
@@ -58,7 +60,7 @@ using testing::PrepareClaim;
 
 constexpr char kNode[] = "bench-node";
 constexpr char kDriver[] = "dra.cpu";
-constexpr char kChecked[] = ": CDI files checked";
+constexpr const char* kChecked = bench::kFilesChecked;
 constexpr int kPhases = 6;
 const char* const kPhaseNames[kPhases] = {"fork",      "exec->first log", "state load",
                                           "inventory", "gRPC start",      "->registered"};
@@ -148,15 +150,7 @@ bool StartOnce(Node& n, Build& b, const std::vector<std::string>& extra, bool re
   const std::string log = n.daemon.Log();
   const double exec_ms = EpochMs(wall0) + Ms(forked - t0);
   const double registered_ms = EpochMs(wall0) + Ms(t1 - t0);
-  const char* const ends[] = {" starting on node ", " allocations loaded ", ": checking CDI files",
-                              ": serving DRA ", kChecked};
-  double at[5] = {-1, -1, -1, -1, -1};
-  std::istringstream in(log);
-  for (std::string line; std::getline(in, line);) {
-    for (int i = 0; i < 5; ++i) {
-      if (at[i] < 0 && line.find(ends[i]) != std::string::npos) at[i] = LogLineTimeMs(line);
-    }
-  }
+  const std::array<double, bench::kRestartMarks> at = bench::RestartMarkTimes(log);
   b.total.push_back(Ms(t1 - t0));
   b.phase[0].push_back(Ms(forked - t0));
   double before = exec_ms;
