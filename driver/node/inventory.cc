@@ -66,7 +66,8 @@ void Inventory::AddMetadataSetup(prepare::DriverSetup* setup) const {
   if (!setup->device_metadata) return;
   if (const publish::Pool* pool = FindPool(setup->driver)) {
     auto& out = setup->device_attributes;
-    // The pool's devices come in name order (individual CPUs up to cpudev999): mostly no search.
+    // Mostly in name order (individual CPUs up to cpudev999; grouped pools append reservation
+    // devices): a hint that misses only costs a search.
     for (const publish::Device& d : pool->devices) {
       out.insert_or_assign(out.end(), d.name, publish::AttributesToJson(d.attributes));
     }

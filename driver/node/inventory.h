@@ -64,7 +64,7 @@ class Inventory {
   prepare::DriverSetup CpuSetup() const;
   // The CPUs of each published CPU device (publish::CpuDeviceCpus): CpuSetup's devices without
   // the rest of the setup, for the health board at every republish. Made once per inventory, as
-  // both need it.
+  // both need it; the reference lives as long as this inventory (and not past a move from it).
   const std::map<std::string, CpuSet>& CpuDevices() const { return *cpu_devices_; }
   prepare::DriverSetup GpuSetup() const;
   deviceplugin::ResourceSetup DevicePluginSetup(deviceplugin::ResourceKind kind,
@@ -87,7 +87,7 @@ class Inventory {
   InventoryOptions options_;  // publish.reservations: the held devices
   topology::Topology topo_;
   // Shared, never changed once built: a copy of the inventory (Node::inventory) and the
-  // publishers share them.
+  // publishers share them. A moved-from inventory holds null here: it must not be used.
   std::shared_ptr<const std::vector<publish::Pool>> pools_ =
       std::make_shared<const std::vector<publish::Pool>>();
   std::shared_ptr<const std::map<std::string, CpuSet>> cpu_devices_ =
