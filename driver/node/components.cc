@@ -356,7 +356,7 @@ void Publishing::Stop() {
 }
 
 void Publishing::OnInventory(const Inventory& now) {
-  for (Publisher& p : publishers_) p.publisher->SetDesired(now.PoolOf(p.driver));
+  for (Publisher& p : publishers_) p.publisher->SetDesired(now.SharedPool(p.driver));
 }
 
 bool Publishing::WaitPublished(std::chrono::milliseconds timeout) {

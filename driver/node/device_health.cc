@@ -4,8 +4,6 @@
 
 #include <vector>
 
-#include "absl/strings/str_cat.h"
-
 namespace topodra::node {
 
 DeviceHealth::DeviceHealth(const NodeConfig& config)
@@ -57,16 +55,21 @@ void DeviceHealth::Publish(const Inventory& inv,
   health::Tracker::Output out = tracker_.Update(in);
   // State changes are worth a line each; the periodic re-reads that change nothing are not.
   for (const auto& [driver, list] : {std::pair{cpu_driver_, &out.cpus}, {gpu_driver_, &out.gpus}}) {
+    std::map<std::string, bool>& last = last_[driver];
     for (const health::DeviceStatus& d : *list) {
-      const std::string key = absl::StrCat(driver, "/", d.device);
-      auto it = last_.find(key);
-      if (it != last_.end() && it->second == d.healthy) continue;
+      auto it = last.lower_bound(d.device);
+      const bool seen = it != last.end() && it->first == d.device;
+      if (seen && it->second == d.healthy) continue;
       if (!d.healthy) {
         spdlog::warn("driver {}: device {} is unhealthy: {}", driver, d.device, d.message);
-      } else if (it != last_.end()) {
+      } else if (seen) {
         spdlog::info("driver {}: device {} is healthy again: {}", driver, d.device, d.message);
       }
-      last_[key] = d.healthy;
+      if (seen) {
+        it->second = d.healthy;
+      } else {
+        last.emplace_hint(it, d.device, d.healthy);
+      }
     }
   }
   boards_[cpu_driver_].Set(std::move(out.cpus));

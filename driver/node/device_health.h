@@ -42,7 +42,8 @@ class DeviceHealth {
   std::unique_ptr<health::PciFactsSource> pci_;
   health::Tracker tracker_;
   std::map<std::string, health::Board> boards_;  // driver -> its devices' health
-  std::map<std::string, bool> last_;             // "driver/device" -> healthy, for the log
+  // driver -> device -> healthy, for the log.
+  std::map<std::string, std::map<std::string, bool>> last_;
 };
 
 }  // namespace topodra::node

@@ -13,15 +13,24 @@ Inventory Inventory::Build(const InventoryOptions& options, topology::Topology t
   inv.options_ = options;
   inv.options_.publish.reservations = std::move(held);
   inv.topo_ = std::move(topo);
-  inv.pools_ = publish::BuildPools(inv.topo_, inv.options_.publish);
+  inv.pools_ = std::make_shared<const std::vector<publish::Pool>>(
+      publish::BuildPools(inv.topo_, inv.options_.publish));
+  inv.cpu_devices_ = std::make_shared<const std::map<std::string, CpuSet>>(
+      publish::CpuDeviceCpus(inv.topo_, inv.options_.publish));
   return inv;
 }
 
 const publish::Pool* Inventory::FindPool(const std::string& driver) const {
-  for (const publish::Pool& p : pools_) {
+  for (const publish::Pool& p : *pools_) {
     if (p.driver == driver) return &p;
   }
   return nullptr;
+}
+
+std::shared_ptr<const publish::Pool> Inventory::SharedPool(const std::string& driver) const {
+  const publish::Pool* p = FindPool(driver);
+  if (p == nullptr) return nullptr;
+  return std::shared_ptr<const publish::Pool>(pools_, p);  // owns the pools, points at this one
 }
 
 std::optional<publish::Pool> Inventory::PoolOf(const std::string& driver) const {
@@ -56,14 +65,11 @@ void Inventory::AddMetadataSetup(prepare::DriverSetup* setup) const {
   setup->device_metadata = options_.device_metadata;
   if (!setup->device_metadata) return;
   if (const publish::Pool* pool = FindPool(setup->driver)) {
+    auto& out = setup->device_attributes;
+    // Mostly in name order (individual CPUs up to cpudev999; grouped pools append reservation
+    // devices): a hint that misses only costs a search.
     for (const publish::Device& d : pool->devices) {
-      nlohmann::json attributes(nlohmann::json::value_t::object);
-      auto& members = attributes.get_ref<nlohmann::json::object_t&>();
-      // Sorted as the JSON object is: each goes in at the end, without a search.
-      for (const auto& [name, value] : d.attributes) {
-        members.emplace_hint(members.end(), name, publish::AttributeToJson(value));
-      }
-      setup->device_attributes[d.name] = std::move(attributes);
+      out.insert_or_assign(out.end(), d.name, publish::AttributesToJson(d.attributes));
     }
   }
 }
@@ -85,19 +91,16 @@ prepare::DriverSetup Inventory::CpuSetup() const {
   for (const publish::ReservedDevices& r : opts.reservations) {
     reservation_devices.insert(publish::ReservationCpuDeviceName(r.name));
   }
-  for (auto& [name, cpus] : publish::CpuDeviceCpus(topo_, opts)) {
+  for (const auto& [name, cpus] : CpuDevices()) {
     // A reservation's device is a group of its own in every grouped mode: topodra picks its
     // owners' CPUs inside it (or takes their opaque cpuset).
     const claims::CpuDeviceKind k =
         reservation_devices.contains(name) ? claims::CpuDeviceKind::kGroup : kind;
-    setup.cpu_pool.devices[name] = claims::CpuDevice{k, cpus};
+    setup.cpu_pool.devices.emplace_hint(setup.cpu_pool.devices.end(), name,
+                                        claims::CpuDevice{k, cpus});
   }
   AddMetadataSetup(&setup);
   return setup;
-}
-
-std::map<std::string, CpuSet> Inventory::CpuDevices() const {
-  return publish::CpuDeviceCpus(topo_, options_.publish);
 }
 
 prepare::DriverSetup Inventory::GpuSetup() const {
@@ -118,13 +121,17 @@ prepare::DriverSetup Inventory::GpuSetup() const {
 deviceplugin::ResourceSetup Inventory::DevicePluginSetup(deviceplugin::ResourceKind kind,
                                                          const std::string& resource) const {
   const bool gpu = kind == deviceplugin::ResourceKind::kGpu;
-  const prepare::DriverSetup dra = gpu ? GpuSetup() : CpuSetup();
   deviceplugin::ResourceSetup setup;
   setup.kind = kind;
   setup.resource = resource;
-  setup.reserved = dra.reserved;
-  setup.cdi_marker = dra.cdi_marker;
-  if (!gpu) setup.cpuset_hook = options_.cpuset_hook;
+  setup.cdi_marker = options_.cdi_marker;
+  if (!gpu) {
+    // What CpuSetup says, without building it: its device metadata is most of a node's start.
+    setup.reserved = options_.publish.reserved_cpus;
+    setup.cpuset_hook = options_.cpuset_hook;
+    return setup;
+  }
+  const prepare::DriverSetup dra = GpuSetup();
   for (const auto& [name, device] : dra.gpus) {
     setup.gpus[device.pci_bus_id] = device;
     if (auto u = options_.publish.unhealthy_gpus.find(device.pci_bus_id);
@@ -137,7 +144,7 @@ deviceplugin::ResourceSetup Inventory::DevicePluginSetup(deviceplugin::ResourceK
 
 std::map<std::string, std::vector<reservation::DeviceRef>> Inventory::ReservedDevices() const {
   std::map<std::string, std::vector<reservation::DeviceRef>> out;
-  for (const publish::Pool& p : pools_) {
+  for (const publish::Pool& p : *pools_) {
     for (const publish::Device& d : p.devices) {
       auto it = d.attributes.find(publish::kReservationAttribute);
       if (it == d.attributes.end()) continue;

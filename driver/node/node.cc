@@ -132,12 +132,13 @@ void Node::Assemble(topology::Topology topo, std::optional<PinningSetup> pinning
   inventory_options_.publish.unhealthy_gpus = DeviceHealth::Unhealthy(gpu_verdicts_);
   std::vector<topology::NumaNode> numa_nodes = topo.numa_nodes;
   inventory_ = Inventory::Build(inventory_options_, std::move(topo), held_);
-  device_health_->Publish(inventory_, gpu_verdicts_);
   // The publishers start now, their writes held until the component's turn in Start: the list,
-  // the probes and building the slices overlap the rest of the assembly (the CPU setup with its
-  // device metadata, the claim services), which took 46-110 ms at 4096 CPUs before them.
+  // the probes and building the slices overlap the rest of the assembly (the health board, the
+  // CPU setup with its device metadata, the claim services), which took 46-110 ms at 4096 CPUs
+  // before them. The first write waits for the later of the probes and the DRA socket.
   auto publishing = std::make_unique<Publishing>(deps_.client, config_, inventory_);
   publishing->Prepare();
+  device_health_->Publish(inventory_, gpu_verdicts_);
   if (config_.metrics_listen) {
     metrics::MetricsOptions mo;
     mo.version = config_.version;

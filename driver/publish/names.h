@@ -28,4 +28,8 @@ inline constexpr char kUnhealthyTaintKey[] = "gpu.topodra.io/unhealthy";
 // stay distinct. Always a DNS label; the prefix keeps it apart from the group devices.
 std::string ReservationCpuDeviceName(const std::string& reservation);
 
+// The individual-mode CPU device numbered `index` (>= 0): "cpudev" + at least three digits,
+// zero-padded ("cpudev007", "cpudev1024").
+std::string IndividualCpuDeviceName(int index);
+
 }  // namespace topodra::publish

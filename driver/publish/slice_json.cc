@@ -55,8 +55,6 @@ json SortedObject(const Map& m, F to_json) {
 
 json CapacityMap(const Capacities& caps) { return SortedObject(caps, CapacityToJson); }
 
-json AttributeMap(const Attributes& attrs) { return SortedObject(attrs, AttributeToJson); }
-
 absl::Status ParseAttributes(const json& j, const std::string& path, Attributes* out) {
   if (!j.is_object()) return Bad(path, "must be an object");
   for (const auto& [k, v] : j.items()) {
@@ -152,6 +150,10 @@ json AttributeToJson(const AttributeValue& v) {
   if (const std::string* s = std::get_if<std::string>(&v)) return Member("string", *s);
   if (const StringList* l = std::get_if<StringList>(&v)) return Member("strings", l->values);
   return Member("version", std::get<Version>(v).value);
+}
+
+json AttributesToJson(const Attributes& attributes) {
+  return SortedObject(attributes, AttributeToJson);
 }
 
 absl::StatusOr<AttributeValue> AttributeFromJson(const json& j) {
@@ -270,7 +272,7 @@ json SliceToJson(const Slice& s, const std::string& api_version) {
     json mixins = json::array();
     for (const DeviceMixin& m : s.mixins) {
       json jm{{"name", m.name}};
-      if (!m.attributes.empty()) jm["attributes"] = AttributeMap(m.attributes);
+      if (!m.attributes.empty()) jm["attributes"] = AttributesToJson(m.attributes);
       if (!m.capacity.empty()) jm["capacity"] = CapacityMap(m.capacity);
       mixins.push_back(std::move(jm));
     }
@@ -281,7 +283,7 @@ json SliceToJson(const Slice& s, const std::string& api_version) {
     json jd = d.extra.is_object() ? d.extra : json::object();
     jd["name"] = d.name;
     if (!d.includes.empty()) jd["includes"] = d.includes;
-    if (!d.attributes.empty()) jd["attributes"] = AttributeMap(d.attributes);
+    if (!d.attributes.empty()) jd["attributes"] = AttributesToJson(d.attributes);
     if (!d.capacity.empty()) jd["capacity"] = CapacityMap(d.capacity);
     if (d.allow_multiple_allocations) jd["allowMultipleAllocations"] = true;
     devices.push_back(std::move(jd));

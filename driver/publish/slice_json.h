@@ -14,6 +14,8 @@ namespace topodra::publish {
 inline constexpr char kResourceApiV1[] = "resource.k8s.io/v1";
 
 nlohmann::json AttributeToJson(const AttributeValue& v);
+// A device's attributes as the JSON object SliceToJson prints.
+nlohmann::json AttributesToJson(const Attributes& attributes);
 absl::StatusOr<AttributeValue> AttributeFromJson(const nlohmann::json& j);
 nlohmann::json CapacityToJson(const Capacity& c);
 absl::StatusOr<Capacity> CapacityFromJson(const nlohmann::json& j);

@@ -205,6 +205,10 @@ SlicePublisher::SlicePublisher(kube::RestClient* client, PublisherOptions option
     : api_(client), opts_(std::move(options)), informer_(client, InformerOptionsFor(opts_), this) {}
 
 void SlicePublisher::SetDesired(std::optional<Pool> pool) {
+  SetDesired(pool ? std::make_shared<const Pool>(*std::move(pool)) : nullptr);
+}
+
+void SlicePublisher::SetDesired(std::shared_ptr<const Pool> pool) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     desired_.known = true;
@@ -830,14 +834,17 @@ absl::Status SlicePublisher::Reconcile() {
   // the server: see probed_this_pass_.
   probed_this_pass_ = ProbedFields{};
   for (int plan = 0;; ++plan) {
-    std::optional<Pool> pool;
+    std::shared_ptr<const Pool> shared;
     uint64_t version = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!desired_.known) return absl::OkStatus();  // nothing decided yet: touch nothing
-      pool = desired_.pool;
+      shared = desired_.pool;
       version = desired_.version;
     }
+    // Copied outside the lock: building the slices consumes it.
+    std::optional<Pool> pool;
+    if (shared != nullptr) pool = *shared;
     if (node_uid_.empty()) {
       absl::StatusOr<std::string> uid = api_.NodeUid(opts_.node_name);
       if (uid.ok()) {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -92,6 +93,9 @@ class SlicePublisher : private kube::InformerHandler {
   // The pool to publish; nullopt publishes nothing and deletes whatever this driver has on this
   // node. Thread-safe; wakes the loop.
   void SetDesired(std::optional<Pool> pool);
+  // The same, shared with the caller (null: nothing): the node's inventory hands over its pool
+  // without copying it on the thread that serves the DRA socket once done.
+  void SetDesired(std::shared_ptr<const Pool> pool);
   // Waits until the pool last given to SetDesired is stored on the server (true), or Stop() or
   // `timeout` comes first (false).
   bool WaitPublished(std::chrono::milliseconds timeout);
@@ -110,8 +114,8 @@ class SlicePublisher : private kube::InformerHandler {
 
  private:
   struct Desired {
-    bool known = false;  // SetDesired was called
-    std::optional<Pool> pool;
+    bool known = false;                // SetDesired was called
+    std::shared_ptr<const Pool> pool;  // null: nothing
     uint64_t version = 0;
   };
   // kube::InformerHandler, on the Run thread (or SyncOnce's caller).

@@ -215,6 +215,38 @@ TEST(TrackerTest, CpuDeviceLeavingForAnotherReasonIsForgotten) {
   EXPECT_EQ(t.Update(in).cpus.size(), 1u);
 }
 
+// Devices arriving and leaving between others in name order: each is matched with its own
+// memory, never a neighbour's.
+TEST(TrackerTest, DevicesComeAndGoBetweenOthers) {
+  Tracker t;
+  Tracker::Input in;
+  in.pool = "n";
+  in.individual_cpus = true;
+  in.cpu_devices = {{"cpudev000", Cpus("0")}, {"cpudev002", Cpus("2")}, {"cpudev004", Cpus("4")}};
+  EXPECT_EQ(t.Update(in).cpus.size(), 3u);
+  in.cpu_devices = {{"cpudev001", Cpus("1")},
+                    {"cpudev002", Cpus("2")},
+                    {"cpudev003", Cpus("3")},
+                    {"cpudev005", Cpus("5")}};
+  in.offline = Cpus("0");
+  EXPECT_THAT(t.Update(in).cpus,
+              ::testing::ElementsAre(DeviceStatus{"n", "cpudev000", false, "CPU 0 is offline"},
+                                     DeviceStatus{"n", "cpudev001", true, "CPU 1 online"},
+                                     DeviceStatus{"n", "cpudev002", true, "CPU 2 online"},
+                                     DeviceStatus{"n", "cpudev003", true, "CPU 3 online"},
+                                     DeviceStatus{"n", "cpudev005", true, "CPU 5 online"}));
+  in.cpu_devices["cpudev002"] = Cpus("6");
+  in.offline = CpuSet{};
+  EXPECT_THAT(t.Update(in).cpus,
+              ::testing::ElementsAre(DeviceStatus{"n", "cpudev001", true, "CPU 1 online"},
+                                     DeviceStatus{"n", "cpudev002", true, "CPU 6 online"},
+                                     DeviceStatus{"n", "cpudev003", true, "CPU 3 online"},
+                                     DeviceStatus{"n", "cpudev005", true, "CPU 5 online"}));
+  // What CPU 2 was published as is remembered: offline, the device is unhealthy.
+  in.offline = Cpus("2");
+  EXPECT_EQ(t.Update(in).cpus[1], (DeviceStatus{"n", "cpudev002", false, "CPU 2 is offline"}));
+}
+
 TEST(TrackerTest, GpuVerdictsAndRemovedGpus) {
   Tracker t;
   Tracker::Input in;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "driver/publish/names.h"
+#include "driver/publish/slice_json.h"
 #include "test/testing/fixtures.h"
 
 namespace topodra::node {
@@ -90,6 +91,7 @@ TEST(InventoryTest, EveryConsumerSeesThePublishedDevices) {
         opts.reservations = held;
         const std::map<std::string, CpuSet> cpus = publish::CpuDeviceCpus(topo, opts);
         const std::string reservation_device = publish::ReservationCpuDeviceName("r1");
+        EXPECT_EQ(inv.CpuDevices(), cpus);
         for (const auto& [name, device] : cpu.cpu_pool.devices) {
           EXPECT_EQ(device.cpus, cpus.at(name)) << name;
           const bool own = reserve && name == reservation_device;
@@ -188,6 +190,54 @@ TEST(InventoryTest, DevicePluginSetupsFollowTheDriverSetups) {
   EXPECT_EQ(inv.CpuSetup().cpuset_hook, o.cpuset_hook);
   EXPECT_EQ(inv.CpuSetup().reserved, o.publish.reserved_cpus);
   EXPECT_FALSE(inv.GpuSetup().cpuset_hook.has_value());
+}
+
+// --device-metadata: each published device's attributes as SliceToJson prints them, one
+// attribute at a time (how the setup made them before), in every mode over every fixture.
+TEST(InventoryTest, DeviceAttributesAreThePublishedOnes) {
+  for (const std::string& fixture : testing::AllFixtures()) {
+    for (const Mode& m : kModes) {
+      SCOPED_TRACE(fixture + " " + m.name);
+      InventoryOptions o = Options(m.mode, m.by);
+      o.device_metadata = true;
+      o.plugins_dir = "/kubelet/plugins";
+      const topology::Topology& topo = Load(fixture);
+      std::vector<publish::ReservedDevices> held = {{"r1", CpuSet::Parse("0-1").value(), {}, ""}};
+      if (!topo.gpus.empty()) held[0].gpus.insert(topo.gpus[0].pci_bus_id);
+      const Inventory inv = Inventory::Build(o, topo, held);
+      for (const prepare::DriverSetup& setup : {inv.CpuSetup(), inv.GpuSetup()}) {
+        EXPECT_TRUE(setup.device_metadata);
+        EXPECT_EQ(setup.metadata_root,
+                  "/kubelet/plugins/" + setup.driver + "/" + prepare::kMetadataDirName);
+        std::map<std::string, nlohmann::json> want;
+        if (const std::optional<publish::Pool> pool = inv.PoolOf(setup.driver)) {
+          for (const publish::Device& d : pool->devices) {
+            nlohmann::json attributes = nlohmann::json::object();
+            for (const auto& [name, value] : d.attributes) {
+              attributes[name] = publish::AttributeToJson(value);
+            }
+            want[d.name] = attributes;
+          }
+        }
+        EXPECT_EQ(setup.device_attributes, want) << setup.driver;
+      }
+    }
+  }
+}
+
+// The publishers get the pool itself, not a copy.
+TEST(InventoryTest, SharedPoolIsThePool) {
+  const InventoryOptions o = Options(publish::CpuDeviceMode::kIndividual, publish::GroupBy::kNuma);
+  const Inventory inv = Inventory::Build(o, Load("nvidiaDGX2.xml"), {});
+  for (const std::string& driver : {o.publish.cpu_driver, o.publish.gpu_driver}) {
+    const std::shared_ptr<const publish::Pool> shared = inv.SharedPool(driver);
+    ASSERT_NE(shared, nullptr) << driver;
+    EXPECT_EQ(*shared, inv.PoolOf(driver).value());
+    EXPECT_EQ(shared.get(), inv.SharedPool(driver).get());
+    const Inventory copy = inv;
+    EXPECT_EQ(shared.get(), copy.SharedPool(driver).get());
+  }
+  EXPECT_EQ(inv.SharedPool("other.example.com"), nullptr);
 }
 
 // What Republish compares: the pools, not the topology object.

@@ -633,6 +633,15 @@ TEST(ReservationTest, DeviceNames) {
   }
 }
 
+// The names individual devices have always had (absl::StrFormat("cpudev%03d") before).
+TEST(DeviceBuilderTest, IndividualCpuDeviceNames) {
+  const std::vector<std::pair<int, std::string>> cases = {
+      {0, "cpudev000"},     {7, "cpudev007"},     {42, "cpudev042"},      {999, "cpudev999"},
+      {1000, "cpudev1000"}, {4095, "cpudev4095"}, {65535, "cpudev65535"},
+  };
+  for (const auto& [index, want] : cases) EXPECT_EQ(IndividualCpuDeviceName(index), want);
+}
+
 TEST(ReservationTest, ValidateOptionsErrors) {
   const Topology t = Load("32em64t-2n8c2t-pci-normalio.xml");
   struct Case {
