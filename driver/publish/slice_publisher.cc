@@ -290,6 +290,7 @@ absl::Status SlicePublisher::OnList(std::vector<json> items) {
   // The list settled the API version (v1, or v1beta2 on a server without v1): writes follow it.
   api_.UseCollection(informer_.collection());
   cache_.clear();
+  deleted_.clear();  // the watch resumes from this list, after those deletes
   for (json& item : items) {
     const std::string name = NameOf(item);
     if (!name.empty()) cache_[name] = std::move(item);
@@ -772,6 +773,7 @@ absl::Status SlicePublisher::WriteDesired(Planned& planned, const std::set<std::
       return WriteFailed(st);
     }
     ++*writes;
+    deleted_[it->first] = StringField(meta, "uid");
     it = cache_.erase(it);
   }
   for (json& obj : desired) {
@@ -966,6 +968,11 @@ kube::InformerHandler::Next SlicePublisher::OnEvent(const std::string& type, con
   const std::string rv = StringField(Field(obj, "metadata"), "resourceVersion");
   const std::string name = NameOf(obj);
   if (name.empty()) return Next::kContinue;
+  if (auto gone = deleted_.find(name);
+      gone != deleted_.end() && gone->second == StringField(Field(obj, "metadata"), "uid")) {
+    if (type == "DELETED") deleted_.erase(gone);
+    return Next::kContinue;
+  }
   auto it = cache_.find(name);
   const bool known =
       it != cache_.end() && StringField(Field(it->second, "metadata"), "resourceVersion") == rv;

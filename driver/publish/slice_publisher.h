@@ -192,6 +192,10 @@ class SlicePublisher : private kube::InformerHandler {
   // WaitPublished.
   std::map<std::string, nlohmann::json> cache_;  // name -> stored slice
   bool drift_ = false;                           // the watch saw our slices change behind our back
+  // name -> uid of a slice we deleted, until the watch reports its deletion: a watch resumed from
+  // before the delete replays the slice's older events, which must not bring it back (a heal
+  // that deletes it again and rewrites the pool at a new generation).
+  std::map<std::string, std::string> deleted_;
   uint64_t synced_version_ = 0;
   std::optional<bool> mixins_supported_;  // auto mode: learned from the server
   std::optional<bool> taints_supported_;  // auto mode: learned from the server

@@ -652,9 +652,15 @@ TEST_F(SlicePublisherTest, WaitPublishedReturnsOnceTheLastPoolIsStored) {
   p.SetDesired(grouped);
   ASSERT_TRUE(p.WaitPublished(std::chrono::seconds(30)));
   ExpectStored(grouped, 2);
-  // A server refusing every write: the wait ends at its bound, false.
-  on_wait_ = [this](size_t) { fake_.FailNext(1, 503); };
-  fake_.FailNext(1, 503);
+  // The watch, started after both passes, replays the mixin slices' creation and deletion: the
+  // slices we deleted are not brought back (deleted again, the pool rewritten at generation 3).
+  ASSERT_TRUE(Settled(1));
+  ExpectStored(grouped, 2);
+  for (const FakeRestClient::Request& r : fake_.Requests()) EXPECT_NE(r.code, 404) << r.path;
+  // A server refusing every write: the wait ends at its bound, false. Only writes carry a field
+  // manager: a failure armed for any request could be taken by the watch's list instead.
+  on_wait_ = [this](size_t) { fake_.FailNext(1, 503, "fieldManager="); };
+  fake_.FailNext(1, 503, "fieldManager=");
   p.SetDesired(pool);
   EXPECT_FALSE(p.WaitPublished(std::chrono::milliseconds(100)));
   ExpectStored(grouped, 2);
