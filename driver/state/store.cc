@@ -333,7 +333,13 @@ absl::StatusOr<StateStore::Opened> StateStore::Open(const std::string& path,
   // metadata kept as its object since version 4) instead of refusing the state. Rewritten first,
   // the snapshot is this version's, which an older topodra refuses.
   if (!IsCurrentVersionSnapshot(path)) {
-    if (absl::Status st = out.store->Rewrite(out.loaded); !st.ok()) return st;
+    if (!snapshot_found && records == 0) {
+      // Nothing recorded, nothing an older topodra could misread: the snapshot waits for the
+      // first record, so a node's first start syncs no file before its sockets.
+      out.store->snapshot_pending_ = true;
+    } else if (absl::Status st = out.store->Rewrite(out.loaded); !st.ok()) {
+      return st;
+    }
   }
   return out;
 }
@@ -377,6 +383,16 @@ absl::Status StateStore::Append(const json& body_without_seq) {
 
 absl::Status StateStore::AppendOpen(std::string open) {
   std::unique_lock<std::mutex> lock(mu_);
+  if (snapshot_pending_) {
+    // The state is empty and so is the journal: the snapshot is of an empty state.
+    if (absl::Status st = Checkpoint(path_).Save(State{}, next_seq_, /*prepared_only=*/false);
+        !st.ok()) {
+      return absl::Status(st.code(),
+                          absl::StrCat("the snapshot of version ", kCheckpointVersion,
+                                       " written before the first record: ", st.message()));
+    }
+    snapshot_pending_ = false;
+  }
   const uint64_t seq = ++next_seq_;
   absl::StrAppend(&open, R"(,"seq":)", seq, "}");
   const std::string line = JournalLineOf(open);
@@ -515,6 +531,7 @@ absl::Status StateStore::Compact(const State& state) {
   if (absl::Status st = Checkpoint(path_).Save(state, seq, /*prepared_only=*/true); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("compact: ", st.message()));
   }
+  snapshot_pending_ = false;
   // The snapshot covers every record: the journal can go. A crash before this is harmless
   // (replay skips records up to seq).
   return EmptyJournal(seq);

@@ -136,6 +136,9 @@ class StateStore : public Journal {
   bool syncing_ = false;
   int64_t records_ = 0;  // lines in the journal
   int64_t bytes_ = 0;    // size of the journal
+  // A new state's snapshot of this version, written before its first record (Open's upgrade
+  // rewrite, deferred while nothing is recorded).
+  bool snapshot_pending_ = false;
 };
 
 // Minimum journal length before ShouldCompact says yes; beyond it, compaction happens once the

@@ -714,7 +714,7 @@ TEST_F(DraPluginTest, LostStateWithCdiFilesLeftStopsTheDaemonAndKeepsThem) {
   const std::string file = FindCdiFile(a.uid);
   ASSERT_FALSE(file.empty());
   const std::string spec = ReadFile(file);
-  // Both: a first start writes the snapshot (StateStore::Open's rewrite as the current version).
+  // Both: the first record wrote the snapshot (of the current version, before it).
   ASSERT_TRUE(fs::remove(dirs_.state + "/checkpoint.json"));
   ASSERT_TRUE(fs::remove(dirs_.state + "/checkpoint.json.journal"));
 
@@ -755,8 +755,8 @@ TEST_F(DraPluginTest, OrphanOfACrashedFirstPrepareIsRemovedNotTakenForALostState
     const std::string file = FindCdiFile(first.uid);
     ASSERT_FALSE(file.empty());
     // No snapshot: the layout of a build before state version 4, which wrote none until its
-    // first compaction (this one writes it at the first start), so the journal alone tells the
-    // state from a lost one.
+    // first compaction (this one writes it before the first record), so the journal alone tells
+    // the state from a lost one.
     ASSERT_TRUE(fs::remove(dirs_.state + "/checkpoint.json"));
     // What a crash between the CDI file and the journal record leaves.
     std::ofstream(dirs_.state + "/checkpoint.json.journal", std::ios::binary | std::ios::trunc)

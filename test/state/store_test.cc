@@ -98,14 +98,17 @@ TEST_F(StoreTest, EmptyWhenNothingOnDisk) {
 // Journal records carry no version: Open rewrites an older snapshot (or a missing one) as this
 // version's before anything is appended, so an older topodra refuses the state rather than load
 // records it cannot read. Claims still being prepared are kept; a current snapshot is left alone.
+// A new state's snapshot waits for its first record (a first start syncs no file).
 TEST_F(StoreTest, OpenRewritesAnOlderOrMissingSnapshotAsThisVersion) {
   const std::string tail = absl::StrCat(",\"version\":", kCheckpointVersion, "}\n");
   Allocation preparing = Claim("b", "4-5");
   preparing.phase = Phase::kPreparing;
   {
     StateStore::Opened o = OpenOk();  // a new node
-    ASSERT_TRUE(absl::EndsWith(ReadFile(path_), tail));
+    EXPECT_FALSE(std::filesystem::exists(path_));
     ASSERT_TRUE(o.store->Put(Claim("a", "0-3")).ok());
+    ASSERT_TRUE(absl::EndsWith(ReadFile(path_), tail));
+    EXPECT_THAT(ReadFile(path_ + ".journal"), testing::HasSubstr("\"seq\":1}"));
     ASSERT_TRUE(o.store->Put(preparing).ok());
   }
   std::string snapshot = ReadFile(path_);
@@ -124,6 +127,42 @@ TEST_F(StoreTest, OpenRewritesAnOlderOrMissingSnapshotAsThisVersion) {
   ASSERT_EQ(o.loaded.Size(), 3);
   EXPECT_EQ(*o.loaded.Find(DraOwner("dra.cpu", "b")), preparing);
   EXPECT_EQ(*o.loaded.Find(DraOwner("dra.cpu", "a")), Claim("a", "0-3"));
+}
+
+// A new state stays without a snapshot across starts that record nothing; its first record, or a
+// compaction before it, writes it once.
+TEST_F(StoreTest, ANewStatesSnapshotIsWrittenOnceBeforeItsFirstRecord) {
+  { OpenOk(); }
+  {
+    StateStore::Opened o = OpenOk();  // the journal is there, still empty
+    EXPECT_FALSE(std::filesystem::exists(path_));
+    ASSERT_TRUE(o.store->Put(Claim("a", "0-3")).ok());
+  }
+  struct stat first;
+  ASSERT_EQ(::stat(path_.c_str(), &first), 0);
+  {
+    StateStore::Opened o = OpenOk();
+    EXPECT_EQ(o.replayed, 1);
+    ASSERT_EQ(o.loaded.Size(), 1);
+    ASSERT_TRUE(o.store->Put(Claim("b", "4")).ok());
+  }
+  struct stat after;
+  ASSERT_EQ(::stat(path_.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, first.st_ino) << "written once";
+  EXPECT_EQ(OpenOk().replayed, 2);
+
+  std::filesystem::remove(path_);
+  std::filesystem::remove(path_ + ".journal");
+  {
+    StateStore::Opened o = OpenOk();
+    ASSERT_TRUE(o.store->Compact(State{}).ok());
+    ASSERT_TRUE(std::filesystem::exists(path_));
+    ASSERT_EQ(::stat(path_.c_str(), &first), 0);
+    ASSERT_TRUE(o.store->Put(Claim("c", "5")).ok());
+  }
+  ASSERT_EQ(::stat(path_.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, first.st_ino) << "the compaction's snapshot is this version's";
+  EXPECT_EQ(OpenOk().replayed, 1);
 }
 
 // A crash between the upgrade's rewrite and the emptying of the journal leaves the version's
