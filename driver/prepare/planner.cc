@@ -130,7 +130,7 @@ absl::StatusOr<CpuSet> ClaimMemoryNodes(const claims::Claim& claim, const Driver
 
 absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setup,
                              const topology::Topology& topo, const state::State& held,
-                             const std::string& owner) {
+                             const std::string& owner, const allocation::CpuLayout* cpu_layout) {
   claims::NodeCpuState node;
   node.reserved = setup.reserved;
   node.held_by_others = held.HeldCpus();
@@ -173,7 +173,8 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
     req.count = a.count;
     req.available =
         a.device_cpus - node.reserved - node.held_by_others - node.reserved_for_others - taken;
-    absl::StatusOr<CpuSet> cpus = allocation::AllocateCpus(topo, req);
+    absl::StatusOr<CpuSet> cpus = cpu_layout != nullptr ? allocation::AllocateCpus(*cpu_layout, req)
+                                                        : allocation::AllocateCpus(topo, req);
     if (!cpus.ok()) {
       const CpuSet free = req.available & topo.online;
       if (const CpuSet blocked = a.device_cpus & node.reserved_for_others; !blocked.Empty()) {
@@ -450,10 +451,11 @@ cdi::CdiFileClass ClassifyCdiFile(bool ours_by_name, const std::string& file_nam
 }
 
 absl::StatusOr<Plan> PlanClaim(const claims::Claim& claim, const DriverSetup& setup,
-                               const topology::Topology& topo, const state::State& held) {
+                               const topology::Topology& topo, const state::State& held,
+                               const allocation::CpuLayout* cpu_layout) {
   const std::string owner = state::DraOwner(setup.driver, claim.uid);
   absl::StatusOr<Plan> plan = setup.kind == DriverKind::kCpu
-                                  ? PlanCpu(claim, setup, topo, held, owner)
+                                  ? PlanCpu(claim, setup, topo, held, owner, cpu_layout)
                                   : PlanGpu(claim, setup, held, owner);
   if (!plan.ok()) return plan.status();
   if (!plan->cdi_spec.devices.empty()) {
