@@ -135,7 +135,7 @@ void Append(const json& value, int indent, int at, std::string* out) {
       }
       out->append(pretty ? "[\n" : "[");
       bool first = true;
-      for (const json& e : value) {
+      for (const json& e : value.get_ref<const json::array_t&>()) {
         if (!first) out->append(pretty ? ",\n" : ",");
         first = false;
         if (pretty) out->append(static_cast<size_t>(at + indent), ' ');
@@ -155,7 +155,8 @@ void Append(const json& value, int indent, int at, std::string* out) {
       }
       out->append(pretty ? "{\n" : "{");
       bool first = true;
-      for (const auto& [key, e] : value.items()) {
+      // The map itself: items() would make an iteration proxy per member.
+      for (const auto& [key, e] : value.get_ref<const json::object_t&>()) {
         if (!first) out->append(pretty ? ",\n" : ",");
         first = false;
         if (pretty) out->append(static_cast<size_t>(at + indent), ' ');
