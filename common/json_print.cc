@@ -179,6 +179,8 @@ void Append(const json& value, int indent, int at, std::string* out) {
 
 }  // namespace
 
+void AppendJsonString(const std::string& s, std::string* out) { AppendString(s, out); }
+
 void AppendJson(const json& value, int indent, int at, std::string* out) {
   Append(value, indent < 0 ? -1 : indent, indent < 0 ? 0 : at, out);
 }

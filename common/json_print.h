@@ -16,6 +16,9 @@ namespace topodra {
 // every line after the first is indented `at` spaces more. at = 0 is the value on its own.
 void AppendJson(const nlohmann::json& value, int indent, int at, std::string* out);
 
+// Appends `s` as a JSON string (what AppendJson prints for json(s)), without making a json of it.
+void AppendJsonString(const std::string& s, std::string* out);
+
 inline std::string PrintJson(const nlohmann::json& value, int indent = -1) {
   std::string out;
   AppendJson(value, indent, 0, &out);

@@ -408,21 +408,6 @@ json MetadataFilesToJson(const std::vector<MetadataFile>& files) {
   return out;
 }
 
-json MetadataFilesToJson(std::vector<MetadataFile>* files) {
-  json out = json::array();
-  for (MetadataFile& f : *files) {
-    json e = StoredFileHead(f);
-    if (f.document.is_null()) {
-      e["content"] = f.content;
-    } else {
-      e["document"] = std::move(f.document);
-      f.document = nullptr;
-    }
-    out.push_back(std::move(e));
-  }
-  return out;
-}
-
 absl::StatusOr<std::vector<MetadataFile>> MetadataFilesFromJson(const json& j) {
   auto bad = [](const std::string& what) {
     return absl::DataLossError(absl::StrCat("stored device metadata: ", what));

@@ -141,6 +141,14 @@ absl::StatusOr<Plan> PlanClaim(const claims::Claim& claim, const DriverSetup& se
                                const topology::Topology& topo, const state::State& held,
                                const allocation::CpuLayout* cpu_layout = nullptr);
 
+// The allocation's stored "cdi", {"file", "metadata" (when there are files: MetadataFilesToJson),
+// "spec"}, byte for byte as CompactJson prints that tree, printed without building it: the tree
+// was built, printed and freed on every prepare. With `metadata_cdi_texts`, appends each file's
+// CDI spec as cdi::JsonTextOf prints it.
+std::string StoredCdiText(const std::string& file, const nlohmann::json& spec,
+                          const std::vector<MetadataFile>& metadata,
+                          std::vector<std::string>* metadata_cdi_texts = nullptr);
+
 // The answer stored in the state and replayed to the kubelet, and back.
 nlohmann::json DevicesToJson(const std::vector<PreparedDevice>& devices);
 absl::StatusOr<std::vector<PreparedDevice>> DevicesFromJson(const nlohmann::json& answer);
