@@ -417,6 +417,7 @@ absl::StatusOr<State> ReadPayload(const json& payload, int version, uint64_t* se
 
 }  // namespace
 
+// StateStore's journal prints these members directly (PutRecordOpen in store.cc): change both.
 json AllocationToJson(const Allocation& a) {
   json gpus = json::array();
   for (const std::string& gpu : a.gpus) gpus.push_back(gpu);
