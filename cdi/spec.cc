@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/json_parse.h"
+#include "common/json_print.h"
 
 namespace topodra::cdi {
 namespace {
@@ -22,9 +23,7 @@ namespace {
 using nlohmann::json;
 
 // nlohmann's default dump throws on invalid UTF-8; strings from callers are not checked.
-std::string Dump(const json& j, int indent) {
-  return j.dump(indent, ' ', false, json::error_handler_t::replace);
-}
+std::string Dump(const json& j, int indent) { return PrintJson(j, indent); }
 
 // Quotes a value for a message the way Go's %q would, so control bytes stay visible.
 std::string Quote(absl::string_view s) { return Dump(json(std::string(s)), -1); }
@@ -412,22 +411,23 @@ bool IsLetter(char c) { return absl::ascii_isalpha(static_cast<unsigned char>(c)
 std::string NameProblem(absl::string_view name, absl::string_view what, bool first_may_be_digit,
                         absl::string_view extra_chars, size_t max_len) {
   if (name.empty()) return absl::StrCat("empty ", what);
-  const std::string q = Quote(name);
+  // Quoted only for a message: every valid name of every prepared claim passes here.
+  auto q = [name] { return Quote(name); };
   if (name.size() > max_len) {
-    return absl::StrCat("invalid ", what, " ", q, ": longer than ", max_len, " characters");
+    return absl::StrCat("invalid ", what, " ", q(), ": longer than ", max_len, " characters");
   }
   if (!(first_may_be_digit ? IsAlnum(name.front()) : IsLetter(name.front()))) {
-    return absl::StrCat("invalid ", what, " ", q, ": must start with a letter",
+    return absl::StrCat("invalid ", what, " ", q(), ": must start with a letter",
                         first_may_be_digit ? " or digit" : "");
   }
   for (char c : name) {
     if (!IsAlnum(c) && extra_chars.find(c) == absl::string_view::npos) {
-      return absl::StrCat("invalid ", what, " ", q, ": character ", Quote(std::string(1, c)),
+      return absl::StrCat("invalid ", what, " ", q(), ": character ", Quote(std::string(1, c)),
                           " is not allowed");
     }
   }
   if (!IsAlnum(name.back())) {
-    return absl::StrCat("invalid ", what, " ", q, ": must end with a letter or digit");
+    return absl::StrCat("invalid ", what, " ", q(), ": must end with a letter or digit");
   }
   return "";
 }

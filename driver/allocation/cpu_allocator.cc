@@ -315,7 +315,45 @@ class Planner {
 
 }  // namespace
 
+CpuLayout::CpuLayout(const Topology& topo) {
+  int max_id = -1;
+  for (const Core& c : topo.cores) {
+    if (const std::optional<int> last = c.cpus.Last()) max_id = std::max(max_id, *last);
+  }
+  core_of_.assign(static_cast<size_t>(max_id) + 1, -1);
+  std::vector<int> l3_group(topo.l3.size(), -1);
+  std::map<GroupKey, int> other_group;  // cores without a listed L3
+  cores_.reserve(topo.cores.size());
+  for (const Core& core : topo.cores) {
+    int* slot = nullptr;
+    if (core.l3 >= 0 && static_cast<size_t>(core.l3) < l3_group.size()) {
+      slot = &l3_group[static_cast<size_t>(core.l3)];
+    } else {
+      slot = &other_group.try_emplace(KeyOf(core), -1).first->second;
+    }
+    if (*slot < 0) {
+      *slot = static_cast<int>(group_online_.size());
+      group_online_.push_back(0);
+    }
+    CoreInfo info{.cpus = core.cpus.ToVector(), .group = *slot, .numa = core.numa};
+    group_online_[static_cast<size_t>(info.group)] += static_cast<int>(info.cpus.size());
+    for (int cpu : info.cpus) {
+      int& owner = core_of_[static_cast<size_t>(cpu)];
+      if (owner >= 0) {
+        shared_cpus_ = true;
+      } else {
+        owner = static_cast<int>(cores_.size());
+      }
+    }
+    cores_.push_back(std::move(info));
+  }
+}
+
 absl::StatusOr<CpuSet> AllocateCpus(const Topology& topo, const CpuRequest& req) {
+  return AllocateCpus(CpuLayout(topo), req);
+}
+
+absl::StatusOr<CpuSet> AllocateCpus(const CpuLayout& layout, const CpuRequest& req) {
   auto describe = [&req] {
     return absl::StrCat("count ", req.count, ", available \"", req.available.ToString(),
                         "\", must_include \"", req.must_include.ToString(), "\"");
@@ -327,21 +365,14 @@ absl::StatusOr<CpuSet> AllocateCpus(const Topology& topo, const CpuRequest& req)
   // Only CPUs of known cores can be placed; anything else in available is not on this machine.
   // Membership tests and a rank table rather than set algebra: this runs on every pick. A CPU's
   // rank is its position among the usable CPUs in id order; -1 when it is not usable.
-  int max_id = -1;
-  for (const Core& c : topo.cores) {
-    if (const std::optional<int> last = c.cpus.Last()) max_id = std::max(max_id, *last);
-  }
-  std::vector<int> rank(static_cast<size_t>(max_id) + 1, -1);
-  for (const Core& c : topo.cores) {
-    for (int cpu : c.cpus) {
-      if (req.available.Contains(cpu)) rank[static_cast<size_t>(cpu)] = 0;
-    }
-  }
+  const std::vector<int>& core_of = layout.core_of_;
+  std::vector<int> rank(core_of.size(), -1);
   std::vector<int> ids;
-  for (size_t cpu = 0; cpu < rank.size(); ++cpu) {
-    if (rank[cpu] < 0) continue;
-    rank[cpu] = static_cast<int>(ids.size());
-    ids.push_back(static_cast<int>(cpu));
+  for (int cpu : req.available) {
+    if (static_cast<size_t>(cpu) >= core_of.size()) break;  // ascending: none further is known
+    if (core_of[static_cast<size_t>(cpu)] < 0) continue;
+    rank[static_cast<size_t>(cpu)] = static_cast<int>(ids.size());
+    ids.push_back(cpu);
   }
   auto usable = [&rank](int cpu) {
     return cpu >= 0 && static_cast<size_t>(cpu) < rank.size() &&
@@ -369,29 +400,30 @@ absl::StatusOr<CpuSet> AllocateCpus(const Topology& topo, const CpuRequest& req)
   }
   if (must_size == req.count) return req.must_include;
 
+  // The cores holding a usable CPU, in topology order; a core with none adds nothing to the
+  // search. Groups keep the layout's numbering (those with no usable CPU stay empty and are
+  // skipped by the search), so parts fold in the same order as when every core was visited.
+  std::vector<int> visit;
+  if (layout.shared_cpus_) {
+    visit.resize(layout.cores_.size());
+    for (size_t i = 0; i < visit.size(); ++i) visit[i] = static_cast<int>(i);
+  } else {
+    visit.reserve(ids.size());
+    for (int cpu : ids) visit.push_back(core_of[static_cast<size_t>(cpu)]);
+    std::sort(visit.begin(), visit.end());
+    visit.erase(std::unique(visit.begin(), visit.end()), visit.end());
+  }
   // The bitsets of the search are over ranks in `ids`, so they are as small as the usable set
   // whatever the ids, and rank order is id order.
   std::map<int, int> node_index;
-  std::vector<int> l3_group(topo.l3.size(), -1);
-  std::map<GroupKey, int> other_group;  // cores without a listed L3
-  std::vector<GroupInfo> groups;
+  std::vector<GroupInfo> groups(layout.group_online_.size());
+  for (size_t g = 0; g < groups.size(); ++g) groups[g].online = layout.group_online_[g];
   std::vector<CoreChoice> cores;
   std::vector<int> ranks;
-  for (const Core& core : topo.cores) {
-    int* slot = nullptr;
-    if (core.l3 >= 0 && static_cast<size_t>(core.l3) < l3_group.size()) {
-      slot = &l3_group[static_cast<size_t>(core.l3)];
-    } else {
-      slot = &other_group.try_emplace(KeyOf(core), -1).first->second;
-    }
-    if (*slot < 0) {
-      *slot = static_cast<int>(groups.size());
-      groups.emplace_back();
-    }
-    const int group_id = *slot;
-    GroupInfo& group = groups[static_cast<size_t>(group_id)];
-    const int threads = core.cpus.Size();
-    group.online += threads;
+  for (int ci : visit) {
+    const CpuLayout::CoreInfo& core = layout.cores_[static_cast<size_t>(ci)];
+    GroupInfo& group = groups[static_cast<size_t>(core.group)];
+    const int threads = static_cast<int>(core.cpus.size());
     CoreChoice c{.threads = threads, .first = static_cast<int>(ranks.size())};
     for (int pass = 0; pass < 2; ++pass) {
       for (int cpu : core.cpus) {

@@ -6,6 +6,8 @@
 // worse than the kubelet's packed takeByTopology on (NUMA nodes, partial cores, L3 groups).
 #pragma once
 
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "topology/cpuset.h"
 #include "topology/topology.h"
@@ -50,5 +52,31 @@ struct CpuRequest {
 // (CPUs asked) x (usable CPUs) steps: tens of microseconds for typical picks on 384 CPUs
 // (test/bench/allocator_bench.cc).
 absl::StatusOr<CpuSet> AllocateCpus(const topology::Topology& topo, const CpuRequest& req);
+
+// What AllocateCpus reads of a topology that no request changes (each core's CPUs, cache group and
+// node, each group's online CPUs), built once. A pick then visits only the cores of its
+// available CPUs: walking every core of a 384-CPU machine and its CPU set was most of a one-CPU
+// pick's cost (about 160 k of its 165 k instructions).
+class CpuLayout {
+ public:
+  explicit CpuLayout(const topology::Topology& topo);
+
+ private:
+  friend absl::StatusOr<CpuSet> AllocateCpus(const CpuLayout& layout, const CpuRequest& req);
+  struct CoreInfo {
+    std::vector<int> cpus;  // online threads, ascending
+    int group = 0;          // index into group_online_, numbered as the cores first name them
+    int numa = 0;           // NUMA node id
+  };
+  std::vector<CoreInfo> cores_;    // in topology order
+  std::vector<int> core_of_;       // CPU id -> index into cores_; -1 for no core's CPU
+  std::vector<int> group_online_;  // online CPUs of each group on the whole machine
+  // A CPU listed by two cores (only a hand-made topology can say so): every pick visits every
+  // core, as a pick did before the layout.
+  bool shared_cpus_ = false;
+};
+
+// The same answer as AllocateCpus(topo, req) for the topology `layout` was built from.
+absl::StatusOr<CpuSet> AllocateCpus(const CpuLayout& layout, const CpuRequest& req);
 
 }  // namespace topodra::allocation

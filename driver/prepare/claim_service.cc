@@ -221,7 +221,7 @@ ClaimService::ClaimService(DriverSetup setup, topology::Topology topo, state::Le
       cdi_(cdi),
       source_(source),
       fetchers_(kMaxFetcherThreads),
-      view_(std::make_shared<const View>(View{std::move(setup), std::move(topo)})) {}
+      view_(std::make_shared<const View>(std::move(setup), std::move(topo))) {}
 
 std::shared_ptr<const ClaimService::View> ClaimService::view() const {
   absl::MutexLock lock(&view_mu_);
@@ -231,7 +231,7 @@ std::shared_ptr<const ClaimService::View> ClaimService::view() const {
 void ClaimService::Update(DriverSetup setup, topology::Topology topo) {
   {
     absl::MutexLock lock(&view_mu_);
-    view_ = std::make_shared<const View>(View{std::move(setup), std::move(topo)});
+    view_ = std::make_shared<const View>(std::move(setup), std::move(topo));
   }
   ledger_->changes().Notify();
 }
@@ -908,7 +908,8 @@ absl::Status ClaimService::PlanOne(state::Ledger::Edit& edit, const ClaimRef& re
                                    std::optional<Known>* known, Plan* plan) {
   // Another call may have prepared it while we fetched it.
   if ((*known = Lookup(edit, ref))) return absl::OkStatus();
-  absl::StatusOr<Plan> planned = PlanClaim(claim, view.setup, view.topo, edit.state());
+  absl::StatusOr<Plan> planned =
+      PlanClaim(claim, view.setup, view.topo, edit.state(), &view.cpu_layout);
   if (!planned.ok()) return planned.status();
   *plan = *std::move(planned);
   absl::Status added = edit.Add(plan->allocation);

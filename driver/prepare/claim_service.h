@@ -27,6 +27,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -34,6 +35,7 @@
 #include "absl/time/time.h"
 #include "cdi/reconcile.h"
 #include "cdi/spec_store.h"
+#include "driver/allocation/cpu_allocator.h"
 #include "driver/metrics/observer.h"
 #include "driver/prepare/planner.h"
 #include "driver/prepare/worker_pool.h"
@@ -180,8 +182,11 @@ class ClaimService {
   struct Fetched;
   // What the claim's driver setup and machine are now (Update replaces them whole).
   struct View {
+    View(DriverSetup s, topology::Topology t)
+        : setup(std::move(s)), topo(std::move(t)), cpu_layout(topo) {}
     DriverSetup setup;
     topology::Topology topo;
+    allocation::CpuLayout cpu_layout;  // of topo: built once, not on every pick
   };
   // A claim the ledger already has, found under its lock (Lookup), answered outside it (Replay).
   struct Known;

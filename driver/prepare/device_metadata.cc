@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/json_print.h"
 #include "common/status.h"
 #include "driver/prepare/identifiers.h"
 
@@ -31,27 +32,14 @@ std::string Qualified(const std::string& driver, const std::string& name) {
   return absl::StrContains(name, '/') ? name : absl::StrCat(driver, "/", name);
 }
 
-// Text any reader can take, whatever bytes a published string carried: nlohmann's print with
-// an indent of 2, bytes that are not UTF-8 as U+FFFD.
-std::string Dump(const json& j) {
-  return j.dump(2, ' ', false, nlohmann::detail::error_handler_t::replace);
-}
+// Text any reader can take, whatever bytes a published string carried: nlohmann's print (with
+// an indent of 2 for the documents), bytes that are not UTF-8 as U+FFFD.
+void AppendQuoted(std::string* out, const json& s) { AppendJson(s, /*indent=*/-1, 0, out); }
 
-void AppendQuoted(std::string* out, const json& s) {
-  out->append(s.dump(-1, ' ', false, nlohmann::detail::error_handler_t::replace));
-}
-
-// `j` as Dump prints it, as the value of a key whose object's members are indented by `indent`
-// spaces: every line after the first indented that much more. A printed JSON string never holds
-// a raw newline, so every "\n" is a line break.
-void AppendIndented(std::string* out, const json& j, size_t indent) {
-  const std::string text = Dump(j);
-  size_t from = 0;
-  for (size_t nl; (nl = text.find('\n', from)) != std::string::npos; from = nl + 1) {
-    out->append(text, from, nl + 1 - from);
-    out->append(indent, ' ');
-  }
-  out->append(text, from, std::string::npos);
+// `j` as the value of a key whose object's members are indented by `indent` spaces: every line
+// after the first indented that much more.
+void AppendIndented(std::string* out, const json& j, int indent) {
+  AppendJson(j, /*indent=*/2, indent, out);
 }
 
 struct RequestGroup {
@@ -414,21 +402,6 @@ json MetadataFilesToJson(const std::vector<MetadataFile>& files) {
       e["content"] = f.content;
     } else {
       e["document"] = f.document;
-    }
-    out.push_back(std::move(e));
-  }
-  return out;
-}
-
-json MetadataFilesToJson(std::vector<MetadataFile>* files) {
-  json out = json::array();
-  for (MetadataFile& f : *files) {
-    json e = StoredFileHead(f);
-    if (f.document.is_null()) {
-      e["content"] = f.content;
-    } else {
-      e["document"] = std::move(f.document);
-      f.document = nullptr;
     }
     out.push_back(std::move(e));
   }

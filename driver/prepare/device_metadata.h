@@ -76,8 +76,7 @@ struct MetadataFile {
   std::string content;    // the JSON stream, printed from `document`
   // The v1beta1 object `content` is printed from (MetadataContentOf): what the state keeps in
   // place of the text since state version 4. Null for a file read from an older state record,
-  // which keeps the `content` it was written with, and in a Plan once PlanClaim has moved it
-  // into the allocation's stored "cdi".
+  // which keeps the `content` it was written with.
   nlohmann::json document;
   std::string cdi_file;  // in the CDI directory
   cdi::Spec cdi_spec;
@@ -144,10 +143,6 @@ std::optional<std::string> MetadataContentOf(const nlohmann::json& document);
 // v1beta1 object compact (state version 4), or with "content", the file's text, in its place (a
 // file with no document: written by an older topodra, kept as it was).
 nlohmann::json MetadataFilesToJson(const std::vector<MetadataFile>& files);
-// The same, moving each file's document into the result (left null in `files`) instead of
-// copying it: the planner stores the documents it has just built and reads them no more (the
-// copy was a tenth of a prepare's planning).
-nlohmann::json MetadataFilesToJson(std::vector<MetadataFile>* files);
 absl::StatusOr<std::vector<MetadataFile>> MetadataFilesFromJson(const nlohmann::json& j);
 // The host file's text of one stored file: its "content", or printed from its "document"
 // (DataLoss naming what is wrong, without the entry's position, for anything else).

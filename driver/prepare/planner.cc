@@ -8,9 +8,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/json_print.h"
 #include "common/status.h"
 #include "driver/allocation/cpu_allocator.h"
 #include "driver/reservation/lifecycle.h"
+#include "driver/state/compact_json.h"
 
 namespace topodra::prepare {
 namespace {
@@ -130,7 +132,7 @@ absl::StatusOr<CpuSet> ClaimMemoryNodes(const claims::Claim& claim, const Driver
 
 absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setup,
                              const topology::Topology& topo, const state::State& held,
-                             const std::string& owner) {
+                             const std::string& owner, const allocation::CpuLayout* cpu_layout) {
   claims::NodeCpuState node;
   node.reserved = setup.reserved;
   node.held_by_others = held.HeldCpus();
@@ -173,7 +175,8 @@ absl::StatusOr<Plan> PlanCpu(const claims::Claim& claim, const DriverSetup& setu
     req.count = a.count;
     req.available =
         a.device_cpus - node.reserved - node.held_by_others - node.reserved_for_others - taken;
-    absl::StatusOr<CpuSet> cpus = allocation::AllocateCpus(topo, req);
+    absl::StatusOr<CpuSet> cpus = cpu_layout != nullptr ? allocation::AllocateCpus(*cpu_layout, req)
+                                                        : allocation::AllocateCpus(topo, req);
     if (!cpus.ok()) {
       const CpuSet free = req.available & topo.online;
       if (const CpuSet blocked = a.device_cpus & node.reserved_for_others; !blocked.Empty()) {
@@ -450,10 +453,11 @@ cdi::CdiFileClass ClassifyCdiFile(bool ours_by_name, const std::string& file_nam
 }
 
 absl::StatusOr<Plan> PlanClaim(const claims::Claim& claim, const DriverSetup& setup,
-                               const topology::Topology& topo, const state::State& held) {
+                               const topology::Topology& topo, const state::State& held,
+                               const allocation::CpuLayout* cpu_layout) {
   const std::string owner = state::DraOwner(setup.driver, claim.uid);
   absl::StatusOr<Plan> plan = setup.kind == DriverKind::kCpu
-                                  ? PlanCpu(claim, setup, topo, held, owner)
+                                  ? PlanCpu(claim, setup, topo, held, owner, cpu_layout)
                                   : PlanGpu(claim, setup, held, owner);
   if (!plan.ok()) return plan.status();
   if (!plan->cdi_spec.devices.empty()) {
@@ -478,21 +482,53 @@ absl::StatusOr<Plan> PlanClaim(const claims::Claim& claim, const DriverSetup& se
   a.answer = DevicesToJson(plan->devices);
   if (!plan->cdi_file.empty()) {
     // One document for the file and the stored answer: prepare writes the text as it is.
-    json spec = cdi::ToJson(plan->cdi_spec);
+    const json spec = cdi::ToJson(plan->cdi_spec);
     if (!plan->cdi_spec.devices.empty()) plan->cdi_text = cdi::JsonTextOf(spec);  // validated
-    json cdi = {{"file", plan->cdi_file}, {"spec", std::move(spec)}};
-    if (!plan->metadata.empty()) {
-      json metadata = MetadataFilesToJson(&plan->metadata);  // documents moved, not copied
-      // PlanDeviceMetadata validated each spec, so its cdiVersion is one SpecStore::Write keeps:
-      // the text printed from the stored document is the one it would write.
-      for (const json& m : metadata) {
-        plan->metadata_cdi_texts.push_back(cdi::JsonTextOf(m.at("cdiSpec")));
-      }
-      cdi["metadata"] = std::move(metadata);
-    }
-    a.cdi = cdi;
+    a.cdi = state::JsonText::FromCanonicalText(
+        StoredCdiText(plan->cdi_file, spec, plan->metadata, &plan->metadata_cdi_texts));
   }
   return plan;
+}
+
+std::string StoredCdiText(const std::string& file, const json& spec,
+                          const std::vector<MetadataFile>& metadata,
+                          std::vector<std::string>* metadata_cdi_texts) {
+  // Members in the order a json object keeps them (sorted), as CompactJson would print them.
+  std::string out = "{\"file\":";
+  AppendJsonString(file, &out);
+  if (!metadata.empty()) {
+    out += ",\"metadata\":[";
+    for (size_t i = 0; i < metadata.size(); ++i) {
+      const MetadataFile& f = metadata[i];
+      out += i == 0 ? "{\"cdiFile\":" : ",{\"cdiFile\":";
+      AppendJsonString(f.cdi_file, &out);
+      out += ",\"cdiId\":";
+      AppendJsonString(f.cdi_id, &out);
+      out += ",\"cdiSpec\":";
+      const json cdi_spec = cdi::ToJson(f.cdi_spec);
+      state::AppendCompactJson(cdi_spec, &out);
+      // PlanDeviceMetadata validated each spec, so its cdiVersion is one SpecStore::Write keeps:
+      // the text printed from the stored value is the one it would write.
+      if (metadata_cdi_texts != nullptr) metadata_cdi_texts->push_back(cdi::JsonTextOf(cdi_spec));
+      if (f.document.is_null()) {
+        out += ",\"content\":";
+        AppendJsonString(f.content, &out);
+      } else {
+        out += ",\"document\":";
+        state::AppendCompactJson(f.document, &out);
+      }
+      out += ",\"hostPath\":";
+      AppendJsonString(f.host_path, &out);
+      out += ",\"request\":";
+      AppendJsonString(f.request, &out);
+      out += "}";
+    }
+    out += "]";
+  }
+  out += ",\"spec\":";
+  state::AppendCompactJson(spec, &out);
+  out += "}";
+  return out;
 }
 
 json DevicesToJson(const std::vector<PreparedDevice>& devices) {

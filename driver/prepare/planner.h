@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "cdi/reconcile.h"
 #include "cdi/spec.h"
+#include "driver/allocation/cpu_allocator.h"
 #include "driver/claims/allocation_result.h"
 #include "driver/claims/cpu_config.h"
 #include "driver/prepare/device_metadata.h"
@@ -134,8 +135,19 @@ cdi::CdiFileClass ClassifyCdiFile(bool ours_by_name, const std::string& file_nam
 // is ignored). Errors are InvalidArgument (the claim is wrong for this node) or
 // ResourceExhausted (not enough free CPUs in the allocated group), and start with
 // "claim <ns>/<name>".
+// `cpu_layout`, when given, is allocation::CpuLayout(topo), kept by the caller so that a pick does
+// not build it again (ClaimService builds it once per topology); the plan is the same either way.
 absl::StatusOr<Plan> PlanClaim(const claims::Claim& claim, const DriverSetup& setup,
-                               const topology::Topology& topo, const state::State& held);
+                               const topology::Topology& topo, const state::State& held,
+                               const allocation::CpuLayout* cpu_layout = nullptr);
+
+// The allocation's stored "cdi", {"file", "metadata" (when there are files: MetadataFilesToJson),
+// "spec"}, byte for byte as CompactJson prints that tree, printed without building it: the tree
+// was built, printed and freed on every prepare. With `metadata_cdi_texts`, appends each file's
+// CDI spec as cdi::JsonTextOf prints it.
+std::string StoredCdiText(const std::string& file, const nlohmann::json& spec,
+                          const std::vector<MetadataFile>& metadata,
+                          std::vector<std::string>* metadata_cdi_texts = nullptr);
 
 // The answer stored in the state and replayed to the kubelet, and back.
 nlohmann::json DevicesToJson(const std::vector<PreparedDevice>& devices);

@@ -1,8 +1,7 @@
 // The compact text of a JSON value, byte for byte what nlohmann's
 // dump(-1, ' ', /*ensure_ascii=*/false, error_handler_t::replace) prints (the canonical form of
-// the state files, canonical_json.h), made faster: runs of characters that need no escape are
-// copied whole, where nlohmann decodes each byte. Prepare prints each claim's stored answer and
-// CDI text, the device metadata files' contents among them, once per claim.
+// the state files, canonical_json.h): common/json_print.h's compact print. Prepare prints each
+// claim's stored answer and CDI text, the device metadata documents among them, once per claim.
 #pragma once
 
 #include <string>

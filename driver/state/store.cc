@@ -15,6 +15,7 @@
 #include "absl/strings/strip.h"
 #include "common/file_io.h"
 #include "common/json_parse.h"
+#include "common/json_print.h"
 #include "driver/state/canonical_json.h"
 
 namespace topodra::state {
@@ -199,23 +200,47 @@ std::string JournalLineOf(absl::string_view text) {
   return absl::StrCat(hex, " ", text, "\n");
 }
 
-// The text of {"put": AllocationToJson(a)} without its closing brace, the same bytes, without
-// parsing the JSON texts the allocation keeps (its answer and CDI spec, most of a record) only to
-// print them again: they go in as they are.
+// The text of {"put": AllocationToJson(a)} without its closing brace, the same bytes, printed
+// member by member in the order a json object keeps them (sorted): the allocation's answer and CDI
+// texts (most of a record) go in as they are, and neither the allocation (to blank those two) nor
+// a tree of it is made, which was most of a record's cost. AllocationToJson's members: change
+// both together (PutRecordIsTheBytesOfItsJsonValue compares them).
 std::string PutRecordOpen(const Allocation& a) {
-  Allocation small = a;
-  small.answer = JsonText();
-  small.cdi = JsonText();
-  const std::string rest = CanonicalText(AllocationToJson(small));
-  // Keys print sorted, and no other key sorts before these two.
-  constexpr absl::string_view kNulls = R"({"answer":null,"cdi":null,)";
-  if (!absl::StartsWith(rest, kNulls)) {  // not expected: print it the slow way
-    std::string all = CanonicalText(json{{"put", AllocationToJson(a)}});
-    all.pop_back();
-    return all;
+  std::string out = R"({"put":{"answer":)";
+  out += a.answer.dump();
+  out += R"(,"cdi":)";
+  out += a.cdi.dump();
+  out += R"(,"cpus":)";
+  AppendJsonString(a.cpus.ToString(), &out);
+  out += R"(,"driver":)";
+  AppendJsonString(a.driver, &out);
+  out += R"(,"gpus":[)";
+  bool first = true;
+  for (const std::string& gpu : a.gpus) {
+    if (!first) out += ',';
+    first = false;
+    AppendJsonString(gpu, &out);
   }
-  return absl::StrCat(R"({"put":{"answer":)", a.answer.dump(), R"(,"cdi":)", a.cdi.dump(), ",",
-                      absl::string_view(rest).substr(kNulls.size()));
+  out += R"(],"kind":)";
+  AppendJsonString(KindName(a.kind), &out);
+  if (!a.mems.Empty()) {
+    out += R"(,"mems":)";
+    AppendJsonString(a.mems.ToString(), &out);
+  }
+  out += R"(,"name":)";
+  AppendJsonString(a.claim_name, &out);
+  out += R"(,"namespace":)";
+  AppendJsonString(a.claim_namespace, &out);
+  out += R"(,"owner":)";
+  AppendJsonString(a.owner, &out);
+  out += R"(,"phase":)";
+  AppendJsonString(PhaseName(a.phase), &out);
+  if (!a.reservation.empty()) {
+    out += R"(,"reservation":)";
+    AppendJsonString(a.reservation, &out);
+  }
+  out += '}';
+  return out;
 }
 
 }  // namespace

@@ -441,6 +441,93 @@ std::vector<std::string> ComparisonMachines() {
   return machines;
 }
 
+// A hand-made machine the discoverer never gives: CPU 8 listed by two cores (0,8 and 1,8), which
+// sends a pick through every core, as every pick went before CpuLayout.
+Topology SharedCpuMachine() {
+  Topology topo = Load("16em64t-4s2c2t.xml");
+  topo.cores[1].cpus.Add(8);
+  return topo;
+}
+
+// Every answer (or error) of random requests, over every fixture and shape, folded into one FNV-1a
+// 64 hash per machine. The table holds the hashes the allocator gave before CpuLayout (main at
+// 47861f3, which walked every core on each pick): a pick through the layout visits only the cores
+// of its available CPUs and must choose exactly as before. A change of the policy changes these
+// on purpose; then print the new ones (the failures show them) and say why in the commit.
+TEST(AllocateCpusTest, SameAnswersAsBeforeCpuLayout) {
+  const std::map<std::string, uint64_t> kBefore = {
+      {"16em64t-4s2c2t.xml", 0xd345f91c9b5ca1feu},
+      {"16em64t-4s2c2t-offlines.xml", 0x2081e61bda5573a7u},
+      {"28intel64-2p2g7c-CoDgroups.v1tov2.xml", 0x71e26c339085efbdu},
+      {"32em64t-2n8c2t-pci-normalio.xml", 0x1c1e8f0300c1ccacu},
+      {"64intel64-fakeKNL-SNC4-hybrid.xml", 0x59d5515219e92091u},
+      {"96em64t-4n4d3ca2co-pci.xml", 0x29686d4f2d000755u},
+      {"192em64t-24n8c2t.xml", 0xa84518da26cc2ef6u},
+      {"fakecpukinds.xml", 0xb596a1b8cd14d3b5u},
+      {"power8gpudistances.xml", 0x25cae3e7587c5bb9u},
+      {"nvidiaDGX2.xml", 0xa5f6cbced3c55298u},
+      {"synthetic:pack:2 numa:2 core:10 pu:2(indexes=2*40:1*2)", 0x78f7ad93f7802600u},
+      {"synthetic:pack:2 numa:2 l3:2 core:6 pu:2(indexes=2*48:1*2)", 0xefa10a05aed4a344u},
+      {"synthetic:pack:2 numa:2 l3:4 core:8 pu:2", 0xa86a2dce2c83a3e5u},
+      {"synthetic:pack:1 l3:2 numa:2 core:2 pu:2", 0x4074ca7fa78efef1u},
+      {"synthetic:pack:2 core:8 pu:4", 0xd5ddfc9c2e892c3bu},
+      {"shared-cpu", 0x7b2e132ba8a8182cu},
+  };
+  std::vector<std::string> machines = ComparisonMachines();
+  machines.push_back("shared-cpu");
+  std::mt19937 rng(19070);
+  int cases = 0;
+  for (const std::string& machine : machines) {
+    SCOPED_TRACE(machine);
+    const Topology shared = SharedCpuMachine();
+    const Topology& topo = machine == "shared-cpu" ? shared : Load(machine);
+    const CpuLayout layout(topo);
+    uint64_t hash = 0xcbf29ce484222325u;
+    auto mix = [&hash](const std::string& text) {
+      for (char c : text) {
+        hash ^= static_cast<uint8_t>(c);
+        hash *= 0x100000001b3u;
+      }
+      hash ^= 0xFFu;  // ends the answer
+      hash *= 0x100000001b3u;
+    };
+    for (int i = 0; i < 80; ++i) {
+      CpuSet available = RandomFree(topo, rng);
+      const int shape = std::uniform_int_distribution<int>(0, 3)(rng);
+      if (shape == 0 && !topo.numa_nodes.empty()) {
+        available &= topo.numa_nodes[std::uniform_int_distribution<size_t>(
+                                         0, topo.numa_nodes.size() - 1)(rng)]
+                         .cpus;
+      } else if (shape == 1) {
+        available |= topo.offline;  // never handed out
+        available.Add(5000);        // not on the machine
+      }
+      const int count = std::max(1, RandomCount(available.Size(), rng));
+      CpuSet must;
+      if (std::uniform_int_distribution<int>(0, 3)(rng) == 0 && !available.Empty()) {
+        const std::vector<int> free = available.ToVector();
+        const int n = std::uniform_int_distribution<int>(1, std::min(count, 3))(rng);
+        for (int k = 0; k < n; ++k) {
+          must.Add(free[std::uniform_int_distribution<size_t>(0, free.size() - 1)(rng)]);
+        }
+      }
+      const CpuRequest req{.count = count, .available = available, .must_include = must};
+      absl::StatusOr<CpuSet> got = AllocateCpus(topo, req);
+      const std::string answer = got.ok() ? got->ToString() : got.status().ToString();
+      mix(answer);
+      ++cases;
+      // One layout for every request of the machine, as ClaimService keeps it.
+      absl::StatusOr<CpuSet> again = AllocateCpus(layout, req);
+      EXPECT_EQ(again.ok() ? again->ToString() : again.status().ToString(), answer)
+          << "count " << count << " available " << available << " must_include " << must;
+    }
+    const auto want = kBefore.find(machine);
+    EXPECT_TRUE(want != kBefore.end() && want->second == hash)
+        << "{\"" << machine << "\", 0x" << std::hex << hash << std::dec << "u},";
+  }
+  EXPECT_GT(cases, 1000);
+}
+
 // Every pick compared with the kubelet's packed takeByTopology on the same free set: never worse
 // on (NUMA nodes, partial cores, L3 groups) compared in that order. Free sets are random; half the
 // requests are confined to one NUMA node, as grouped mode confines them to the allocated group.

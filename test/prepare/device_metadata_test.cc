@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "cdi/spec_store.h"
 #include "common/file_io.h"
+#include "driver/state/compact_json.h"
 #include "driver/state/state.h"
 
 #include "test/prepare/prepare_testing.h"
@@ -548,6 +549,13 @@ void ExpectWrittenAsSpecStoreWrites(const Plan& plan) {
   }
 }
 
+// The stored "cdi" as the planner prints it, against the tree it stands for printed whole.
+void ExpectStoredCdiIsTheTreesPrint(const Plan& plan) {
+  json tree = {{"file", plan.cdi_file}, {"spec", cdi::ToJson(plan.cdi_spec)}};
+  if (!plan.metadata.empty()) tree["metadata"] = MetadataFilesToJson(plan.metadata);
+  EXPECT_EQ(plan.allocation.cdi.text(), state::CompactJson(tree));
+}
+
 // Through PlanClaim as the daemon's driver setups make it: the CDI ids of the answer, the stored
 // allocation, and nothing at all when the flag is off.
 TEST(PlanClaimDeviceMetadata, CpuAndGpuClaimsGetAFileAndACdiIdPerRequest) {
@@ -591,15 +599,15 @@ TEST(PlanClaimDeviceMetadata, CpuAndGpuClaimsGetAFileAndACdiIdPerRequest) {
   EXPECT_EQ(first["dra.cpu/numaNodes"], json({{"ints", {1, 2}}}));
   EXPECT_EQ(first["resource.kubernetes.io/numaNode"], json({{"int", 1}}));  // as published
   EXPECT_EQ(first["dra.cpu/numCPUs"], json({{"int", 16}}));
-  // The journal keeps what start restores: the planner moved each document into it.
+  // The journal keeps what start restores: each document beside its file.
   absl::StatusOr<std::vector<MetadataFile>> stored =
       MetadataFilesFromJson(on->allocation.cdi.Parse()["metadata"]);
   ASSERT_TRUE(stored.ok()) << stored.status();
-  for (MetadataFile& f : *stored) {
-    EXPECT_TRUE(f.document.is_object());
-    f.document = nullptr;
-  }
+  for (const MetadataFile& f : *stored) EXPECT_TRUE(f.document.is_object());
   EXPECT_EQ(*stored, on->metadata);
+  // Printed directly, byte for byte the tree's compact print (the tree the planner built before).
+  ExpectStoredCdiIsTheTreesPrint(*on);
+  ExpectStoredCdiIsTheTreesPrint(*off);
   // The CDI specs as printed by the planner: what SpecStore::Write would have written.
   ExpectWrittenAsSpecStoreWrites(*on);
   EXPECT_EQ(DevicesFromJson(on->allocation.answer)->at(0).cdi_device_ids,
@@ -627,6 +635,7 @@ TEST(PlanClaimDeviceMetadata, CpuAndGpuClaimsGetAFileAndACdiIdPerRequest) {
   EXPECT_EQ(gp->devices[0].cdi_device_ids.back(),
             std::string("gpu.topodra.io/metadata=") + kUid + "_gpu");
   ExpectWrittenAsSpecStoreWrites(*gp);
+  ExpectStoredCdiIsTheTreesPrint(*gp);
 }
 
 }  // namespace

@@ -241,14 +241,28 @@ TEST_F(StoreTest, PutRecordIsTheBytesOfItsJsonValue) {
   Allocation bare = Claim("b", "4");
   bare.answer = JsonText();
   bare.cdi = JsonText();
+  // Strings that need escapes or are not ASCII, a phase still being prepared, a device-plugin
+  // allocation (no claim names) holding only GPUs.
+  Allocation odd = Claim("c", "5,7");
+  odd.claim_namespace = "ns\t\"\\\x01";
+  odd.claim_name = "caf\u00e9 \xff";
+  odd.phase = Phase::kPreparing;
+  Allocation plugin;
+  plugin.kind = AllocationKind::kDevicePlugin;
+  plugin.owner = "topodra.io/gpu/3f9a";
+  plugin.gpus = {"0000:3b:00.0"};
   {
     StateStore::Opened o = OpenOk();
     ASSERT_TRUE(o.store->Put(a).ok());
     ASSERT_TRUE(o.store->Put(bare).ok());
+    ASSERT_TRUE(o.store->Put(odd).ok());
+    ASSERT_TRUE(o.store->Put(plugin).ok());
   }
   EXPECT_EQ(ReadFile(dir_ + "/state/checkpoint.json.journal"),
             EncodeJournalLine({{"put", AllocationToJson(a)}, {"seq", 1}}) +
-                EncodeJournalLine({{"put", AllocationToJson(bare)}, {"seq", 2}}));
+                EncodeJournalLine({{"put", AllocationToJson(bare)}, {"seq", 2}}) +
+                EncodeJournalLine({{"put", AllocationToJson(odd)}, {"seq", 3}}) +
+                EncodeJournalLine({{"put", AllocationToJson(plugin)}, {"seq", 4}}));
   StateStore::Opened o = OpenOk();
   EXPECT_EQ(*o.loaded.Find(a.owner), a);
   EXPECT_EQ(*o.loaded.Find(bare.owner), bare);
