@@ -72,11 +72,13 @@ absl::StatusOr<CpuSet> PlaceCpus(const CpuWant& want, bool pre_allocation,
   allocation::CpuRequest req;
   req.count = want.count;
   req.available = free;
-  absl::StatusOr<CpuSet> cpus = allocation::AllocateCpus(topo, req);
+  // Built once for both picks below.
+  const allocation::CpuLayout layout(topo);
+  absl::StatusOr<CpuSet> cpus = allocation::AllocateCpus(layout, req);
   if (cpus.ok() || cpus.status().code() != absl::StatusCode::kResourceExhausted) return cpus;
   if (pre_allocation) {
     req.available = usable - node.other_reservations;
-    cpus = allocation::AllocateCpus(topo, req);
+    cpus = allocation::AllocateCpus(layout, req);
     if (cpus.ok() || cpus.status().code() != absl::StatusCode::kResourceExhausted) return cpus;
   }
   // The message names only what changes with reservations, never the free count: claims come
