@@ -17,6 +17,9 @@ absl::Status FillPaths(const RunCommand& cmd, node::NodeConfig* c) {
   c->cdi_dir = cmd.cdi_dir;
   c->state_dir = cmd.state_dir;
   c->host_root = cmd.host_root;
+  absl::StatusOr<std::string> metadata_dir = node::ParseHostDir(cmd.device_metadata_dir);
+  if (!metadata_dir.ok()) return Prefixed("--device-metadata-dir", metadata_dir.status());
+  c->device_metadata_dir = *metadata_dir;
   c->cgroup_root = cmd.cgroup_root;
   c->hook_dir = cmd.hook_dir;
   c->metrics_address = cmd.metrics_address;

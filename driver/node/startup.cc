@@ -74,6 +74,11 @@ absl::Status PrepareOwnedDirectories(const NodeConfig& config) {
       {"kubelet plugin registration directory", config.kubelet_root_dir + "/plugins_registry",
        0755},
   };
+  if (const std::string& d = config.device_metadata_dir; !d.empty() && d + "/" != plugins) {
+    dirs.push_back({"device metadata directory", d + "/" + config.publish.cpu_driver, 0750});
+    dirs.push_back({"device metadata directory", d + "/" + config.publish.gpu_driver, 0750,
+                    /*create=*/false});
+  }
   if (config.enforce == Enforce::kCgroup) {
     dirs.push_back({"hook directory", config.hook_dir, 0755});
     dirs.push_back({"pinning records directory", config.state_dir + "/containers", 0700});
@@ -92,9 +97,17 @@ absl::Status PrepareOwnedDirectories(const NodeConfig& config) {
 absl::StatusOr<std::vector<std::unique_ptr<plugin::InstanceLock>>> AcquireInstanceLocks(
     const NodeConfig& config) {
   std::vector<std::unique_ptr<plugin::InstanceLock>> locks;
-  for (const std::string& path : {absl::StrCat(config.state_dir, "/topodra.lock"),
-                                  absl::StrCat(config.kubelet_root_dir, "/plugins/",
-                                               config.publish.cpu_driver, "/topodra.lock")}) {
+  const std::string plugins_dir = absl::StrCat(config.kubelet_root_dir, "/plugins");
+  std::vector<std::string> paths = {
+      absl::StrCat(config.state_dir, "/topodra.lock"),
+      absl::StrCat(plugins_dir, "/", config.publish.cpu_driver, "/topodra.lock")};
+  // Two daemons given the same --device-metadata-dir (the chart's default, say, on a host with
+  // two kubelets) would each remove the other's files as leftovers of its own.
+  if (!config.device_metadata_dir.empty() && config.device_metadata_dir != plugins_dir) {
+    paths.push_back(
+        absl::StrCat(config.device_metadata_dir, "/", config.publish.cpu_driver, "/topodra.lock"));
+  }
+  for (const std::string& path : paths) {
     absl::StatusOr<std::unique_ptr<plugin::InstanceLock>> lock =
         plugin::InstanceLock::Acquire(path);
     if (!lock.ok()) return lock.status();
