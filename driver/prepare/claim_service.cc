@@ -265,6 +265,46 @@ std::string KeyOfFile(const std::string& driver, const std::string& file) {
   return absl::StrCat("file:", file);
 }
 
+// Every root this driver's host files may be under: today's and an earlier run's.
+std::vector<std::string> MetadataRoots(const DriverSetup& setup) {
+  std::vector<std::string> out;
+  if (!setup.metadata_root.empty()) out.push_back(setup.metadata_root);
+  for (const std::string& root : setup.metadata_former_roots) {
+    if (!root.empty() && root != setup.metadata_root) out.push_back(root);
+  }
+  return out;
+}
+
+// The metadata of a claim the state does not know (a crashed prepare's): its CDI specs `specs`,
+// and the claim directories they mount from, under any of the roots (a crash under an earlier
+// --device-metadata-dir left its files there), else under today's.
+void RemoveUnrecordedMetadata(const cdi::SpecStore& cdi, const std::vector<std::string>& specs,
+                              const DriverSetup& setup, const std::string& ns,
+                              const std::string& name) {
+  std::set<std::string> dirs;
+  for (const std::string& root : MetadataRoots(setup)) {
+    const std::string dir = MetadataClaimDir(root, ns, name);
+    for (const std::string& spec : specs) {
+      for (const std::string& path : MountedHostPaths(cdi, spec)) {
+        if (absl::StartsWith(path, dir + "/")) dirs.insert(dir);
+      }
+    }
+  }
+  if (dirs.empty() && !setup.metadata_root.empty()) {
+    dirs.insert(MetadataClaimDir(setup.metadata_root, ns, name));
+  }
+  if (dirs.empty()) {
+    for (const std::string& spec : specs) (void)cdi.Remove(spec, /*synced=*/false);
+    return;
+  }
+  // The specs go with the first directory: RemoveMetadataFiles removes them before any file.
+  bool first = true;
+  for (const std::string& dir : dirs) {
+    (void)RemoveMetadataFiles(cdi, dir, first ? specs : std::vector<std::string>{});
+    first = false;
+  }
+}
+
 std::string DirKey(const std::string& ns, const std::string& name) {
   return absl::StrCat("dir:", ns, "_", name);
 }
@@ -348,6 +388,13 @@ absl::StatusOr<int> ClaimService::CheckClaimFiles(const std::string& owner, bool
     }
   }
   const std::string metadata_root = view()->setup.metadata_root;
+  if (wanted != nullptr) {
+    for (const auto& [path, content] : host_file_content) {
+      if (std::string root = MetadataRootOf(path, driver_); !root.empty()) {
+        wanted->metadata_roots.insert(std::move(root));
+      }
+    }
+  }
   if (!host_files) host_file_content.clear();
   if (wanted != nullptr) {
     for (const auto& [file, text] : specs) wanted->cdi_files.insert(file);
@@ -381,7 +428,7 @@ absl::StatusOr<int> ClaimService::CheckClaimFiles(const std::string& owner, bool
 
 absl::StatusOr<ClaimService::Reconciled> ClaimService::RunFileCheck() {
   const std::string marker = view()->setup.cdi_marker;
-  const std::string metadata_root = view()->setup.metadata_root;
+  std::vector<std::string> metadata_roots = MetadataRoots(view()->setup);
   struct Loaded {
     std::string owner;
     std::string uid_key;
@@ -425,6 +472,13 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::RunFileCheck() {
     stopped = stopped || stop_check_.load();
     return stopped || (flags & (kCalled | kKeep)) != 0;
   };
+  // The roots the records' files are in are ours too: claims prepared under an earlier
+  // --device-metadata-dir keep their files there, and so may crashed prepares of that time.
+  for (const std::string& root : wanted.metadata_roots) {
+    if (std::find(metadata_roots.begin(), metadata_roots.end(), root) == metadata_roots.end()) {
+      metadata_roots.push_back(root);
+    }
+  }
   const absl::Status cancelled = absl::CancelledError("the file check was stopped");
   cdi::FileGuard guard = [&](const std::string& file, const std::function<void()>& act) {
     Guarded({KeyOfFile(driver_, file)}, 0, [&](int first, int) {
@@ -436,8 +490,8 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::RunFileCheck() {
       *cdi_, [&](const std::string& file) { return wanted.cdi_files.contains(file); },
       [&](const std::string& file) {
         if (IsMetadataCdiFileOf(driver_, file)) {
-          return metadata_root.empty() ? cdi::CdiFileClass::kForeign
-                                       : ClassifyMetadataSpec(*cdi_, file, metadata_root);
+          return metadata_roots.empty() ? cdi::CdiFileClass::kForeign
+                                        : ClassifyMetadataSpec(*cdi_, file, metadata_roots);
         }
         return ClassifyCdiFile(IsCdiFileOf(driver_, file), file, marker);
       },
@@ -445,9 +499,9 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::RunFileCheck() {
   if (stopped) return cancelled;
   if (!removed.ok()) return removed.status();
   out.removed += *removed;
-  if (!metadata_root.empty()) {
+  for (const std::string& root : metadata_roots) {
     absl::StatusOr<int> gone = RemoveUnwantedMetadata(
-        metadata_root, [&](const std::string& path) { return wanted.host_files.contains(path); },
+        root, [&](const std::string& path) { return wanted.host_files.contains(path); },
         [&](const std::string& dir_name, const std::function<void()>& act) {
           Guarded({absl::StrCat("dir:", dir_name)}, 0, [&](int first, int) {
             if (!skip(first)) act();
@@ -1045,8 +1099,7 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
     (void)cdi_->Remove(CdiFileName(driver_, ref.uid, v->setup.cdi_marker), /*synced=*/false);
     if (const std::vector<std::string> specs = MetadataCdiFilesOfClaim(*cdi_, driver_, ref.uid);
         !specs.empty()) {
-      (void)RemoveMetadataFiles(*cdi_, MetadataClaimDir(v->setup.metadata_root, ref.ns, ref.name),
-                                specs);
+      RemoveUnrecordedMetadata(*cdi_, specs, v->setup, ref.ns, ref.name);
     }
     Forget(owner);
     spdlog::debug("{}: not prepared, nothing to unprepare", Who(ref));

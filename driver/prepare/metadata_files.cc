@@ -286,16 +286,27 @@ std::vector<std::string> MetadataCdiFilesOfClaim(const cdi::SpecStore& cdi,
 }
 
 cdi::CdiFileClass ClassifyMetadataSpec(const cdi::SpecStore& cdi, const std::string& file,
-                                       const std::string& root) {
+                                       const std::vector<std::string>& roots) {
   absl::StatusOr<cdi::Spec> spec = cdi.Read(file);
   if (!spec.ok()) return cdi::CdiFileClass::kUnmarked;
-  const std::string under = root + "/";
   for (const cdi::Device& d : spec->devices) {
     for (const cdi::Mount& m : d.container_edits.mounts) {
-      if (absl::StartsWith(m.host_path, under)) return cdi::CdiFileClass::kOurs;
+      for (const std::string& root : roots) {
+        if (absl::StartsWith(m.host_path, root + "/")) return cdi::CdiFileClass::kOurs;
+      }
     }
   }
   return cdi::CdiFileClass::kForeign;
+}
+
+std::vector<std::string> MountedHostPaths(const cdi::SpecStore& cdi, const std::string& file) {
+  std::vector<std::string> out;
+  absl::StatusOr<cdi::Spec> spec = cdi.Read(file);
+  if (!spec.ok()) return out;
+  for (const cdi::Device& d : spec->devices) {
+    for (const cdi::Mount& m : d.container_edits.mounts) out.push_back(m.host_path);
+  }
+  return out;
 }
 
 absl::StatusOr<bool> CheckMetadataHostFile(const std::string& path, const std::string& content) {

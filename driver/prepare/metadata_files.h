@@ -57,11 +57,14 @@ std::vector<std::string> MetadataCdiFilesOfClaim(const cdi::SpecStore& cdi,
                                                  const std::string& driver, const std::string& uid);
 
 // Whose a "<driver>_metadata_*.json" spec is. Its name carries no instance marker (the kubelet
-// plugin library fixes it), so the host file it mounts tells: under `root` (this daemon's
-// <plugin data dir>/dra-device-metadata) it is ours, elsewhere another kubelet's topodra's; a spec
-// that cannot be read is left alone (kUnmarked).
+// plugin library fixes it), so the host file it mounts tells: under one of `roots` (this daemon's
+// <dir>/<driver>/dra-device-metadata, now or in an earlier run) it is ours, elsewhere another
+// kubelet's topodra's; a spec that cannot be read is left alone (kUnmarked).
 cdi::CdiFileClass ClassifyMetadataSpec(const cdi::SpecStore& cdi, const std::string& file,
-                                       const std::string& root);
+                                       const std::vector<std::string>& roots);
+
+// The host paths the mounts of the metadata CDI spec `file` name (none when it cannot be read).
+std::vector<std::string> MountedHostPaths(const cdi::SpecStore& cdi, const std::string& file);
 
 // At start: writes the wanted host files (absolute path -> content) that are missing or differ,
 // fsynced, and removes below `root` every metadata.json not wanted, the temporary files of

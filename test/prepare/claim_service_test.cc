@@ -1796,6 +1796,86 @@ TEST_F(ClaimServiceFileCheckTest, AStopEndsTheRemovalsToo) {
   EXPECT_EQ(r->removed, 3);
 }
 
+// --device-metadata-dir changed across a restart (the chart moving the files to tmpfs): a claim
+// prepared under the old root keeps its files there, where its CDI spec mounts them from and its
+// containers have them mounted. The check restores them there and its unprepare removes them
+// there; what crashed prepares left under the old root goes, at the check or at the kubelet's
+// unprepare; new claims go under the new root.
+TEST_F(ClaimServiceFileCheckTest, FilesOfClaimsPreparedUnderAnEarlierRootStayAndGoThere) {
+  const topology::Topology& topo = Load(k16);
+  const DriverSetup before = MetadataSetup(topo);
+  const std::string old_root = dir_ + "/plugins/dra.cpu/dra-device-metadata";
+  ASSERT_EQ(before.metadata_root, old_root);
+  Start(before, topo);
+  const ClaimRef kept = Add("default", "kept", "uid-kept", {Result("cpus", kNuma0, "2")});
+  PrepareOk(kept);
+  const std::string content = Contents(HostFile("kept"));
+  ASSERT_FALSE(content.empty());
+  // Two prepares that crashed after writing their files: no record names them.
+  const ClaimRef checked = Add("default", "checked", "uid-checked", {Result("cpus", kNuma0, "2")});
+  const ClaimRef called = Add("default", "called", "uid-called", {Result("cpus", kNuma0, "2")});
+  PrepareOk(checked);
+  PrepareOk(called);
+  const std::map<std::string, std::string> crashed = Snapshot({"checked", "called"});
+  UnprepareOk(checked);
+  UnprepareOk(called);
+  for (const auto& [path, text] : crashed) {
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    std::ofstream(path) << text;
+  }
+
+  node::InventoryOptions o = Options(Mode::kNuma);
+  o.plugins_dir = dir_ + "/plugins";
+  o.metadata_dir = dir_ + "/run";
+  o.device_metadata = true;
+  const DriverSetup after = node::Inventory::Build(o, topo, {}).CpuSetup();
+  const std::string new_root = dir_ + "/run/dra.cpu/dra-device-metadata";
+  ASSERT_EQ(after.metadata_root, new_root);
+  std::filesystem::remove(HostFile("kept"));
+  Restart({{after, k16}});
+  // The kubelet's unprepare of a crashed prepare, before the check got to it.
+  UnprepareOk(called);
+  EXPECT_FALSE(std::filesystem::exists(old_root + "/default_called"));
+  EXPECT_FALSE(CdiExists("dra.cpu_metadata_uid-called_cpus.json"));
+  absl::StatusOr<ClaimService::Reconciled> r = service().ReconcileCdi();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->written, 1);
+  EXPECT_EQ(Contents(HostFile("kept")), content);
+  EXPECT_EQ(r->removed, 3);  // the CDI spec, metadata spec and host file of `checked`
+  EXPECT_FALSE(std::filesystem::exists(old_root + "/default_checked"));
+  EXPECT_FALSE(CdiExists("dra.cpu_metadata_uid-checked_cpus.json"));
+
+  const ClaimRef fresh = Add("default", "fresh", "uid-fresh", {Result("cpus", kNuma0, "2")});
+  PrepareOk(fresh);
+  auto mounted = [&](const std::string& uid) {
+    absl::StatusOr<cdi::Spec> spec =
+        cdi_->Read(absl::StrCat("dra.cpu_metadata_", uid, "_cpus.json"));
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    return spec.ok() ? spec->devices.at(0).container_edits.mounts.at(0).host_path : "";
+  };
+  EXPECT_EQ(mounted("uid-fresh"), new_root + "/default_fresh/cpus/metadata.json");
+  EXPECT_EQ(mounted("uid-kept"), HostFile("kept"));
+  EXPECT_TRUE(std::filesystem::exists(new_root + "/default_fresh/cpus/metadata.json"));
+  EXPECT_FALSE(std::filesystem::exists(old_root + "/default_fresh"));
+
+  // Moved once more: the second root is not the kubelet's, but a record names it, so what a
+  // crashed prepare left there is still found.
+  const std::string crashed_file = new_root + "/default_crashed/cpus/metadata.json";
+  std::filesystem::create_directories(std::filesystem::path(crashed_file).parent_path());
+  std::ofstream(crashed_file) << "{}\n";
+  o.metadata_dir = dir_ + "/run2";
+  Restart({{node::Inventory::Build(o, topo, {}).CpuSetup(), k16}});
+  r = service().ReconcileCdi();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->written + r->removed, 1);
+  EXPECT_FALSE(std::filesystem::exists(new_root + "/default_crashed"));
+  UnprepareOk(kept);
+  EXPECT_FALSE(std::filesystem::exists(old_root + "/default_kept"));
+  UnprepareOk(fresh);
+  EXPECT_FALSE(std::filesystem::exists(new_root + "/default_fresh"));
+  EXPECT_THAT(CdiFiles(), IsEmpty());
+}
+
 // Calls made while the check runs: whatever the interleaving, a prepared claim's files are
 // right once its prepare answers, an unprepared claim's files stay gone (the check never brings
 // them back), and a claim prepared anew keeps the files a stale copy of it had left (the check
