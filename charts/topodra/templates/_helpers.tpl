@@ -52,6 +52,9 @@ daemon's default applies. --node-name comes from the downward API.
 - --state-dir={{ .Values.kubelet.stateDir }}
 - --host-root={{ .Values.kubelet.hostRoot }}
 - --device-metadata={{ if .Values.kubelet.deviceMetadata }}on{{ else }}off{{ end }}
+{{- with .Values.kubelet.deviceMetadataDir }}
+- --device-metadata-dir={{ . }}
+{{- end }}
 - --device-plugin={{ .Values.devicePlugin.mode }}
 {{- if ne .Values.devicePlugin.mode "none" }}
 - --device-plugin-gpu-resource={{ .Values.devicePlugin.gpuResource }}
