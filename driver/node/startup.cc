@@ -62,6 +62,17 @@ void WarnAboutCpuManager(const std::string& kubelet_root) {
   }
 }
 
+// The same directory however spelled ("a/b/", "a//b"), short of links: a lock taken twice on one
+// file by this process would refuse it as another instance.
+bool SameDirectory(const std::string& a, const std::string& b) {
+  auto normal = [](const std::string& p) {
+    std::string out = std::filesystem::path(p).lexically_normal().string();
+    while (out.size() > 1 && out.back() == '/') out.pop_back();
+    return out;
+  };
+  return normal(a) == normal(b);
+}
+
 }  // namespace
 
 absl::Status PrepareOwnedDirectories(const NodeConfig& config) {
@@ -74,7 +85,7 @@ absl::Status PrepareOwnedDirectories(const NodeConfig& config) {
       {"kubelet plugin registration directory", config.kubelet_root_dir + "/plugins_registry",
        0755},
   };
-  if (const std::string& d = config.device_metadata_dir; !d.empty() && d + "/" != plugins) {
+  if (const std::string& d = config.device_metadata_dir; !d.empty() && !SameDirectory(d, plugins)) {
     dirs.push_back({"device metadata directory", d + "/" + config.publish.cpu_driver, 0750});
     dirs.push_back({"device metadata directory", d + "/" + config.publish.gpu_driver, 0750,
                     /*create=*/false});
@@ -103,7 +114,8 @@ absl::StatusOr<std::vector<std::unique_ptr<plugin::InstanceLock>>> AcquireInstan
       absl::StrCat(plugins_dir, "/", config.publish.cpu_driver, "/topodra.lock")};
   // Two daemons given the same --device-metadata-dir (the chart's default, say, on a host with
   // two kubelets) would each remove the other's files as leftovers of its own.
-  if (!config.device_metadata_dir.empty() && config.device_metadata_dir != plugins_dir) {
+  if (!config.device_metadata_dir.empty() &&
+      !SameDirectory(config.device_metadata_dir, plugins_dir)) {
     paths.push_back(
         absl::StrCat(config.device_metadata_dir, "/", config.publish.cpu_driver, "/topodra.lock"));
   }

@@ -240,6 +240,18 @@ TEST_F(DeviceMetadataTest, ClaimsPreparedBeforeTheDirectoryMovedKeepTheirFilesWh
   EXPECT_EQ(PrepareOne(CpuClaim("still-served", "cpudevnuma000", "2")).error, "");
 }
 
+// The kubelet's plugin directory given as --device-metadata-dir, however spelled, is the default:
+// the same files, and no second lock on the same file (which would refuse the daemon itself).
+TEST_F(DeviceMetadataTest, TheKubeletsPluginDirectoryGivenIsTheDefault) {
+  StartNode({"--kubelet-root-dir", dirs_.kubelet_root + "/", "--device-metadata-dir",
+             dirs_.kubelet_root + "/plugins"});
+  PrepareClaim c = CpuClaim("given", "cpudevnuma000", "2");
+  ASSERT_EQ(PrepareOne(c).error, "");
+  EXPECT_TRUE(fs::exists(HostFile(c, "cpus")));
+  EXPECT_EQ(UnprepareOne(c), "");
+  EXPECT_FALSE(fs::exists(MetadataRoot() + "/default_given"));
+}
+
 TEST_F(DeviceMetadataTest, OffWritesNothingAndCleansUpWhatAnEarlierRunLeft) {
   StartNode();
   PrepareClaim c = CpuClaim("was-on", "cpudevnuma000", "2");
