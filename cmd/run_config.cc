@@ -13,7 +13,7 @@ absl::Status Prefixed(const char* flag, const absl::Status& st) {
 
 // What the flags say about where the daemon serves and writes.
 absl::Status FillPaths(const RunCommand& cmd, node::NodeConfig* c) {
-  c->kubelet_root_dir = cmd.kubelet_root_dir;
+  c->kubelet_root_dir = node::NormalDir(cmd.kubelet_root_dir);
   c->cdi_dir = cmd.cdi_dir;
   c->state_dir = cmd.state_dir;
   c->host_root = cmd.host_root;

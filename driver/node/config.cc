@@ -27,14 +27,19 @@ absl::StatusOr<std::set<DevicePluginKind>> ParseDevicePlugins(const std::string&
       absl::StrCat("invalid value \"", s, "\" (want none, gpu, cpu or gpu,cpu)"));
 }
 
+std::string NormalDir(const std::string& dir) {
+  if (dir.empty()) return dir;
+  std::string out = std::filesystem::path(dir).lexically_normal().string();
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
 absl::StatusOr<std::string> ParseHostDir(const std::string& dir) {
   if (dir.empty()) return dir;
   if (dir.front() != '/') {
     return absl::InvalidArgumentError(absl::StrCat("\"", dir, "\" is not an absolute path"));
   }
-  std::string out = std::filesystem::path(dir).lexically_normal().string();
-  while (out.size() > 1 && out.back() == '/') out.pop_back();
-  return out;
+  return NormalDir(dir);
 }
 
 absl::Status ValidateResourceName(const std::string& name) {

@@ -102,6 +102,9 @@ absl::Status Validate(const NodeConfig& config, const topology::Topology& topo);
 // comes back lexically normal without a trailing slash. The daemon tells its files by the prefix
 // of their paths, which must not depend on how the flag was spelled.
 absl::StatusOr<std::string> ParseHostDir(const std::string& dir);
+// `dir` lexically normal without a trailing slash ("" stays ""), relative or not: the paths
+// built from it (<kubelet root>/plugins) must name a directory one way only.
+std::string NormalDir(const std::string& dir);
 
 // The kubelet's rules for an extended resource name (it refuses Register otherwise), plus CDI's
 // for a kind: the name is also the CDI kind of the allocations' specs.

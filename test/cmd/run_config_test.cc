@@ -77,6 +77,7 @@ TEST(RunConfigTest, FlagsBecomeTypedValues) {
   cmd.metrics_address = "none";
   cmd.health_address = ":9";
   cmd.device_metadata_dir = "/var/run//topodra/./x/../device-metadata/";
+  cmd.kubelet_root_dir = "/var/lib//kubelet/";
   absl::StatusOr<node::NodeConfig> c = NodeConfigFromFlags(cmd, Machine());
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->publish.cpu_mode, publish::CpuDeviceMode::kIndividual);
@@ -100,6 +101,8 @@ TEST(RunConfigTest, FlagsBecomeTypedValues) {
   EXPECT_EQ(c->health_listen, "9");
   // Spelled as the daemon compares host paths: normal, no trailing slash.
   EXPECT_EQ(c->device_metadata_dir, "/var/run/topodra/device-metadata");
+  // <kubelet root>/plugins is compared with it.
+  EXPECT_EQ(c->kubelet_root_dir, "/var/lib/kubelet");
 }
 
 struct ErrorCase {
