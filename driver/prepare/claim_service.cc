@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <map>
+#include <optional>
 #include <set>
 #include <system_error>
 #include <thread>
@@ -265,7 +267,9 @@ std::string KeyOfFile(const std::string& driver, const std::string& file) {
   return absl::StrCat("file:", file);
 }
 
-// Every root this driver's host files may be under: today's and an earlier run's.
+// The roots start walks for files of claims not prepared: today's and the kubelet plugin
+// directory's (where runs without --device-metadata-dir wrote). Not a root only a record names: it
+// may be another daemon's by now.
 std::vector<std::string> MetadataRoots(const DriverSetup& setup) {
   std::vector<std::string> out;
   if (!setup.metadata_root.empty()) out.push_back(setup.metadata_root);
@@ -304,6 +308,33 @@ void RemoveUnrecordedMetadata(const cdi::SpecStore& cdi, const std::vector<std::
     first = false;
   }
 }
+
+// Host files told apart by their root's identity and their path below it, not by spelling.
+class HostFilePlaces {
+ public:
+  using Place = std::pair<DirIdentity, std::string>;
+  explicit HostFilePlaces(std::string driver) : driver_(std::move(driver)) {}
+  // None for a path not below a metadata root that exists.
+  std::optional<Place> Of(const std::string& path) {
+    const std::string root = MetadataRootOf(path, driver_);
+    if (root.empty()) return std::nullopt;
+    auto it = ids_.find(root);
+    if (it == ids_.end()) it = ids_.emplace(root, IdentityOf(root)).first;
+    if (!it->second) return std::nullopt;
+    return Place{*it->second, path.substr(root.size())};
+  }
+  std::set<Place> AllOf(const std::set<std::string>& paths) {
+    std::set<Place> out;
+    for (const std::string& p : paths) {
+      if (std::optional<Place> place = Of(p)) out.insert(*std::move(place));
+    }
+    return out;
+  }
+
+ private:
+  std::string driver_;
+  std::map<std::string, std::optional<DirIdentity>> ids_;  // root -> its identity (a stat each)
+};
 
 std::string DirKey(const std::string& ns, const std::string& name) {
   return absl::StrCat("dir:", ns, "_", name);
@@ -389,11 +420,7 @@ absl::StatusOr<int> ClaimService::CheckClaimFiles(const std::string& owner, bool
   }
   const std::string metadata_root = view()->setup.metadata_root;
   if (wanted != nullptr) {
-    for (const auto& [path, content] : host_file_content) {
-      if (std::string root = MetadataRootOf(path, driver_); !root.empty()) {
-        wanted->metadata_roots.insert(std::move(root));
-      }
-    }
+    for (const auto& [path, content] : host_file_content) wanted->recorded_host_files.insert(path);
   }
   if (!host_files) host_file_content.clear();
   if (wanted != nullptr) {
@@ -428,7 +455,7 @@ absl::StatusOr<int> ClaimService::CheckClaimFiles(const std::string& owner, bool
 
 absl::StatusOr<ClaimService::Reconciled> ClaimService::RunFileCheck() {
   const std::string marker = view()->setup.cdi_marker;
-  std::vector<std::string> metadata_roots = MetadataRoots(view()->setup);
+  const std::vector<std::string> metadata_roots = MetadataRoots(view()->setup);
   struct Loaded {
     std::string owner;
     std::string uid_key;
@@ -472,13 +499,29 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::RunFileCheck() {
     stopped = stopped || stop_check_.load();
     return stopped || (flags & (kCalled | kKeep)) != 0;
   };
-  // The roots the records' files are in are ours too: claims prepared under an earlier
-  // --device-metadata-dir keep their files there, and so may crashed prepares of that time.
-  for (const std::string& root : wanted.metadata_roots) {
-    if (std::find(metadata_roots.begin(), metadata_roots.end(), root) == metadata_roots.end()) {
-      metadata_roots.push_back(root);
+  // After the records' files are back, so that today's root exists if a record names it. Each
+  // root walked once however spelled, and files matched by place: two spellings of one directory
+  // walked apart would each take the other's wanted files for strays. What a crash left in a root
+  // only a record names (an older --device-metadata-dir) stays: tmpfs clears it at reboot.
+  const std::vector<DistinctDir> walked = DistinctDirs(metadata_roots);
+  HostFilePlaces places(driver_);
+  const std::set<HostFilePlaces::Place> wanted_places = places.AllOf(wanted.host_files);
+  const std::set<HostFilePlaces::Place> recorded_places = places.AllOf(wanted.recorded_host_files);
+  // A metadata spec is ours when it mounts from a root walked (or today's, not made yet) or a
+  // file a record names; else another daemon's, whose roots may be any.
+  auto ours = [&](const std::string& host_path) {
+    if (wanted.recorded_host_files.contains(host_path)) return true;
+    const std::string root = MetadataRootOf(host_path, driver_);
+    if (root.empty()) return false;
+    if (std::find(metadata_roots.begin(), metadata_roots.end(), root) != metadata_roots.end()) {
+      return true;
     }
-  }
+    const std::optional<HostFilePlaces::Place> place = places.Of(host_path);
+    if (!place) return false;
+    return recorded_places.contains(*place) ||
+           std::any_of(walked.begin(), walked.end(),
+                       [&](const DistinctDir& d) { return d.id == place->first; });
+  };
   const absl::Status cancelled = absl::CancelledError("the file check was stopped");
   cdi::FileGuard guard = [&](const std::string& file, const std::function<void()>& act) {
     Guarded({KeyOfFile(driver_, file)}, 0, [&](int first, int) {
@@ -490,8 +533,7 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::RunFileCheck() {
       *cdi_, [&](const std::string& file) { return wanted.cdi_files.contains(file); },
       [&](const std::string& file) {
         if (IsMetadataCdiFileOf(driver_, file)) {
-          return metadata_roots.empty() ? cdi::CdiFileClass::kForeign
-                                        : ClassifyMetadataSpec(*cdi_, file, metadata_roots);
+          return ClassifyMetadataSpec(*cdi_, file, ours);
         }
         return ClassifyCdiFile(IsCdiFileOf(driver_, file), file, marker);
       },
@@ -499,9 +541,13 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::RunFileCheck() {
   if (stopped) return cancelled;
   if (!removed.ok()) return removed.status();
   out.removed += *removed;
-  for (const std::string& root : metadata_roots) {
+  for (const DistinctDir& root : walked) {
     absl::StatusOr<int> gone = RemoveUnwantedMetadata(
-        root, [&](const std::string& path) { return wanted.host_files.contains(path); },
+        root.path,
+        [&](const std::string& path) {
+          return wanted.host_files.contains(path) ||
+                 wanted_places.contains({root.id, path.substr(root.path.size())});
+        },
         [&](const std::string& dir_name, const std::function<void()>& act) {
           Guarded({absl::StrCat("dir:", dir_name)}, 0, [&](int first, int) {
             if (!skip(first)) act();

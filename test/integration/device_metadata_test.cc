@@ -15,6 +15,8 @@ namespace topodra::testing {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 class DeviceMetadataTest : public NodeTest {
  protected:
@@ -241,13 +243,23 @@ TEST_F(DeviceMetadataTest, ClaimsPreparedBeforeTheDirectoryMovedKeepTheirFilesWh
 }
 
 // The kubelet's plugin directory given as --device-metadata-dir, however spelled, is the default:
-// the same files, and no second lock on the same file (which would refuse the daemon itself).
+// the same files, and no second lock on the same file (which would refuse the daemon itself). A
+// restart keeps them: the start-up check must not take them, found under one spelling, for strays
+// of the other.
 TEST_F(DeviceMetadataTest, TheKubeletsPluginDirectoryGivenIsTheDefault) {
-  StartNode({"--kubelet-root-dir", dirs_.kubelet_root + "/", "--device-metadata-dir",
-             dirs_.kubelet_root + "/plugins"});
+  const std::vector<std::string> flags = {"--kubelet-root-dir", dirs_.kubelet_root + "/",
+                                          "--device-metadata-dir", dirs_.kubelet_root + "/plugins"};
+  StartNode(flags);
   PrepareClaim c = CpuClaim("given", "cpudevnuma000", "2");
   ASSERT_EQ(PrepareOne(c).error, "");
-  EXPECT_TRUE(fs::exists(HostFile(c, "cpus")));
+  const std::string content = ReadFile(HostFile(c, "cpus"));
+  ASSERT_FALSE(content.empty());
+  sim_.reset();
+  ASSERT_EQ(daemon_.Terminate(), 0);
+
+  StartNode(flags);
+  EXPECT_EQ(ReadFile(HostFile(c, "cpus")), content) << daemon_.Log();
+  EXPECT_THAT(daemon_.Log(), Not(HasSubstr("removed device metadata")));
   EXPECT_EQ(UnprepareOne(c), "");
   EXPECT_FALSE(fs::exists(MetadataRoot() + "/default_given"));
 }

@@ -1858,17 +1858,21 @@ TEST_F(ClaimServiceFileCheckTest, FilesOfClaimsPreparedUnderAnEarlierRootStayAnd
   EXPECT_TRUE(std::filesystem::exists(new_root + "/default_fresh/cpus/metadata.json"));
   EXPECT_FALSE(std::filesystem::exists(old_root + "/default_fresh"));
 
-  // Moved once more: the second root is not the kubelet's, but a record names it, so what a
-  // crashed prepare left there is still found.
+  // Moved once more: the second root is not the kubelet's, and only a record names it. It is not
+  // walked (another daemon may use it by now): what a crashed prepare left there stays, and the
+  // recorded claim's files are checked where the record says.
   const std::string crashed_file = new_root + "/default_crashed/cpus/metadata.json";
   std::filesystem::create_directories(std::filesystem::path(crashed_file).parent_path());
   std::ofstream(crashed_file) << "{}\n";
+  std::filesystem::remove(new_root + "/default_fresh/cpus/metadata.json");
   o.metadata_dir = dir_ + "/run2";
   Restart({{node::Inventory::Build(o, topo, {}).CpuSetup(), k16}});
   r = service().ReconcileCdi();
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->written + r->removed, 1);
-  EXPECT_FALSE(std::filesystem::exists(new_root + "/default_crashed"));
+  EXPECT_EQ(r->written, 1);
+  EXPECT_EQ(r->removed, 0);
+  EXPECT_TRUE(std::filesystem::exists(crashed_file));
+  EXPECT_TRUE(std::filesystem::exists(new_root + "/default_fresh/cpus/metadata.json"));
   UnprepareOk(kept);
   EXPECT_FALSE(std::filesystem::exists(old_root + "/default_kept"));
   UnprepareOk(fresh);
