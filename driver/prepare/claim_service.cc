@@ -279,22 +279,34 @@ std::vector<std::string> MetadataRoots(const DriverSetup& setup) {
   return out;
 }
 
+// "<root>/<ns>_<name>" of a host file "<root>/<ns>_<name>/<request>/metadata.json" of `driver`;
+// "" for a file of another shape or claim.
+std::string ClaimDirOf(const std::string& host_path, const std::string& driver,
+                       const std::string& ns, const std::string& name) {
+  const std::string root = MetadataRootOf(host_path, driver);
+  if (root.empty()) return "";
+  const std::string dir = MetadataClaimDir(root, ns, name);
+  return absl::StartsWith(host_path, dir + "/") ? dir : "";
+}
+
 // The metadata of a claim the state does not know (a crashed prepare's): its CDI specs `specs`,
-// and the claim directories they mount from, under any of the roots (a crash under an earlier
-// --device-metadata-dir left its files there), else under today's.
+// and the claim directories they mount from, wherever the root was then. Today's directory of
+// <ns>_<name> only when no spec names one: it may hold another prepared claim of that name (a
+// new uid), which a spec of this uid mounting another root says nothing about.
 void RemoveUnrecordedMetadata(const cdi::SpecStore& cdi, const std::vector<std::string>& specs,
                               const DriverSetup& setup, const std::string& ns,
                               const std::string& name) {
   std::set<std::string> dirs;
-  for (const std::string& root : MetadataRoots(setup)) {
-    const std::string dir = MetadataClaimDir(root, ns, name);
-    for (const std::string& spec : specs) {
-      for (const std::string& path : MountedHostPaths(cdi, spec)) {
-        if (absl::StartsWith(path, dir + "/")) dirs.insert(dir);
+  bool mounts = false;
+  for (const std::string& spec : specs) {
+    for (const std::string& path : MountedHostPaths(cdi, spec)) {
+      mounts = true;
+      if (std::string dir = ClaimDirOf(path, setup.driver, ns, name); !dir.empty()) {
+        dirs.insert(std::move(dir));
       }
     }
   }
-  if (dirs.empty() && !setup.metadata_root.empty()) {
+  if (!mounts && !setup.metadata_root.empty()) {
     dirs.insert(MetadataClaimDir(setup.metadata_root, ns, name));
   }
   if (dirs.empty()) {

@@ -1880,6 +1880,47 @@ TEST_F(ClaimServiceFileCheckTest, FilesOfClaimsPreparedUnderAnEarlierRootStayAnd
   EXPECT_THAT(CdiFiles(), IsEmpty());
 }
 
+// The kubelet's unprepare of a claim a crashed prepare left (no record names it) whose spec mounts
+// from a root no longer known (two moves ago): its directory there goes, and not today's
+// directory of its namespace and name, which the claim made again under that name has prepared.
+TEST_F(ClaimServiceFileCheckTest, AnUnrecordedClaimsFilesGoFromWhereItsSpecMountsThem) {
+  namespace fs = std::filesystem;
+  const topology::Topology& topo = Load(k16);
+  node::InventoryOptions o = Options(Mode::kNuma);
+  o.plugins_dir = dir_ + "/plugins";
+  o.metadata_dir = dir_ + "/run1";
+  o.device_metadata = true;
+  Start(node::Inventory::Build(o, topo, {}).CpuSetup(), topo);
+  const ClaimRef old = Add("default", "same", "uid-old", {Result("cpus", kNuma0, "2")});
+  PrepareOk(old);
+  const std::string old_dir = dir_ + "/run1/dra.cpu/dra-device-metadata/default_same";
+  const std::string old_file = old_dir + "/cpus/metadata.json";
+  const std::string old_spec = "dra.cpu_metadata_uid-old_cpus.json";
+  const std::string host_text = Contents(old_file);
+  const std::string spec_text = Contents(cdi_->PathOf(old_spec));
+  ASSERT_FALSE(host_text.empty());
+  UnprepareOk(old);
+  fs::create_directories(fs::path(old_file).parent_path());
+  std::ofstream(old_file) << host_text;
+  std::ofstream(cdi_->PathOf(old_spec)) << spec_text;
+
+  o.metadata_dir = dir_ + "/run2";
+  Restart({{node::Inventory::Build(o, topo, {}).CpuSetup(), k16}});
+  const ClaimRef again = Add("default", "same", "uid-new", {Result("cpus", kNuma0, "2")});
+  PrepareOk(again);
+  const std::string new_file =
+      dir_ + "/run2/dra.cpu/dra-device-metadata/default_same/cpus/metadata.json";
+  const std::string new_text = Contents(new_file);
+  ASSERT_FALSE(new_text.empty());
+  UnprepareOk(old);
+  EXPECT_FALSE(fs::exists(old_dir));
+  EXPECT_FALSE(CdiExists(old_spec));
+  EXPECT_EQ(Contents(new_file), new_text);
+  EXPECT_TRUE(CdiExists("dra.cpu_metadata_uid-new_cpus.json"));
+  UnprepareOk(again);
+  EXPECT_FALSE(fs::exists(new_file));
+}
+
 // Calls made while the check runs: whatever the interleaving, a prepared claim's files are
 // right once its prepare answers, an unprepared claim's files stay gone (the check never brings
 // them back), and a claim prepared anew keeps the files a stale copy of it had left (the check
