@@ -1,6 +1,7 @@
 #include "driver/node/startup.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -62,15 +63,24 @@ void WarnAboutCpuManager(const std::string& kubelet_root) {
   }
 }
 
-// The same directory however spelled ("a/b/", "a//b"), short of links: a lock taken twice on one
-// file by this process would refuse it as another instance.
+// The same directory however spelled or reached ("a//b", a link to the kubelet root): a lock
+// taken twice on one file by this process would refuse it as another instance. Lexical for a
+// path not there yet, which no link can reach either.
 bool SameDirectory(const std::string& a, const std::string& b) {
-  auto normal = [](const std::string& p) {
-    std::string out = std::filesystem::path(p).lexically_normal().string();
-    while (out.size() > 1 && out.back() == '/') out.pop_back();
-    return out;
-  };
-  return normal(a) == normal(b);
+  struct stat sa, sb;
+  if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0) {
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  }
+  return NormalDir(a) == NormalDir(b);
+}
+
+absl::Status PrepareAll(const std::vector<files::OwnedDirectory>& dirs) {
+  for (const files::OwnedDirectory& d : dirs) {
+    if (absl::Status st = files::PrepareOwnedDirectory(d, ::geteuid()); !st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("refusing to start: ", st.message()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -85,11 +95,6 @@ absl::Status PrepareOwnedDirectories(const NodeConfig& config) {
       {"kubelet plugin registration directory", config.kubelet_root_dir + "/plugins_registry",
        0755},
   };
-  if (const std::string& d = config.device_metadata_dir; !d.empty() && !SameDirectory(d, plugins)) {
-    dirs.push_back({"device metadata directory", d + "/" + config.publish.cpu_driver, 0750});
-    dirs.push_back({"device metadata directory", d + "/" + config.publish.gpu_driver, 0750,
-                    /*create=*/false});
-  }
   if (config.enforce == Enforce::kCgroup) {
     dirs.push_back({"hook directory", config.hook_dir, 0755});
     dirs.push_back({"pinning records directory", config.state_dir + "/containers", 0700});
@@ -97,12 +102,15 @@ absl::Status PrepareOwnedDirectories(const NodeConfig& config) {
   if (!config.device_plugin.kinds.empty()) {
     dirs.push_back({"device plugin directory", config.kubelet_root_dir + "/device-plugins", 0750});
   }
-  for (const files::OwnedDirectory& d : dirs) {
-    if (absl::Status st = files::PrepareOwnedDirectory(d, ::geteuid()); !st.ok()) {
-      return absl::Status(st.code(), absl::StrCat("refusing to start: ", st.message()));
-    }
-  }
-  return absl::OkStatus();
+  if (absl::Status st = PrepareAll(dirs); !st.ok()) return st;
+  // After the kubelet plugin directory is there: the same directory through a link is told by
+  // its identity only.
+  const std::string& d = config.device_metadata_dir;
+  if (d.empty() || SameDirectory(d, plugins)) return absl::OkStatus();
+  return PrepareAll({
+      {"device metadata directory", d + "/" + config.publish.cpu_driver, 0750},
+      {"device metadata directory", d + "/" + config.publish.gpu_driver, 0750, /*create=*/false},
+  });
 }
 
 absl::StatusOr<std::vector<std::unique_ptr<plugin::InstanceLock>>> AcquireInstanceLocks(

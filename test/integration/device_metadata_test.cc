@@ -264,6 +264,27 @@ TEST_F(DeviceMetadataTest, TheKubeletsPluginDirectoryGivenIsTheDefault) {
   EXPECT_FALSE(fs::exists(MetadataRoot() + "/default_given"));
 }
 
+// The same through a link to the kubelet root: one directory, one lock, and a restart keeps the
+// files.
+TEST_F(DeviceMetadataTest, TheKubeletsPluginDirectoryGivenThroughALinkIsTheDefault) {
+  const std::string link = dirs_.root + "/kubelet-link";
+  fs::create_directory_symlink(dirs_.kubelet_root, link);
+  const std::vector<std::string> flags = {"--kubelet-root-dir", link, "--device-metadata-dir",
+                                          dirs_.kubelet_root + "/plugins"};
+  StartNode(flags);
+  PrepareClaim c = CpuClaim("linked", "cpudevnuma000", "2");
+  ASSERT_EQ(PrepareOne(c).error, "");
+  const std::string content = ReadFile(HostFile(c, "cpus"));
+  ASSERT_FALSE(content.empty());
+  sim_.reset();
+  ASSERT_EQ(daemon_.Terminate(), 0);
+
+  StartNode(flags);
+  EXPECT_EQ(ReadFile(HostFile(c, "cpus")), content) << daemon_.Log();
+  EXPECT_EQ(UnprepareOne(c), "");
+  EXPECT_FALSE(fs::exists(MetadataRoot() + "/default_linked"));
+}
+
 TEST_F(DeviceMetadataTest, OffWritesNothingAndCleansUpWhatAnEarlierRunLeft) {
   StartNode();
   PrepareClaim c = CpuClaim("was-on", "cpudevnuma000", "2");
