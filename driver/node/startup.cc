@@ -109,7 +109,9 @@ absl::Status PrepareOwnedDirectories(const NodeConfig& config) {
   if (d.empty() || SameDirectory(d, plugins)) return absl::OkStatus();
   return PrepareAll({
       {"device metadata directory", d + "/" + config.publish.cpu_driver, 0750},
-      {"device metadata directory", d + "/" + config.publish.gpu_driver, 0750, /*create=*/false},
+      // Made here when the GPU driver is served, else its first write would make it 0755.
+      {"device metadata directory", d + "/" + config.publish.gpu_driver, 0750,
+       /*create=*/config.publish.gpus},
   });
 }
 

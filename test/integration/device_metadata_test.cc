@@ -211,6 +211,10 @@ TEST_F(DeviceMetadataTest, ClaimsPreparedBeforeTheDirectoryMovedKeepTheirFilesWh
   const std::string moved_root = moved + "/dra.cpu/dra-device-metadata";
   StartNode({"--device-metadata-dir", moved});
   EXPECT_EQ(ReadFile(HostFile(before, "cpus")), content) << daemon_.Log();
+  // Each served driver's directory made by the daemon, closed to others as the kubelet's are.
+  for (const char* driver : {"dra.cpu", "gpu.topodra.io"}) {
+    EXPECT_EQ(fs::status(moved + "/" + driver).permissions(), fs::perms(0750)) << driver;
+  }
   EXPECT_EQ(ReadFile(SpecFile(before, "cpus")), spec);
   EXPECT_FALSE(fs::exists(MetadataRoot() + "/default_gone")) << daemon_.Log();
 
