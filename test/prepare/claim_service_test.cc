@@ -27,7 +27,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "driver/prepare/device_metadata.h"
+#include "driver/prepare/metadata_files.h"
 #include "driver/state/store.h"
 #include "test/prepare/prepare_testing.h"
 
@@ -1864,6 +1866,13 @@ TEST_F(ClaimServiceFileCheckTest, FilesOfClaimsPreparedUnderAnEarlierRootStayAnd
   const std::string crashed_file = new_root + "/default_crashed/cpus/metadata.json";
   std::filesystem::create_directories(std::filesystem::path(crashed_file).parent_path());
   std::ofstream(crashed_file) << "{}\n";
+  // Its spec too: it mounts from a root no longer walked, which may be another daemon's.
+  const std::string crashed_spec = "dra.cpu_metadata_uid-crashed_cpus.json";
+  std::string spec_text = Contents(cdi_->PathOf("dra.cpu_metadata_uid-fresh_cpus.json"));
+  absl::StrReplaceAll({{"default_fresh", "default_crashed"}, {"uid-fresh", "uid-crashed"}},
+                      &spec_text);
+  std::ofstream(cdi_->PathOf(crashed_spec)) << spec_text;
+  ASSERT_EQ(MountedHostPaths(*cdi_, crashed_spec), std::vector<std::string>{crashed_file});
   std::filesystem::remove(new_root + "/default_fresh/cpus/metadata.json");
   o.metadata_dir = dir_ + "/run2";
   Restart({{node::Inventory::Build(o, topo, {}).CpuSetup(), k16}});
@@ -1872,11 +1881,13 @@ TEST_F(ClaimServiceFileCheckTest, FilesOfClaimsPreparedUnderAnEarlierRootStayAnd
   EXPECT_EQ(r->written, 1);
   EXPECT_EQ(r->removed, 0);
   EXPECT_TRUE(std::filesystem::exists(crashed_file));
+  EXPECT_TRUE(CdiExists(crashed_spec));
   EXPECT_TRUE(std::filesystem::exists(new_root + "/default_fresh/cpus/metadata.json"));
   UnprepareOk(kept);
   EXPECT_FALSE(std::filesystem::exists(old_root + "/default_kept"));
   UnprepareOk(fresh);
   EXPECT_FALSE(std::filesystem::exists(new_root + "/default_fresh"));
+  std::filesystem::remove(cdi_->PathOf(crashed_spec));
   EXPECT_THAT(CdiFiles(), IsEmpty());
 }
 
