@@ -122,6 +122,9 @@ struct RunCommand {
   std::string reservation_taints = "auto";
   std::string dra_health = "on";
   std::string device_metadata = "on";
+  // Host directory under which <driver>/dra-device-metadata/... is written; "" for
+  // <kubelet_root_dir>/plugins.
+  std::string device_metadata_dir;
 };
 // The node daemon: publishes this node's ResourceSlices and serves the kubelet (DRA plugin per
 // driver) until SIGTERM or SIGINT.

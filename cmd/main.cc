@@ -252,6 +252,10 @@ void AddRunFlags(CLI::App* run, topodra::cmd::RunCommand* cmd, std::string* conf
                   "CDI in the container runtime); off")
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
+  run->add_option("--device-metadata-dir", cmd->device_metadata_dir,
+                  "Absolute host directory the device metadata files are written under "
+                  "(<dir>/<driver>/dra-device-metadata/...; the CDI spec mounts them from there); "
+                  "default <kubelet-root-dir>/plugins");
   run->add_option("--config", *config_file,
                   "YAML file with the same keys as these flags (without dashes); flags win");
 }

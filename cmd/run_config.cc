@@ -13,10 +13,13 @@ absl::Status Prefixed(const char* flag, const absl::Status& st) {
 
 // What the flags say about where the daemon serves and writes.
 absl::Status FillPaths(const RunCommand& cmd, node::NodeConfig* c) {
-  c->kubelet_root_dir = cmd.kubelet_root_dir;
+  c->kubelet_root_dir = node::NormalDir(cmd.kubelet_root_dir);
   c->cdi_dir = cmd.cdi_dir;
   c->state_dir = cmd.state_dir;
   c->host_root = cmd.host_root;
+  absl::StatusOr<std::string> metadata_dir = node::ParseHostDir(cmd.device_metadata_dir);
+  if (!metadata_dir.ok()) return Prefixed("--device-metadata-dir", metadata_dir.status());
+  c->device_metadata_dir = *metadata_dir;
   c->cgroup_root = cmd.cgroup_root;
   c->hook_dir = cmd.hook_dir;
   c->metrics_address = cmd.metrics_address;

@@ -1,5 +1,7 @@
 #include "driver/node/config.h"
 
+#include <filesystem>
+
 #include "absl/strings/str_cat.h"
 #include "cdi/spec.h"
 
@@ -23,6 +25,21 @@ absl::StatusOr<std::set<DevicePluginKind>> ParseDevicePlugins(const std::string&
   }
   return absl::InvalidArgumentError(
       absl::StrCat("invalid value \"", s, "\" (want none, gpu, cpu or gpu,cpu)"));
+}
+
+std::string NormalDir(const std::string& dir) {
+  if (dir.empty()) return dir;
+  std::string out = std::filesystem::path(dir).lexically_normal().string();
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
+absl::StatusOr<std::string> ParseHostDir(const std::string& dir) {
+  if (dir.empty()) return dir;
+  if (dir.front() != '/') {
+    return absl::InvalidArgumentError(absl::StrCat("\"", dir, "\" is not an absolute path"));
+  }
+  return NormalDir(dir);
 }
 
 absl::Status ValidateResourceName(const std::string& name) {

@@ -65,6 +65,9 @@ struct NodeConfig {
   std::string cdi_dir = "/var/run/cdi";
   std::string state_dir = "/var/lib/topodra";
   std::string host_root = "/";
+  // --device-metadata-dir, normalized (ParseHostDir): the host directory the device metadata
+  // files go under (<dir>/<driver>/dra-device-metadata/...). "": <kubelet_root_dir>/plugins.
+  std::string device_metadata_dir;
 
   DevicePluginConfig device_plugin;
 
@@ -94,6 +97,14 @@ struct NodeConfig {
 // for an extended resource name plus CDI's for a kind), the intervals. InvalidArgument naming
 // the flag and the offending value.
 absl::Status Validate(const NodeConfig& config, const topology::Topology& topo);
+
+// A host directory flag: "" stays "" (the default), anything else must be an absolute path and
+// comes back lexically normal without a trailing slash. The daemon tells its files by the prefix
+// of their paths, which must not depend on how the flag was spelled.
+absl::StatusOr<std::string> ParseHostDir(const std::string& dir);
+// `dir` lexically normal without a trailing slash ("" stays ""), relative or not: the paths
+// built from it (<kubelet root>/plugins) must name a directory one way only.
+std::string NormalDir(const std::string& dir);
 
 // The kubelet's rules for an extended resource name (it refuses Register otherwise), plus CDI's
 // for a kind: the name is also the CDI kind of the allocations' specs.

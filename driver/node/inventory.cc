@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "driver/publish/names.h"
 #include "driver/publish/slice_json.h"
 
@@ -58,9 +60,18 @@ std::map<std::string, topology::Gpu> Inventory::PublishedGpus() const {
 }
 
 void Inventory::AddMetadataSetup(prepare::DriverSetup* setup) const {
-  if (!options_.plugins_dir.empty()) {
-    setup->metadata_root =
-        absl::StrCat(options_.plugins_dir, "/", setup->driver, "/", prepare::kMetadataDirName);
+  auto root_in = [&](const std::string& dir) {
+    // "/" as the directory: no "//" the file check would not recognise as the same root.
+    return absl::StrCat(absl::StripSuffix(dir, "/"), "/", setup->driver, "/",
+                        prepare::kMetadataDirName);
+  };
+  const std::string& dir =
+      options_.metadata_dir.empty() ? options_.plugins_dir : options_.metadata_dir;
+  if (!dir.empty()) setup->metadata_root = root_in(dir);
+  // The driver's own plugin directory is where an earlier run without --device-metadata-dir (the
+  // default, and the chart's before it set one) wrote: whatever is there is ours to clean up.
+  if (!options_.plugins_dir.empty() && dir != options_.plugins_dir) {
+    setup->metadata_former_roots.push_back(root_in(options_.plugins_dir));
   }
   setup->device_metadata = options_.device_metadata;
   if (!setup->device_metadata) return;

@@ -33,6 +33,8 @@ struct InventoryOptions {
   // <kubelet root>/plugins, where each DRA driver's data directory is ("" none), and
   // --device-metadata (DriverSetup::metadata_root, device_metadata).
   std::string plugins_dir;
+  // --device-metadata-dir: where the metadata host files go instead of plugins_dir ("": there).
+  std::string metadata_dir;
   bool device_metadata = false;
   std::optional<prepare::CpusetHook> cpuset_hook;  // the CPU driver's and CPU device plugin's
   // The device nodes a container of `gpu` gets (prepare::GpuDeviceNodes on a node, a fake in
@@ -78,7 +80,8 @@ class Inventory {
   bool SamePools(const Inventory& other) const { return *pools_ == *other.pools_; }
 
  private:
-  // DriverSetup::metadata_root, device_metadata and device_attributes of setup->driver.
+  // DriverSetup::metadata_root, metadata_former_roots, device_metadata and device_attributes of
+  // setup->driver.
   void AddMetadataSetup(prepare::DriverSetup* setup) const;
   // The pool itself, not a copy (PoolOf's): null when none. At 4096 CPUs a copy of the CPU pool
   // was a tenth of the node's assembly.

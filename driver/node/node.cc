@@ -118,6 +118,7 @@ void Node::Assemble(topology::Topology topo, std::optional<PinningSetup> pinning
   inventory_options_.publish = config_.publish;
   inventory_options_.cdi_marker = cdi_marker_;
   inventory_options_.plugins_dir = absl::StrCat(config_.kubelet_root_dir, "/plugins");
+  inventory_options_.metadata_dir = config_.device_metadata_dir;
   inventory_options_.device_metadata = config_.device_metadata;
   if (pinning) inventory_options_.cpuset_hook = pinning->hook;
   inventory_options_.gpu_nodes = [root = config_.host_root](const topology::Gpu& gpu) {

@@ -1,6 +1,7 @@
 #include "driver/node/startup.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -62,6 +63,26 @@ void WarnAboutCpuManager(const std::string& kubelet_root) {
   }
 }
 
+// The same directory however spelled or reached ("a//b", a link to the kubelet root): a lock
+// taken twice on one file by this process would refuse it as another instance. Lexical for a
+// path not there yet, which no link can reach either.
+bool SameDirectory(const std::string& a, const std::string& b) {
+  struct stat sa, sb;
+  if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0) {
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  }
+  return NormalDir(a) == NormalDir(b);
+}
+
+absl::Status PrepareAll(const std::vector<files::OwnedDirectory>& dirs) {
+  for (const files::OwnedDirectory& d : dirs) {
+    if (absl::Status st = files::PrepareOwnedDirectory(d, ::geteuid()); !st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("refusing to start: ", st.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status PrepareOwnedDirectories(const NodeConfig& config) {
@@ -81,20 +102,34 @@ absl::Status PrepareOwnedDirectories(const NodeConfig& config) {
   if (!config.device_plugin.kinds.empty()) {
     dirs.push_back({"device plugin directory", config.kubelet_root_dir + "/device-plugins", 0750});
   }
-  for (const files::OwnedDirectory& d : dirs) {
-    if (absl::Status st = files::PrepareOwnedDirectory(d, ::geteuid()); !st.ok()) {
-      return absl::Status(st.code(), absl::StrCat("refusing to start: ", st.message()));
-    }
-  }
-  return absl::OkStatus();
+  if (absl::Status st = PrepareAll(dirs); !st.ok()) return st;
+  // After the kubelet plugin directory is there: the same directory through a link is told by
+  // its identity only.
+  const std::string& d = config.device_metadata_dir;
+  if (d.empty() || SameDirectory(d, plugins)) return absl::OkStatus();
+  return PrepareAll({
+      {"device metadata directory", d + "/" + config.publish.cpu_driver, 0750},
+      // Made here when the GPU driver is served, else its first write would make it 0755.
+      {"device metadata directory", d + "/" + config.publish.gpu_driver, 0750,
+       /*create=*/config.publish.gpus},
+  });
 }
 
 absl::StatusOr<std::vector<std::unique_ptr<plugin::InstanceLock>>> AcquireInstanceLocks(
     const NodeConfig& config) {
   std::vector<std::unique_ptr<plugin::InstanceLock>> locks;
-  for (const std::string& path : {absl::StrCat(config.state_dir, "/topodra.lock"),
-                                  absl::StrCat(config.kubelet_root_dir, "/plugins/",
-                                               config.publish.cpu_driver, "/topodra.lock")}) {
+  const std::string plugins_dir = absl::StrCat(config.kubelet_root_dir, "/plugins");
+  std::vector<std::string> paths = {
+      absl::StrCat(config.state_dir, "/topodra.lock"),
+      absl::StrCat(plugins_dir, "/", config.publish.cpu_driver, "/topodra.lock")};
+  // Two daemons given the same --device-metadata-dir (the chart's default, say, on a host with
+  // two kubelets) would each remove the other's files as leftovers of its own.
+  if (!config.device_metadata_dir.empty() &&
+      !SameDirectory(config.device_metadata_dir, plugins_dir)) {
+    paths.push_back(
+        absl::StrCat(config.device_metadata_dir, "/", config.publish.cpu_driver, "/topodra.lock"));
+  }
+  for (const std::string& path : paths) {
     absl::StatusOr<std::unique_ptr<plugin::InstanceLock>> lock =
         plugin::InstanceLock::Acquire(path);
     if (!lock.ok()) return lock.status();

@@ -20,8 +20,9 @@ namespace topodra::node {
 // when another user could swap what is in it.
 absl::Status PrepareOwnedDirectories(const NodeConfig& config);
 
-// One instance per node: the state and the kubelet sockets are not to be shared. [0] is the
-// state directory's lock, [1] the CPU driver's plugin directory's.
+// One instance per node: the state, the kubelet sockets and the device metadata directory are
+// not to be shared. [0] is the state directory's lock, [1] the CPU driver's plugin directory's,
+// [2] (with a --device-metadata-dir of its own) the CPU driver's directory there.
 absl::StatusOr<std::vector<std::unique_ptr<plugin::InstanceLock>>> AcquireInstanceLocks(
     const NodeConfig& config);
 

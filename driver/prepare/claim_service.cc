@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <map>
+#include <optional>
 #include <set>
 #include <system_error>
 #include <thread>
@@ -265,6 +267,87 @@ std::string KeyOfFile(const std::string& driver, const std::string& file) {
   return absl::StrCat("file:", file);
 }
 
+// The roots start walks for files of claims not prepared: today's and the kubelet plugin
+// directory's (where runs without --device-metadata-dir wrote). Not a root only a record names: it
+// may be another daemon's by now.
+std::vector<std::string> MetadataRoots(const DriverSetup& setup) {
+  std::vector<std::string> out;
+  if (!setup.metadata_root.empty()) out.push_back(setup.metadata_root);
+  for (const std::string& root : setup.metadata_former_roots) {
+    if (!root.empty() && root != setup.metadata_root) out.push_back(root);
+  }
+  return out;
+}
+
+// "<root>/<ns>_<name>" of a host file "<root>/<ns>_<name>/<request>/metadata.json" of `driver`;
+// "" for a file of another shape or claim.
+std::string ClaimDirOf(const std::string& host_path, const std::string& driver,
+                       const std::string& ns, const std::string& name) {
+  const std::string root = MetadataRootOf(host_path, driver);
+  if (root.empty()) return "";
+  const std::string dir = MetadataClaimDir(root, ns, name);
+  return absl::StartsWith(host_path, dir + "/") ? dir : "";
+}
+
+// The metadata of a claim the state does not know (a crashed prepare's): its CDI specs `specs`,
+// and the claim directories they mount from, wherever the root was then. Today's directory of
+// <ns>_<name> only when no spec names one: it may hold another prepared claim of that name (a
+// new uid), which a spec of this uid mounting another root says nothing about.
+void RemoveUnrecordedMetadata(const cdi::SpecStore& cdi, const std::vector<std::string>& specs,
+                              const DriverSetup& setup, const std::string& ns,
+                              const std::string& name) {
+  std::set<std::string> dirs;
+  bool mounts = false;
+  for (const std::string& spec : specs) {
+    for (const std::string& path : MountedHostPaths(cdi, spec)) {
+      mounts = true;
+      if (std::string dir = ClaimDirOf(path, setup.driver, ns, name); !dir.empty()) {
+        dirs.insert(std::move(dir));
+      }
+    }
+  }
+  if (!mounts && !setup.metadata_root.empty()) {
+    dirs.insert(MetadataClaimDir(setup.metadata_root, ns, name));
+  }
+  if (dirs.empty()) {
+    for (const std::string& spec : specs) (void)cdi.Remove(spec, /*synced=*/false);
+    return;
+  }
+  // The specs go with the first directory: RemoveMetadataFiles removes them before any file.
+  bool first = true;
+  for (const std::string& dir : dirs) {
+    (void)RemoveMetadataFiles(cdi, dir, first ? specs : std::vector<std::string>{});
+    first = false;
+  }
+}
+
+// Host files told apart by their root's identity and their path below it, not by spelling.
+class HostFilePlaces {
+ public:
+  using Place = std::pair<DirIdentity, std::string>;
+  explicit HostFilePlaces(std::string driver) : driver_(std::move(driver)) {}
+  // None for a path not below a metadata root that exists.
+  std::optional<Place> Of(const std::string& path) {
+    const std::string root = MetadataRootOf(path, driver_);
+    if (root.empty()) return std::nullopt;
+    auto it = ids_.find(root);
+    if (it == ids_.end()) it = ids_.emplace(root, IdentityOf(root)).first;
+    if (!it->second) return std::nullopt;
+    return Place{*it->second, path.substr(root.size())};
+  }
+  std::set<Place> AllOf(const std::set<std::string>& paths) {
+    std::set<Place> out;
+    for (const std::string& p : paths) {
+      if (std::optional<Place> place = Of(p)) out.insert(*std::move(place));
+    }
+    return out;
+  }
+
+ private:
+  std::string driver_;
+  std::map<std::string, std::optional<DirIdentity>> ids_;  // root -> its identity (a stat each)
+};
+
 std::string DirKey(const std::string& ns, const std::string& name) {
   return absl::StrCat("dir:", ns, "_", name);
 }
@@ -348,6 +431,9 @@ absl::StatusOr<int> ClaimService::CheckClaimFiles(const std::string& owner, bool
     }
   }
   const std::string metadata_root = view()->setup.metadata_root;
+  if (wanted != nullptr) {
+    for (const auto& [path, content] : host_file_content) wanted->recorded_host_files.insert(path);
+  }
   if (!host_files) host_file_content.clear();
   if (wanted != nullptr) {
     for (const auto& [file, text] : specs) wanted->cdi_files.insert(file);
@@ -381,7 +467,7 @@ absl::StatusOr<int> ClaimService::CheckClaimFiles(const std::string& owner, bool
 
 absl::StatusOr<ClaimService::Reconciled> ClaimService::RunFileCheck() {
   const std::string marker = view()->setup.cdi_marker;
-  const std::string metadata_root = view()->setup.metadata_root;
+  const std::vector<std::string> metadata_roots = MetadataRoots(view()->setup);
   struct Loaded {
     std::string owner;
     std::string uid_key;
@@ -425,6 +511,29 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::RunFileCheck() {
     stopped = stopped || stop_check_.load();
     return stopped || (flags & (kCalled | kKeep)) != 0;
   };
+  // After the records' files are back, so that today's root exists if a record names it. Each
+  // root walked once however spelled, and files matched by place: two spellings of one directory
+  // walked apart would each take the other's wanted files for strays. What a crash left in a root
+  // only a record names (an older --device-metadata-dir) stays: tmpfs clears it at reboot.
+  const std::vector<DistinctDir> walked = DistinctDirs(metadata_roots);
+  HostFilePlaces places(driver_);
+  const std::set<HostFilePlaces::Place> wanted_places = places.AllOf(wanted.host_files);
+  const std::set<HostFilePlaces::Place> recorded_places = places.AllOf(wanted.recorded_host_files);
+  // A metadata spec is ours when it mounts from a root walked (or today's, not made yet) or a
+  // file a record names; else another daemon's, whose roots may be any.
+  auto ours = [&](const std::string& host_path) {
+    if (wanted.recorded_host_files.contains(host_path)) return true;
+    const std::string root = MetadataRootOf(host_path, driver_);
+    if (root.empty()) return false;
+    if (std::find(metadata_roots.begin(), metadata_roots.end(), root) != metadata_roots.end()) {
+      return true;
+    }
+    const std::optional<HostFilePlaces::Place> place = places.Of(host_path);
+    if (!place) return false;
+    return recorded_places.contains(*place) ||
+           std::any_of(walked.begin(), walked.end(),
+                       [&](const DistinctDir& d) { return d.id == place->first; });
+  };
   const absl::Status cancelled = absl::CancelledError("the file check was stopped");
   cdi::FileGuard guard = [&](const std::string& file, const std::function<void()>& act) {
     Guarded({KeyOfFile(driver_, file)}, 0, [&](int first, int) {
@@ -436,8 +545,7 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::RunFileCheck() {
       *cdi_, [&](const std::string& file) { return wanted.cdi_files.contains(file); },
       [&](const std::string& file) {
         if (IsMetadataCdiFileOf(driver_, file)) {
-          return metadata_root.empty() ? cdi::CdiFileClass::kForeign
-                                       : ClassifyMetadataSpec(*cdi_, file, metadata_root);
+          return ClassifyMetadataSpec(*cdi_, file, ours);
         }
         return ClassifyCdiFile(IsCdiFileOf(driver_, file), file, marker);
       },
@@ -445,9 +553,13 @@ absl::StatusOr<ClaimService::Reconciled> ClaimService::RunFileCheck() {
   if (stopped) return cancelled;
   if (!removed.ok()) return removed.status();
   out.removed += *removed;
-  if (!metadata_root.empty()) {
+  for (const DistinctDir& root : walked) {
     absl::StatusOr<int> gone = RemoveUnwantedMetadata(
-        metadata_root, [&](const std::string& path) { return wanted.host_files.contains(path); },
+        root.path,
+        [&](const std::string& path) {
+          return wanted.host_files.contains(path) ||
+                 wanted_places.contains({root.id, path.substr(root.path.size())});
+        },
         [&](const std::string& dir_name, const std::function<void()>& act) {
           Guarded({absl::StrCat("dir:", dir_name)}, 0, [&](int first, int) {
             if (!skip(first)) act();
@@ -1046,8 +1158,7 @@ std::string ClaimService::UnprepareOne(const ClaimRef& ref) {
     (void)cdi_->Remove(CdiFileName(driver_, ref.uid, v->setup.cdi_marker), /*synced=*/false);
     if (const std::vector<std::string> specs = MetadataCdiFilesOfClaim(*cdi_, driver_, ref.uid);
         !specs.empty()) {
-      (void)RemoveMetadataFiles(*cdi_, MetadataClaimDir(v->setup.metadata_root, ref.ns, ref.name),
-                                specs);
+      RemoveUnrecordedMetadata(*cdi_, specs, v->setup, ref.ns, ref.name);
     }
     Forget(owner);
     spdlog::debug("{}: not prepared, nothing to unprepare", Who(ref));

@@ -251,6 +251,9 @@ class ClaimService {
   struct Wanted {
     std::set<std::string> cdi_files;
     std::set<std::string> host_files;
+    // Every host file the records name, `host_files` or not: a metadata CDI spec mounting one
+    // is ours, wherever its root (an earlier --device-metadata-dir's).
+    std::set<std::string> recorded_host_files;
   };
   // Checks the CDI spec, metadata specs and (when `host_files`) metadata files of `owner` as its
   // stored record says; returns how many were written. `wanted` (may be null) gets their names.

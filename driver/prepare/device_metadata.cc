@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/json_print.h"
 #include "common/status.h"
 #include "driver/prepare/identifiers.h"
@@ -216,6 +217,19 @@ std::string MetadataClaimDir(const std::string& root, const std::string& ns,
 std::string MetadataHostPath(const std::string& root, const std::string& ns,
                              const std::string& name, const std::string& base_request) {
   return absl::StrCat(MetadataClaimDir(root, ns, name), "/", base_request, "/", kMetadataFileName);
+}
+
+std::string MetadataRootOf(const std::string& host_path, const std::string& driver) {
+  absl::string_view rest = host_path;
+  if (!absl::ConsumeSuffix(&rest, absl::StrCat("/", kMetadataFileName))) return "";
+  for (int part = 0; part < 2; ++part) {  // the request's directory, then the claim's
+    const size_t slash = rest.rfind('/');
+    if (slash == absl::string_view::npos || slash + 1 == rest.size()) return "";
+    rest = rest.substr(0, slash);
+  }
+  const std::string tail = absl::StrCat("/", driver, "/", kMetadataDirName);
+  if (!absl::StartsWith(rest, "/") || !absl::EndsWith(rest, tail)) return "";
+  return std::string(rest);
 }
 
 std::string MetadataContainerPath(const std::string& driver, const std::string& claim_name,

@@ -97,6 +97,10 @@ std::string MetadataClaimDir(const std::string& root, const std::string& ns,
                              const std::string& name);
 std::string MetadataHostPath(const std::string& root, const std::string& ns,
                              const std::string& name, const std::string& base_request);
+// The root a host file `<root>/<claim dir>/<request>/metadata.json` of `driver` is under, where
+// `root` is `<dir>/<driver>/dra-device-metadata` for some absolute <dir>; "" for any other path.
+// Which root a stored claim's files went to, whatever --device-metadata-dir says now.
+std::string MetadataRootOf(const std::string& host_path, const std::string& driver);
 // The path inside the container; `pod_claim_name` "" for a claim named in the pod spec.
 std::string MetadataContainerPath(const std::string& driver, const std::string& claim_name,
                                   const std::string& pod_claim_name,

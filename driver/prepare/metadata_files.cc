@@ -286,16 +286,43 @@ std::vector<std::string> MetadataCdiFilesOfClaim(const cdi::SpecStore& cdi,
 }
 
 cdi::CdiFileClass ClassifyMetadataSpec(const cdi::SpecStore& cdi, const std::string& file,
-                                       const std::string& root) {
+                                       const std::function<bool(const std::string&)>& ours) {
   absl::StatusOr<cdi::Spec> spec = cdi.Read(file);
   if (!spec.ok()) return cdi::CdiFileClass::kUnmarked;
-  const std::string under = root + "/";
   for (const cdi::Device& d : spec->devices) {
     for (const cdi::Mount& m : d.container_edits.mounts) {
-      if (absl::StartsWith(m.host_path, under)) return cdi::CdiFileClass::kOurs;
+      if (ours(m.host_path)) return cdi::CdiFileClass::kOurs;
     }
   }
   return cdi::CdiFileClass::kForeign;
+}
+
+std::optional<DirIdentity> IdentityOf(const std::string& path) {
+  struct stat st;
+  if (path.empty() || ::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return std::nullopt;
+  return DirIdentity{st.st_dev, st.st_ino};
+}
+
+std::vector<DistinctDir> DistinctDirs(const std::vector<std::string>& dirs) {
+  std::vector<DistinctDir> out;
+  for (const std::string& dir : dirs) {
+    const std::optional<DirIdentity> id = IdentityOf(dir);
+    if (!id) continue;
+    if (std::none_of(out.begin(), out.end(), [&](const DistinctDir& d) { return d.id == *id; })) {
+      out.push_back({dir, *id});
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> MountedHostPaths(const cdi::SpecStore& cdi, const std::string& file) {
+  std::vector<std::string> out;
+  absl::StatusOr<cdi::Spec> spec = cdi.Read(file);
+  if (!spec.ok()) return out;
+  for (const cdi::Device& d : spec->devices) {
+    for (const cdi::Mount& m : d.container_edits.mounts) out.push_back(m.host_path);
+  }
+  return out;
 }
 
 absl::StatusOr<bool> CheckMetadataHostFile(const std::string& path, const std::string& content) {

@@ -5,9 +5,13 @@
 // directory prepare makes gets its files created in place, any other write is atomic.
 #pragma once
 
+#include <sys/types.h>
+
+#include <compare>
 #include <cstddef>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,11 +61,31 @@ std::vector<std::string> MetadataCdiFilesOfClaim(const cdi::SpecStore& cdi,
                                                  const std::string& driver, const std::string& uid);
 
 // Whose a "<driver>_metadata_*.json" spec is. Its name carries no instance marker (the kubelet
-// plugin library fixes it), so the host file it mounts tells: under `root` (this daemon's
-// <plugin data dir>/dra-device-metadata) it is ours, elsewhere another kubelet's topodra's; a spec
-// that cannot be read is left alone (kUnmarked).
+// plugin library fixes it), so the host files it mounts tell: one that `ours` accepts (below this
+// daemon's roots, or named by its records) makes it ours, else it is another kubelet's topodra's;
+// a spec that cannot be read is left alone (kUnmarked).
 cdi::CdiFileClass ClassifyMetadataSpec(const cdi::SpecStore& cdi, const std::string& file,
-                                       const std::string& root);
+                                       const std::function<bool(const std::string&)>& ours);
+
+// A directory as the kernel knows it: two spellings of one directory ("a/b", "a//b", a link to
+// it) have the same.
+struct DirIdentity {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  friend auto operator<=>(const DirIdentity&, const DirIdentity&) = default;
+};
+// The identity of the directory `path` names (following links); none when it is not one.
+std::optional<DirIdentity> IdentityOf(const std::string& path);
+struct DistinctDir {
+  std::string path;
+  DirIdentity id;
+};
+// The directories among `dirs` that exist, each once (under its first spelling): a walk of one
+// directory under two spellings would take the files wanted under one for strays under the other.
+std::vector<DistinctDir> DistinctDirs(const std::vector<std::string>& dirs);
+
+// The host paths the mounts of the metadata CDI spec `file` name (none when it cannot be read).
+std::vector<std::string> MountedHostPaths(const cdi::SpecStore& cdi, const std::string& file);
 
 // At start: writes the wanted host files (absolute path -> content) that are missing or differ,
 // fsynced, and removes below `root` every metadata.json not wanted, the temporary files of

@@ -73,10 +73,14 @@ struct DriverSetup {
   std::string cpu_capacity = std::string(claims::kCpuCapacityName);
   // CdiInstanceMarker of this daemon, in the name of every CDI file it writes ("" for none).
   std::string cdi_marker;
-  // <kubelet root>/plugins/<driver>/dra-device-metadata: where each prepared claim's metadata
-  // files go (device_metadata.h) with `device_metadata` (--device-metadata=on), and where start
-  // and unprepare clean up either way. "" for none.
+  // <--device-metadata-dir or kubelet root/plugins>/<driver>/dra-device-metadata: where each
+  // prepared claim's metadata files go (device_metadata.h) with `device_metadata`
+  // (--device-metadata=on), and where start and unprepare clean up either way. "" for none.
   std::string metadata_root;
+  // Roots an earlier run with another --device-metadata-dir may have written to (the kubelet
+  // plugin directory's): start cleans them up as its own too. A prepared claim's files are found
+  // from its record, wherever they are.
+  std::vector<std::string> metadata_former_roots;
   bool device_metadata = false;
   // Device name -> its published attributes (the slice's JSON, before mixins), for the metadata.
   std::map<std::string, nlohmann::json> device_attributes;

@@ -11,12 +11,12 @@
 //   - one call of 16 claims whose GETs the fake API server holds 50 ms each (concurrent fetch).
 //
 // usage: [TOPODRA_BENCH_DAEMON_ARGS="--flag value ..."] [TOPODRA_BENCH_VERBOSE=1]
-//        [TOPODRA_BENCH_PLUGINS_TMPFS=1] prepare_bench [TOPOLOGIES_DIR] [ITERATIONS]
+//        [TOPODRA_BENCH_METADATA_ON_DISK=1] prepare_bench [TOPOLOGIES_DIR] [ITERATIONS]
 //        [--latency-only]
 // TOPODRA_BENCH_VERBOSE runs the daemon with -v and saves its log (each prepare's and unprepare's
-// phases in microseconds) to /tmp/prepare_bench_daemon.log. TOPODRA_BENCH_PLUGINS_TMPFS puts the
-// kubelet's plugin directory (the device metadata host files) on tmpfs: not a node's layout, for
-// telling what the files cost on ext4.
+// phases in microseconds) to /tmp/prepare_bench_daemon.log. The device metadata host files are on
+// tmpfs (--device-metadata-dir), as the chart has them; TOPODRA_BENCH_METADATA_ON_DISK leaves
+// them in the kubelet's plugin directory on disk (the daemon's default, the chart's before).
 // At concurrency 1 the latency floors are sampled alternately with the cycles (one floor sample,
 // one prepare, one unprepare) and the ratios are to those; a second concurrency-1 load with nothing
 // in between gives the daemon's CPU per cycle.
@@ -129,9 +129,15 @@ std::string CdiDir(const Node& n) {
   return std::string(n.dirs.root).replace(0, 4, "/dev/shm") + "-cdi";
 }
 
-// The kubelet's plugin directory on tmpfs (TOPODRA_BENCH_PLUGINS_TMPFS).
-std::string PluginsTmpfsDir(const Node& n) {
-  return std::string(n.dirs.root).replace(0, 4, "/dev/shm") + "-plugins";
+// The daemon's --device-metadata-dir: on tmpfs, as the chart's /var/run/topodra/device-metadata;
+// "" (none given: the kubelet's plugin directory, on disk) with TOPODRA_BENCH_METADATA_ON_DISK or
+// without /dev/shm.
+std::string MetadataDir(const Node& n) {
+  if (std::getenv("TOPODRA_BENCH_METADATA_ON_DISK") != nullptr ||
+      !std::filesystem::is_directory("/dev/shm") || !n.dirs.root.starts_with("/tmp/")) {
+    return "";
+  }
+  return std::string(n.dirs.root).replace(0, 4, "/dev/shm") + "-metadata";
 }
 
 // Removes what the bench made outside the daemon's temporary directory.
@@ -140,7 +146,7 @@ struct ShmCleanup {
   ~ShmCleanup() {
     std::error_code ec;
     if (CdiDir(n) != n.dirs.cdi) std::filesystem::remove_all(CdiDir(n), ec);
-    if (n.dirs.root.starts_with("/tmp/")) std::filesystem::remove_all(PluginsTmpfsDir(n), ec);
+    if (!MetadataDir(n).empty()) std::filesystem::remove_all(MetadataDir(n), ec);
   }
 };
 
@@ -155,14 +161,6 @@ bool StartNode(Node& n, const std::vector<std::string>& machine) {
     }
     n.server = *std::move(server);
     n.dirs = DaemonDirs::Make();
-    // For looking into the figures, not a node's layout: the kubelet's plugin directory (the
-    // device metadata host files) on tmpfs, to tell what ext4 costs there.
-    if (std::getenv("TOPODRA_BENCH_PLUGINS_TMPFS") != nullptr) {
-      std::filesystem::create_directories(n.dirs.kubelet_root);
-      const std::string shm = PluginsTmpfsDir(n);
-      std::filesystem::create_directories(shm);
-      std::filesystem::create_directory_symlink(shm, n.dirs.kubelet_root + "/plugins");
-    }
     n.kubeconfig = n.server->WriteKubeconfig(n.dirs.root + "/kubeconfig.yaml");
   }
   testing::KubeletSimOptions so;
@@ -172,10 +170,15 @@ bool StartNode(Node& n, const std::vector<std::string>& machine) {
   if (!sim.ok()) return false;
   n.sim = *std::move(sim);
   std::vector<std::string> args = {"--kubeconfig", n.kubeconfig, "--node-name", kNode};
-  // As on a node: CDI specs on tmpfs (/var/run/cdi), the state on disk.
+  // As on a node with the chart: CDI specs and device metadata host files on tmpfs
+  // (/var/run/cdi, /var/run/topodra/device-metadata), the state on disk.
   if (CdiDir(n) != n.dirs.cdi) {
     args.push_back("--cdi-dir");
     args.push_back(CdiDir(n));
+  }
+  if (!MetadataDir(n).empty()) {
+    args.push_back("--device-metadata-dir");
+    args.push_back(MetadataDir(n));
   }
   args.insert(args.end(), machine.begin(), machine.end());
   // More daemon flags, space-separated, for looking into the figures (e.g. "--device-metadata
@@ -284,8 +287,8 @@ std::string Resolved(const std::string& path) {
   return ec ? path : p.string();
 }
 
-// The file systems the daemon writes to, as the bench laid them out: a node has /var/run/cdi on
-// tmpfs and the state and the kubelet's plugin directory (device metadata host files) on disk.
+// The file systems the daemon writes to, as the bench laid them out: a node with the chart has
+// /var/run/cdi and the device metadata host files on tmpfs and the state on disk.
 std::string FsType(const std::string& path) {
   std::ifstream mounts("/proc/self/mounts");
   std::string best_dir, best_type;
@@ -418,12 +421,15 @@ int main(int argc, char** argv) {
       starts[2], starts[0]);
   std::printf("daemon RSS idle: %.1f MB (target < 15 MB)\n", idle_rss / 1024.0);
   {
-    // What a node has: the CDI specs on tmpfs, the state and the metadata host files on disk.
+    // What a node has with the chart: the CDI specs and metadata host files on tmpfs, the state
+    // on disk.
+    const std::string metadata =
+        MetadataDir(n).empty() ? n.dirs.kubelet_root + "/plugins" : MetadataDir(n);
     std::printf(
-        "file systems (a node: /var/run/cdi tmpfs, state and /var/lib/kubelet on disk): CDI "
-        "specs %s, state %s, device metadata host files %s\n",
-        FsType(CdiDir(n)).c_str(), FsType(n.dirs.state).c_str(),
-        FsType(Resolved(n.dirs.kubelet_root + "/plugins")).c_str());
+        "file systems (a node with the chart: /var/run/cdi and /var/run/topodra tmpfs, state on "
+        "disk): CDI specs %s, state %s, device metadata host files %s (%s)\n",
+        FsType(CdiDir(n)).c_str(), FsType(n.dirs.state).c_str(), FsType(Resolved(metadata)).c_str(),
+        MetadataDir(n).empty() ? "the kubelet's plugin directory" : "--device-metadata-dir");
   }
 
   // Floors.

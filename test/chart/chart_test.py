@@ -328,6 +328,10 @@ class ChartTest(unittest.TestCase):
         (["--set", "image.pullPolicy=always"], "at '/image/pullPolicy'"),
         (["--set", "image.repository="], "at '/image/repository'"),
         (["--set", "kubelet.rootDir=var/lib/kubelet"], "at '/kubelet/rootDir'"),
+        (["--set", "kubelet.deviceMetadataDir=run/topodra"], "at '/kubelet/deviceMetadataDir'"),
+        (["--set", "kubelet.deviceMetadataDir=/"], "at '/kubelet/deviceMetadataDir'"),
+        (["--set", "kubelet.deviceMetadataDir=/var/run/../lib"], "at '/kubelet/deviceMetadataDir'"),
+        (["--set", "kubelet.deviceMetadataDir=/var/./run"], "at '/kubelet/deviceMetadataDir'"),
         (["--set", "devicePlugin.reclaimInterval=0"], "at '/devicePlugin/reclaimInterval'"),
         (["--set", "devicePlugin.reclaimInterval=3601"], "at '/devicePlugin/reclaimInterval'"),
         (["--set", "devicePlugin.gpuResource=kubernetes.io/gpu"], "at '/devicePlugin/gpuResource'"),
@@ -344,6 +348,16 @@ class ChartTest(unittest.TestCase):
         (["--set", "nodeSelector.gpu=true"], "at '/nodeSelector/gpu'"),
         (["--set", "health.port=9477"],
          "health.port and metrics.port are both 9477"),
+        # kubelet.deviceMetadataDir mounted at a path the pod mounts already.
+        (["--set", "kubelet.deviceMetadataDir=/var/lib/kubelet/plugins"],
+         'kubelet.deviceMetadataDir "/var/lib/kubelet/plugins" is the kubelet\'s plugin directory'),
+        (["--set", "kubelet.rootDir=/k/", "--set", "kubelet.deviceMetadataDir=/k/plugins"],
+         'kubelet.deviceMetadataDir "/k/plugins" is the kubelet\'s plugin directory'),
+        (["--set", "kubelet.deviceMetadataDir=/var/run/cdi"],
+         'kubelet.deviceMetadataDir and kubelet.cdiDir are both "/var/run/cdi"'),
+        (["--set", "kubelet.stateDir=/var/lib/topodra/", "--set",
+          "kubelet.deviceMetadataDir=/var/lib/topodra"],
+         'kubelet.deviceMetadataDir and kubelet.stateDir are both "/var/lib/topodra/"'),
         (["--set", "deviceClasses.reservedCpuName=dra.cpu"],
          'deviceClasses.cpuName and deviceClasses.reservedCpuName are both "dra.cpu"'),
         (["--set", "config.group-by=socket"],
@@ -557,6 +571,18 @@ class ChartTest(unittest.TestCase):
             for p in [root + "/plugins", root + "/plugins_registry", vals["kubelet"]["cdiDir"],
                       vals["kubelet"]["stateDir"]]:
                 self.assertEqual(host.get(p), p, f"{name}: {p} not mounted at its host path")
+            # The device metadata files: where the daemon writes them is the host path the claims'
+            # CDI specs name, so the same path on both sides; none of its own when empty (the
+            # kubelet's plugin directory, mounted above).
+            meta = vals["kubelet"]["deviceMetadataDir"]
+            meta_args = [a for a in c["args"] if a.startswith("--device-metadata-dir")]
+            if meta:
+                self.assertEqual(host.get(meta), meta, f"{name}: {meta} not mounted at its host path")
+                self.assertFalse(mounts[meta].get("readOnly", False), name)
+                self.assertEqual(meta_args, ["--device-metadata-dir=" + meta], name)
+            else:
+                self.assertEqual(meta_args, [], name)
+                self.assertNotIn("device-metadata", vols, name)
             self.assertTrue(mounts["/sys"].get("readOnly"), name)
             simulated = bool(vals["topology"]["file"] or vals["topology"]["synthetic"])
             cgroup = vals["cpuPinning"]["enforce"] == "cgroup" and not simulated

@@ -54,6 +54,7 @@ TEST(RunConfigTest, DefaultsAreTyped) {
   EXPECT_EQ(c->kubelet_root_dir, "/var/lib/kubelet");
   EXPECT_EQ(c->cdi_dir, "/var/run/cdi");
   EXPECT_EQ(c->state_dir, "/var/lib/topodra");
+  EXPECT_EQ(c->device_metadata_dir, "");  // the kubelet's plugin directory
 }
 
 TEST(RunConfigTest, FlagsBecomeTypedValues) {
@@ -75,6 +76,8 @@ TEST(RunConfigTest, FlagsBecomeTypedValues) {
   cmd.hook_dir = "/tmp/x/hook";
   cmd.metrics_address = "none";
   cmd.health_address = ":9";
+  cmd.device_metadata_dir = "/var/run//topodra/./x/../device-metadata/";
+  cmd.kubelet_root_dir = "/var/lib//kubelet/";
   absl::StatusOr<node::NodeConfig> c = NodeConfigFromFlags(cmd, Machine());
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->publish.cpu_mode, publish::CpuDeviceMode::kIndividual);
@@ -96,6 +99,10 @@ TEST(RunConfigTest, FlagsBecomeTypedValues) {
   EXPECT_EQ(c->enforce_note, "");
   EXPECT_EQ(c->metrics_listen, std::nullopt);
   EXPECT_EQ(c->health_listen, "9");
+  // Spelled as the daemon compares host paths: normal, no trailing slash.
+  EXPECT_EQ(c->device_metadata_dir, "/var/run/topodra/device-metadata");
+  // <kubelet root>/plugins is compared with it.
+  EXPECT_EQ(c->kubelet_root_dir, "/var/lib/kubelet");
 }
 
 struct ErrorCase {
@@ -118,6 +125,10 @@ TEST(RunConfigTest, ErrorsNameTheFlagAndTheValue) {
        "--reservations: invalid value \"maybe\" (want on or off)"},
       {"DRA health", [](RunCommand* c) { c->dra_health = "auto"; },
        "--dra-health: invalid value \"auto\" (want on or off)"},
+      {"device metadata directory", [](RunCommand* c) { c->device_metadata_dir = "run/meta"; },
+       "--device-metadata-dir: \"run/meta\" is not an absolute path"},
+      {"device metadata directory, blank", [](RunCommand* c) { c->device_metadata_dir = " /x"; },
+       "--device-metadata-dir: \" /x\" is not an absolute path"},
       {"pinning a simulated machine's host", [](RunCommand* c) { c->enforce = "cgroup"; },
        "--enforce=cgroup with a simulated machine (--topology-file) would pin the host's "
        "containers to CPUs of a machine that is not there: --cgroup-root \"/sys/fs/cgroup\" is "

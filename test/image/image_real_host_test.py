@@ -345,7 +345,7 @@ class Test:
     def render(self, metrics_port, health_port):
         host = {"kubelet": self.path("kubelet"), "cdi": self.path("cdi"),
                 "state": self.path("state"), "hook": self.path("hook"),
-                "cgroup": self.path("cgroup")}
+                "cgroup": self.path("cgroup"), "metadata": self.path("device-metadata")}
         # What the host has before the DaemonSet starts: the kubelet's registry directory (type
         # Directory in the chart) and a cgroup v2 root with the cpuset controller.
         os.makedirs(os.path.join(host["kubelet"], "plugins_registry"))
@@ -354,6 +354,7 @@ class Test:
             f.write("cpuset cpu io memory pids\n")
         values = ["kubelet.rootDir=" + host["kubelet"], "kubelet.cdiDir=" + host["cdi"],
                   "kubelet.stateDir=" + host["state"], "cpuPinning.hookDir=" + host["hook"],
+                  "kubelet.deviceMetadataDir=" + host["metadata"],
                   "cpuPinning.cgroupRoot=" + host["cgroup"], "metrics.port=%d" % metrics_port,
                   "health.port=%d" % health_port, "image.tag=" + self.args.image.split(":")[1]]
         cmd = [self.args.helm, "template", "topodra", os.path.join(self.args.source, "charts",
@@ -458,9 +459,13 @@ class Test:
                        uid, meta_spec, host["cdi"], os.listdir(host["cdi"])))
         with open(os.path.join(host["cdi"], meta_spec)) as f:
             mount = json.load(f)["devices"][0]["containerEdits"]["mounts"][0]
-        # Written by the daemon in its container at the path the host sees (same-path mounts).
+        # Written by the daemon in its container at the path the host sees (same-path mounts),
+        # in the chart's device metadata directory.
         self.check(os.path.isfile(mount["hostPath"]),
                    "the device metadata file %s is not on the host" % mount["hostPath"])
+        self.check(mount["hostPath"].startswith(host["metadata"] + "/"),
+                   "the device metadata file %s is not under %s" % (mount["hostPath"],
+                                                                     host["metadata"]))
         with open(os.path.join(host["cdi"], specs[0])) as f:
             spec = json.load(f)
         names = [spec["kind"] + "=" + d["name"] for d in spec["devices"]]

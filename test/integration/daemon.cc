@@ -25,9 +25,10 @@ bool HasFlag(const std::vector<std::string>& args, const std::string& flag) {
 // A test that points the daemon at a host path (its default, or a typo) stops here, loudly,
 // before the daemon writes there.
 void CheckPathsAreTemporary(const std::vector<std::string>& args, const std::string& root) {
-  static const char* const kWritten[] = {"--kubelet-root-dir", "--cdi-dir",
-                                         "--state-dir",        "--cgroup-root",
-                                         "--hook-dir",         "--pod-resources-socket"};
+  static const char* const kWritten[] = {"--kubelet-root-dir",   "--cdi-dir",
+                                         "--state-dir",          "--cgroup-root",
+                                         "--hook-dir",           "--pod-resources-socket",
+                                         "--device-metadata-dir"};
   for (size_t i = 0; i < args.size(); ++i) {
     for (const char* flag : kWritten) {
       std::string value;

@@ -15,6 +15,8 @@ namespace topodra::testing {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 class DeviceMetadataTest : public NodeTest {
  protected:
@@ -185,6 +187,106 @@ TEST_F(DeviceMetadataTest, StartRestoresLostFilesAndRemovesLeftovers) {
   EXPECT_EQ(ReadFile(HostFile(kept, "cpus")), content);
   EXPECT_EQ(UnprepareOne(kept), "");
   EXPECT_FALSE(fs::exists(HostFile(kept, "cpus")));
+}
+
+// --device-metadata-dir set on a node with prepared claims (the chart moving the host files to
+// tmpfs): a claim prepared before keeps its files where its CDI spec mounts them from, restored
+// and removed there; a crashed prepare's leftovers there still go; new claims go to the new
+// directory. A second daemon given the same directory is refused.
+TEST_F(DeviceMetadataTest, ClaimsPreparedBeforeTheDirectoryMovedKeepTheirFilesWhereTheyWere) {
+  StartNode();
+  PrepareClaim before = CpuClaim("before", "cpudevnuma000", "2");
+  ASSERT_EQ(PrepareOne(before).error, "");
+  const std::string content = ReadFile(HostFile(before, "cpus"));
+  const std::string spec = ReadFile(SpecFile(before, "cpus"));
+  ASSERT_FALSE(content.empty());
+  sim_.reset();
+  ASSERT_EQ(daemon_.Terminate(), 0);
+  fs::remove(HostFile(before, "cpus"));
+  const std::string orphan_dir = MetadataRoot() + "/default_gone/cpus";
+  fs::create_directories(orphan_dir);
+  PutFileInPlaceOf(orphan_dir + "/metadata.json", "{}\n");
+
+  const std::string moved = dirs_.root + "/run/device-metadata";
+  const std::string moved_root = moved + "/dra.cpu/dra-device-metadata";
+  StartNode({"--device-metadata-dir", moved});
+  EXPECT_EQ(ReadFile(HostFile(before, "cpus")), content) << daemon_.Log();
+  // Each served driver's directory made by the daemon, closed to others as the kubelet's are.
+  for (const char* driver : {"dra.cpu", "gpu.topodra.io"}) {
+    EXPECT_EQ(fs::status(moved + "/" + driver).permissions(), fs::perms(0750)) << driver;
+  }
+  EXPECT_EQ(ReadFile(SpecFile(before, "cpus")), spec);
+  EXPECT_FALSE(fs::exists(MetadataRoot() + "/default_gone")) << daemon_.Log();
+
+  PrepareClaim after = CpuClaim("after", "cpudevnuma000", "2");
+  ASSERT_EQ(PrepareOne(after).error, "");
+  const std::string after_file = moved_root + "/default_after/cpus/metadata.json";
+  EXPECT_TRUE(fs::exists(after_file));
+  EXPECT_FALSE(fs::exists(MetadataRoot() + "/default_after"));
+  EXPECT_EQ(json::parse(ReadFile(
+                SpecFile(after, "cpus")))["devices"][0]["containerEdits"]["mounts"][0]["hostPath"],
+            after_file);
+  EXPECT_EQ(UnprepareOne(before), "");
+  EXPECT_FALSE(fs::exists(MetadataRoot() + "/default_before"));
+  EXPECT_FALSE(fs::exists(SpecFile(before, "cpus")));
+  EXPECT_EQ(UnprepareOne(after), "");
+  EXPECT_FALSE(fs::exists(moved_root + "/default_after"));
+  EXPECT_FALSE(fs::exists(SpecFile(after, "cpus")));
+
+  const DaemonDirs other = DaemonDirs::Make();
+  Daemon second;
+  second.Start(other, {"--kubeconfig", kubeconfig_, "--node-name", kNode, "--topology-file",
+                       FixturePath(kMachine), "--device-metadata-dir", moved});
+  EXPECT_EQ(second.WaitExit(), 1);
+  EXPECT_THAT(second.Log(), HasSubstr("another topodra is running on this node"));
+  EXPECT_THAT(second.Log(), HasSubstr(moved + "/dra.cpu/topodra.lock"));
+  std::error_code ec;
+  fs::remove_all(other.root, ec);
+  // The first one still serves.
+  EXPECT_EQ(PrepareOne(CpuClaim("still-served", "cpudevnuma000", "2")).error, "");
+}
+
+// The kubelet's plugin directory given as --device-metadata-dir, however spelled, is the default:
+// the same files, and no second lock on the same file (which would refuse the daemon itself). A
+// restart keeps them: the start-up check must not take them, found under one spelling, for strays
+// of the other.
+TEST_F(DeviceMetadataTest, TheKubeletsPluginDirectoryGivenIsTheDefault) {
+  const std::vector<std::string> flags = {"--kubelet-root-dir", dirs_.kubelet_root + "/",
+                                          "--device-metadata-dir", dirs_.kubelet_root + "/plugins"};
+  StartNode(flags);
+  PrepareClaim c = CpuClaim("given", "cpudevnuma000", "2");
+  ASSERT_EQ(PrepareOne(c).error, "");
+  const std::string content = ReadFile(HostFile(c, "cpus"));
+  ASSERT_FALSE(content.empty());
+  sim_.reset();
+  ASSERT_EQ(daemon_.Terminate(), 0);
+
+  StartNode(flags);
+  EXPECT_EQ(ReadFile(HostFile(c, "cpus")), content) << daemon_.Log();
+  EXPECT_THAT(daemon_.Log(), Not(HasSubstr("removed device metadata")));
+  EXPECT_EQ(UnprepareOne(c), "");
+  EXPECT_FALSE(fs::exists(MetadataRoot() + "/default_given"));
+}
+
+// The same through a link to the kubelet root: one directory, one lock, and a restart keeps the
+// files.
+TEST_F(DeviceMetadataTest, TheKubeletsPluginDirectoryGivenThroughALinkIsTheDefault) {
+  const std::string link = dirs_.root + "/kubelet-link";
+  fs::create_directory_symlink(dirs_.kubelet_root, link);
+  const std::vector<std::string> flags = {"--kubelet-root-dir", link, "--device-metadata-dir",
+                                          dirs_.kubelet_root + "/plugins"};
+  StartNode(flags);
+  PrepareClaim c = CpuClaim("linked", "cpudevnuma000", "2");
+  ASSERT_EQ(PrepareOne(c).error, "");
+  const std::string content = ReadFile(HostFile(c, "cpus"));
+  ASSERT_FALSE(content.empty());
+  sim_.reset();
+  ASSERT_EQ(daemon_.Terminate(), 0);
+
+  StartNode(flags);
+  EXPECT_EQ(ReadFile(HostFile(c, "cpus")), content) << daemon_.Log();
+  EXPECT_EQ(UnprepareOne(c), "");
+  EXPECT_FALSE(fs::exists(MetadataRoot() + "/default_linked"));
 }
 
 TEST_F(DeviceMetadataTest, OffWritesNothingAndCleansUpWhatAnEarlierRunLeft) {

@@ -27,7 +27,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "driver/prepare/device_metadata.h"
+#include "driver/prepare/metadata_files.h"
 #include "driver/state/store.h"
 #include "test/prepare/prepare_testing.h"
 
@@ -1794,6 +1796,140 @@ TEST_F(ClaimServiceFileCheckTest, AStopEndsTheRemovalsToo) {
   r = StartCheck()();
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->removed, 3);
+}
+
+// --device-metadata-dir changed across a restart (the chart moving the files to tmpfs): a claim
+// prepared under the old root keeps its files there, where its CDI spec mounts them from and its
+// containers have them mounted. The check restores them there and its unprepare removes them
+// there; what crashed prepares left under the old root goes, at the check or at the kubelet's
+// unprepare; new claims go under the new root.
+TEST_F(ClaimServiceFileCheckTest, FilesOfClaimsPreparedUnderAnEarlierRootStayAndGoThere) {
+  const topology::Topology& topo = Load(k16);
+  const DriverSetup before = MetadataSetup(topo);
+  const std::string old_root = dir_ + "/plugins/dra.cpu/dra-device-metadata";
+  ASSERT_EQ(before.metadata_root, old_root);
+  Start(before, topo);
+  const ClaimRef kept = Add("default", "kept", "uid-kept", {Result("cpus", kNuma0, "2")});
+  PrepareOk(kept);
+  const std::string content = Contents(HostFile("kept"));
+  ASSERT_FALSE(content.empty());
+  // Two prepares that crashed after writing their files: no record names them.
+  const ClaimRef checked = Add("default", "checked", "uid-checked", {Result("cpus", kNuma0, "2")});
+  const ClaimRef called = Add("default", "called", "uid-called", {Result("cpus", kNuma0, "2")});
+  PrepareOk(checked);
+  PrepareOk(called);
+  const std::map<std::string, std::string> crashed = Snapshot({"checked", "called"});
+  UnprepareOk(checked);
+  UnprepareOk(called);
+  for (const auto& [path, text] : crashed) {
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    std::ofstream(path) << text;
+  }
+
+  node::InventoryOptions o = Options(Mode::kNuma);
+  o.plugins_dir = dir_ + "/plugins";
+  o.metadata_dir = dir_ + "/run";
+  o.device_metadata = true;
+  const DriverSetup after = node::Inventory::Build(o, topo, {}).CpuSetup();
+  const std::string new_root = dir_ + "/run/dra.cpu/dra-device-metadata";
+  ASSERT_EQ(after.metadata_root, new_root);
+  std::filesystem::remove(HostFile("kept"));
+  Restart({{after, k16}});
+  // The kubelet's unprepare of a crashed prepare, before the check got to it.
+  UnprepareOk(called);
+  EXPECT_FALSE(std::filesystem::exists(old_root + "/default_called"));
+  EXPECT_FALSE(CdiExists("dra.cpu_metadata_uid-called_cpus.json"));
+  absl::StatusOr<ClaimService::Reconciled> r = service().ReconcileCdi();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->written, 1);
+  EXPECT_EQ(Contents(HostFile("kept")), content);
+  EXPECT_EQ(r->removed, 3);  // the CDI spec, metadata spec and host file of `checked`
+  EXPECT_FALSE(std::filesystem::exists(old_root + "/default_checked"));
+  EXPECT_FALSE(CdiExists("dra.cpu_metadata_uid-checked_cpus.json"));
+
+  const ClaimRef fresh = Add("default", "fresh", "uid-fresh", {Result("cpus", kNuma0, "2")});
+  PrepareOk(fresh);
+  auto mounted = [&](const std::string& uid) {
+    absl::StatusOr<cdi::Spec> spec =
+        cdi_->Read(absl::StrCat("dra.cpu_metadata_", uid, "_cpus.json"));
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    return spec.ok() ? spec->devices.at(0).container_edits.mounts.at(0).host_path : "";
+  };
+  EXPECT_EQ(mounted("uid-fresh"), new_root + "/default_fresh/cpus/metadata.json");
+  EXPECT_EQ(mounted("uid-kept"), HostFile("kept"));
+  EXPECT_TRUE(std::filesystem::exists(new_root + "/default_fresh/cpus/metadata.json"));
+  EXPECT_FALSE(std::filesystem::exists(old_root + "/default_fresh"));
+
+  // Moved once more: the second root is not the kubelet's, and only a record names it. It is not
+  // walked (another daemon may use it by now): what a crashed prepare left there stays, and the
+  // recorded claim's files are checked where the record says.
+  const std::string crashed_file = new_root + "/default_crashed/cpus/metadata.json";
+  std::filesystem::create_directories(std::filesystem::path(crashed_file).parent_path());
+  std::ofstream(crashed_file) << "{}\n";
+  // Its spec too: it mounts from a root no longer walked, which may be another daemon's.
+  const std::string crashed_spec = "dra.cpu_metadata_uid-crashed_cpus.json";
+  std::string spec_text = Contents(cdi_->PathOf("dra.cpu_metadata_uid-fresh_cpus.json"));
+  absl::StrReplaceAll({{"default_fresh", "default_crashed"}, {"uid-fresh", "uid-crashed"}},
+                      &spec_text);
+  std::ofstream(cdi_->PathOf(crashed_spec)) << spec_text;
+  ASSERT_EQ(MountedHostPaths(*cdi_, crashed_spec), std::vector<std::string>{crashed_file});
+  std::filesystem::remove(new_root + "/default_fresh/cpus/metadata.json");
+  o.metadata_dir = dir_ + "/run2";
+  Restart({{node::Inventory::Build(o, topo, {}).CpuSetup(), k16}});
+  r = service().ReconcileCdi();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->written, 1);
+  EXPECT_EQ(r->removed, 0);
+  EXPECT_TRUE(std::filesystem::exists(crashed_file));
+  EXPECT_TRUE(CdiExists(crashed_spec));
+  EXPECT_TRUE(std::filesystem::exists(new_root + "/default_fresh/cpus/metadata.json"));
+  UnprepareOk(kept);
+  EXPECT_FALSE(std::filesystem::exists(old_root + "/default_kept"));
+  UnprepareOk(fresh);
+  EXPECT_FALSE(std::filesystem::exists(new_root + "/default_fresh"));
+  std::filesystem::remove(cdi_->PathOf(crashed_spec));
+  EXPECT_THAT(CdiFiles(), IsEmpty());
+}
+
+// The kubelet's unprepare of a claim a crashed prepare left (no record names it) whose spec mounts
+// from a root no longer known (two moves ago): its directory there goes, and not today's
+// directory of its namespace and name, which the claim made again under that name has prepared.
+TEST_F(ClaimServiceFileCheckTest, AnUnrecordedClaimsFilesGoFromWhereItsSpecMountsThem) {
+  namespace fs = std::filesystem;
+  const topology::Topology& topo = Load(k16);
+  node::InventoryOptions o = Options(Mode::kNuma);
+  o.plugins_dir = dir_ + "/plugins";
+  o.metadata_dir = dir_ + "/run1";
+  o.device_metadata = true;
+  Start(node::Inventory::Build(o, topo, {}).CpuSetup(), topo);
+  const ClaimRef old = Add("default", "same", "uid-old", {Result("cpus", kNuma0, "2")});
+  PrepareOk(old);
+  const std::string old_dir = dir_ + "/run1/dra.cpu/dra-device-metadata/default_same";
+  const std::string old_file = old_dir + "/cpus/metadata.json";
+  const std::string old_spec = "dra.cpu_metadata_uid-old_cpus.json";
+  const std::string host_text = Contents(old_file);
+  const std::string spec_text = Contents(cdi_->PathOf(old_spec));
+  ASSERT_FALSE(host_text.empty());
+  UnprepareOk(old);
+  fs::create_directories(fs::path(old_file).parent_path());
+  std::ofstream(old_file) << host_text;
+  std::ofstream(cdi_->PathOf(old_spec)) << spec_text;
+
+  o.metadata_dir = dir_ + "/run2";
+  Restart({{node::Inventory::Build(o, topo, {}).CpuSetup(), k16}});
+  const ClaimRef again = Add("default", "same", "uid-new", {Result("cpus", kNuma0, "2")});
+  PrepareOk(again);
+  const std::string new_file =
+      dir_ + "/run2/dra.cpu/dra-device-metadata/default_same/cpus/metadata.json";
+  const std::string new_text = Contents(new_file);
+  ASSERT_FALSE(new_text.empty());
+  UnprepareOk(old);
+  EXPECT_FALSE(fs::exists(old_dir));
+  EXPECT_FALSE(CdiExists(old_spec));
+  EXPECT_EQ(Contents(new_file), new_text);
+  EXPECT_TRUE(CdiExists("dra.cpu_metadata_uid-new_cpus.json"));
+  UnprepareOk(again);
+  EXPECT_FALSE(fs::exists(new_file));
 }
 
 // Calls made while the check runs: whatever the interleaving, a prepared claim's files are

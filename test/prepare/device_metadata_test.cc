@@ -74,6 +74,28 @@ TEST(DeviceMetadataPaths, AreTheKubeletPluginLibrarysOnes) {
   EXPECT_FALSE(IsMetadataCdiFileOf("dra.cpu", "dra.cpu_metadata_.json"));
 }
 
+// The root a stored host file is under: how the file check finds a claim prepared under an
+// earlier --device-metadata-dir. Only the shape prepare writes is recognised.
+TEST(DeviceMetadataPaths, TheRootOfAHostFileIsFoundOnlyInTheShapePrepareWrites) {
+  const std::string tmpfs = "/var/run/topodra/device-metadata/dra.cpu/dra-device-metadata";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {MetadataHostPath(kRoot, "ns", "claim", "cpus"), kRoot},
+      {MetadataHostPath(tmpfs, "ns", "claim", "cpus"), tmpfs},
+      {"/dra.cpu/dra-device-metadata/ns_c/cpus/metadata.json", "/dra.cpu/dra-device-metadata"},
+      {std::string(kRoot) + "/ns_claim/cpus/other.json", ""},  // not a metadata file
+      {std::string(kRoot) + "/ns_claim/metadata.json", ""},    // no request directory
+      {std::string(kRoot) + "/ns_claim//metadata.json", ""},   // an empty one
+      {std::string(kRoot) + "//cpus/metadata.json", ""},       // an empty claim directory
+      {"/var/lib/kubelet/plugins/gpu.topodra.io/dra-device-metadata/ns_c/g/metadata.json", ""},
+      {"/var/lib/kubelet/plugins/dra.cpu/other/ns_c/cpus/metadata.json", ""},
+      {"var/lib/kubelet/plugins/dra.cpu/dra-device-metadata/ns_c/cpus/metadata.json", ""},
+      {"/ns_c/cpus/metadata.json", ""},
+      {"metadata.json", ""},
+      {"", ""},
+  };
+  for (const auto& [path, want] : cases) EXPECT_EQ(MetadataRootOf(path, "dra.cpu"), want) << path;
+}
+
 TEST(DeviceMetadataAttributes, CpusetFitsOrIsCutAtCommas) {
   const topology::Topology& topo = Load(testing::k192);  // NUMA node n: 8n..8n+7, 192+8n..
   struct Case {
@@ -578,6 +600,7 @@ TEST(PlanClaimDeviceMetadata, CpuAndGpuClaimsGetAFileAndACdiIdPerRequest) {
   o.device_metadata = true;
   setup = node::Inventory::Build(o, topo, {}).CpuSetup();
   EXPECT_EQ(setup.metadata_root, kRoot);
+  EXPECT_TRUE(setup.metadata_former_roots.empty());
   absl::StatusOr<Plan> on = PlanClaim(claim, setup, topo, state::State());
   ASSERT_TRUE(on.ok()) << on.status();
   ASSERT_EQ(on->metadata.size(), 2u);
@@ -636,6 +659,48 @@ TEST(PlanClaimDeviceMetadata, CpuAndGpuClaimsGetAFileAndACdiIdPerRequest) {
             std::string("gpu.topodra.io/metadata=") + kUid + "_gpu");
   ExpectWrittenAsSpecStoreWrites(*gp);
   ExpectStoredCdiIsTheTreesPrint(*gp);
+}
+
+// --device-metadata-dir: the host files go below it in the same per-driver layout, and the CDI
+// spec mounts them from there into the same container path; the kubelet plugin directory's root
+// stays the driver's (former) own, for the start-up check to clean up.
+TEST(PlanClaimDeviceMetadata, ADirectoryOfItsOwnMovesTheHostFilesOnly) {
+  const topology::Topology& topo = Load(testing::k192);
+  const std::string tmpfs = "/var/run/topodra/device-metadata/dra.cpu/dra-device-metadata";
+  struct Case {
+    std::string dir;
+    std::string root;
+    std::vector<std::string> former;
+  };
+  const std::vector<Case> cases = {
+      {"", kRoot, {}},
+      {"/var/lib/kubelet/plugins", kRoot, {}},  // the default, given
+      {"/var/run/topodra/device-metadata", tmpfs, {kRoot}},
+      {"/", "/dra.cpu/dra-device-metadata", {kRoot}},
+  };
+  const claims::Claim claim = testing::Parse(
+      testing::ClaimJson(kUid, "team", "train", {testing::Result("cpus", "cpudevnuma001", "4")}));
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.dir);
+    node::InventoryOptions o = testing::Options(testing::Mode::kNuma);
+    o.plugins_dir = "/var/lib/kubelet/plugins";
+    o.metadata_dir = c.dir;
+    o.device_metadata = true;
+    const DriverSetup setup = node::Inventory::Build(o, topo, {}).CpuSetup();
+    EXPECT_EQ(setup.metadata_root, c.root);
+    EXPECT_EQ(setup.metadata_former_roots, c.former);
+    absl::StatusOr<Plan> plan = PlanClaim(claim, setup, topo, state::State());
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(plan->metadata.size(), 1u);
+    const std::string host = c.root + "/team_train/cpus/metadata.json";
+    EXPECT_EQ(plan->metadata[0].host_path, host);
+    const std::vector<cdi::Mount>& mounts =
+        plan->metadata[0].cdi_spec.devices.at(0).container_edits.mounts;
+    ASSERT_EQ(mounts.size(), 1u);
+    EXPECT_EQ(mounts[0].host_path, host);
+    EXPECT_EQ(mounts[0].container_path, MetadataContainerPath("dra.cpu", "train", "", "cpus"));
+    EXPECT_EQ(MetadataRootOf(host, "dra.cpu"), c.root);
+  }
 }
 
 }  // namespace

@@ -223,5 +223,33 @@ TEST_F(WriteMetadataFilesTest, ARestoreIntoAMissingClaimDirectoryIsAtomic) {
   EXPECT_EQ(Read(files_[1].host_path), files_[1].content);
 }
 
+// The start-up check walks each metadata root once: the kubelet's plugin directory given as
+// --device-metadata-dir under another spelling (or through a link) is the same root, and a root
+// not there is not walked at all.
+TEST(DistinctDirs, OneDirectoryUnderSeveralSpellingsIsOne) {
+  char tmpl[] = "/tmp/distinct-dirs-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  fs::create_directories(dir + "/kubelet/plugins");
+  fs::create_directories(dir + "/run");
+  fs::create_directory_symlink(dir + "/kubelet", dir + "/link");
+  const std::vector<DistinctDir> got = DistinctDirs({
+      dir + "/kubelet/plugins",
+      dir + "/kubelet//plugins",
+      dir + "/kubelet/./plugins/",
+      dir + "/link/plugins",
+      dir + "/missing",
+      dir + "/run",
+      dir + "/run/../kubelet/plugins",
+  });
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].path, dir + "/kubelet/plugins");
+  EXPECT_EQ(got[1].path, dir + "/run");
+  EXPECT_NE(got[0].id, got[1].id);
+  EXPECT_EQ(IdentityOf(dir + "/link/plugins"), got[0].id);
+  EXPECT_EQ(IdentityOf(dir + "/missing"), std::nullopt);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace topodra::prepare

@@ -52,6 +52,9 @@ daemon's default applies. --node-name comes from the downward API.
 - --state-dir={{ .Values.kubelet.stateDir }}
 - --host-root={{ .Values.kubelet.hostRoot }}
 - --device-metadata={{ if .Values.kubelet.deviceMetadata }}on{{ else }}off{{ end }}
+{{- with .Values.kubelet.deviceMetadataDir }}
+- --device-metadata-dir={{ . }}
+{{- end }}
 - --device-plugin={{ .Values.devicePlugin.mode }}
 {{- if ne .Values.devicePlugin.mode "none" }}
 - --device-plugin-gpu-resource={{ .Values.devicePlugin.gpuResource }}
@@ -136,6 +139,7 @@ Included by the DaemonSet, which every install renders.
 {{- end -}}
 {{- include "topodra.validateExtendedResources" . -}}
 {{- end -}}
+{{- include "topodra.validateDeviceMetadataDir" . -}}
 {{- $flags := list -}}
 {{- range $arg := include "topodra.args" . | fromYamlArray -}}
 {{- $flags = append $flags (regexReplaceAll "=.*$" (toString $arg) "") -}}
@@ -143,6 +147,26 @@ Included by the DaemonSet, which every install renders.
 {{- range $key, $_ := .Values.config -}}
 {{- if has (printf "--%s" $key) $flags -}}
 {{- fail (printf "config.%s: the chart already passes --%s on the command line, which wins over --config; set the chart's own value for it instead" $key $key) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+kubelet.deviceMetadataDir is mounted at its own path beside the kubelet's plugin directory, the
+CDI directory and the state directory: the same path twice is a pod the API server refuses
+(duplicate mountPath), only at install.
+*/}}
+{{- define "topodra.validateDeviceMetadataDir" -}}
+{{- with .Values.kubelet.deviceMetadataDir -}}
+{{- $dir := trimSuffix "/" . -}}
+{{- $k := $.Values.kubelet -}}
+{{- if eq $dir (printf "%s/plugins" (trimSuffix "/" $k.rootDir)) -}}
+{{- fail (printf "kubelet.deviceMetadataDir %q is the kubelet's plugin directory (kubelet.rootDir %q), which the chart mounts already: leave kubelet.deviceMetadataDir empty for it" . $k.rootDir) -}}
+{{- end -}}
+{{- range $key := list "cdiDir" "stateDir" -}}
+{{- if eq $dir (trimSuffix "/" (get $k $key)) -}}
+{{- fail (printf "kubelet.deviceMetadataDir and kubelet.%s are both %q: the pod would mount one path twice; give the device metadata a directory of its own" $key (get $k $key)) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
