@@ -258,7 +258,7 @@ std::vector<std::vector<double>> TraceOffsets(const std::string& log,
 int main(int argc, char** argv) {
   const std::string dir = argc > 1 ? argv[1] : TOPODRA_TOPOLOGIES_DIR;
   // 200: with fewer the p99 is the largest sample, one hiccup of this shared machine's disk or
-  // scheduler; 200 rounds take about 15 s.
+  // scheduler; 200 rounds take about 10 s.
   const int rounds = argc > 2 ? std::max(1, std::atoi(argv[2])) : 200;
   const std::string fixture = dir + "/192em64t-24n8c2t.xml";
 
