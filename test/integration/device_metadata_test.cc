@@ -246,47 +246,36 @@ TEST_F(DeviceMetadataTest, ClaimsPreparedBeforeTheDirectoryMovedKeepTheirFilesWh
   EXPECT_EQ(PrepareOne(CpuClaim("still-served", "cpudevnuma000", "2")).error, "");
 }
 
-// The kubelet's plugin directory given as --device-metadata-dir, however spelled, is the default:
-// the same files, and no second lock on the same file (which would refuse the daemon itself). A
-// restart keeps them: the start-up check must not take them, found under one spelling, for strays
-// of the other.
+// The kubelet's plugin directory given as --device-metadata-dir, however spelled or reached (a
+// link to the kubelet root), is the default: the same files, and no second lock on the same file
+// (which would refuse the daemon itself). A restart keeps them: the start-up check must not take
+// them, found under one spelling, for strays of the other.
 TEST_F(DeviceMetadataTest, TheKubeletsPluginDirectoryGivenIsTheDefault) {
-  const std::vector<std::string> flags = {"--kubelet-root-dir", dirs_.kubelet_root + "/",
-                                          "--device-metadata-dir", dirs_.kubelet_root + "/plugins"};
-  StartNode(flags);
-  PrepareClaim c = CpuClaim("given", "cpudevnuma000", "2");
-  ASSERT_EQ(PrepareOne(c).error, "");
-  const std::string content = ReadFile(HostFile(c, "cpus"));
-  ASSERT_FALSE(content.empty());
-  sim_.reset();
-  ASSERT_EQ(daemon_.Terminate(), 0);
-
-  StartNode(flags);
-  EXPECT_EQ(ReadFile(HostFile(c, "cpus")), content) << daemon_.Log();
-  EXPECT_THAT(daemon_.Log(), Not(HasSubstr("removed device metadata")));
-  EXPECT_EQ(UnprepareOne(c), "");
-  EXPECT_FALSE(fs::exists(MetadataRoot() + "/default_given"));
-}
-
-// The same through a link to the kubelet root: one directory, one lock, and a restart keeps the
-// files.
-TEST_F(DeviceMetadataTest, TheKubeletsPluginDirectoryGivenThroughALinkIsTheDefault) {
   const std::string link = dirs_.root + "/kubelet-link";
   fs::create_directory_symlink(dirs_.kubelet_root, link);
-  const std::vector<std::string> flags = {"--kubelet-root-dir", link, "--device-metadata-dir",
-                                          dirs_.kubelet_root + "/plugins"};
-  StartNode(flags);
-  PrepareClaim c = CpuClaim("linked", "cpudevnuma000", "2");
-  ASSERT_EQ(PrepareOne(c).error, "");
-  const std::string content = ReadFile(HostFile(c, "cpus"));
-  ASSERT_FALSE(content.empty());
-  sim_.reset();
-  ASSERT_EQ(daemon_.Terminate(), 0);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"given", dirs_.kubelet_root + "/"}, {"linked", link}};
+  for (const auto& [name, kubelet_root] : cases) {
+    SCOPED_TRACE(name);
+    const std::vector<std::string> flags = {"--kubelet-root-dir", kubelet_root,
+                                            "--device-metadata-dir",
+                                            dirs_.kubelet_root + "/plugins"};
+    StartNode(flags);
+    PrepareClaim c = CpuClaim(name, "cpudevnuma000", "2");
+    ASSERT_EQ(PrepareOne(c).error, "");
+    const std::string content = ReadFile(HostFile(c, "cpus"));
+    ASSERT_FALSE(content.empty());
+    sim_.reset();
+    ASSERT_EQ(daemon_.Terminate(), 0);
 
-  StartNode(flags);
-  EXPECT_EQ(ReadFile(HostFile(c, "cpus")), content) << daemon_.Log();
-  EXPECT_EQ(UnprepareOne(c), "");
-  EXPECT_FALSE(fs::exists(MetadataRoot() + "/default_linked"));
+    StartNode(flags);
+    EXPECT_EQ(ReadFile(HostFile(c, "cpus")), content) << daemon_.Log();
+    EXPECT_THAT(daemon_.Log(), Not(HasSubstr("removed device metadata")));
+    EXPECT_EQ(UnprepareOne(c), "");
+    EXPECT_FALSE(fs::exists(MetadataRoot() + "/default_" + name));
+    sim_.reset();
+    ASSERT_EQ(daemon_.Terminate(), 0);
+  }
 }
 
 TEST_F(DeviceMetadataTest, OffWritesNothingAndCleansUpWhatAnEarlierRunLeft) {
