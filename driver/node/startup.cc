@@ -1,10 +1,10 @@
 #include "driver/node/startup.h"
 
 #include <spdlog/spdlog.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "cdi/reconcile.h"
@@ -13,6 +13,7 @@
 #include "common/host_paths.h"
 #include "driver/deviceplugin/device_plugin_core.h"
 #include "driver/prepare/claim_service.h"
+#include "driver/prepare/metadata_files.h"
 #include "nlohmann/json.hpp"
 
 namespace topodra::node {
@@ -67,10 +68,9 @@ void WarnAboutCpuManager(const std::string& kubelet_root) {
 // taken twice on one file by this process would refuse it as another instance. Lexical for a
 // path not there yet, which no link can reach either.
 bool SameDirectory(const std::string& a, const std::string& b) {
-  struct stat sa, sb;
-  if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0) {
-    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-  }
+  const std::optional<prepare::DirIdentity> ia = prepare::IdentityOf(a);
+  const std::optional<prepare::DirIdentity> ib = prepare::IdentityOf(b);
+  if (ia && ib) return *ia == *ib;
   return NormalDir(a) == NormalDir(b);
 }
 
